@@ -1,0 +1,95 @@
+package log
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/sushka-io/sushka/internal/clock"
+	"github.com/sushka-io/sushka/internal/vfs"
+)
+
+// AckPolicy says when Append returns (design D4).
+type AckPolicy uint8
+
+const (
+	// AckNone returns once the batch is queued for the writer (acks=0).
+	AckNone AckPolicy = iota
+	// AckWritten returns once the batch is in the page cache (acks=1).
+	AckWritten
+	// AckForced returns once the batch is fdatasync'd (acks=-1/all).
+	AckForced
+)
+
+// WritePath selects how the writer puts bytes into the active segment.
+type WritePath uint8
+
+const (
+	// WriteSyscall appends with one write(2)/writev(2) per group.
+	WriteSyscall WritePath = iota
+	// WriteMmap copies into a preallocated, mapped segment.
+	WriteMmap
+)
+
+// TimestampType is the topic's message.timestamp.type.
+type TimestampType uint8
+
+const (
+	CreateTime TimestampType = iota
+	LogAppendTime
+)
+
+// Config configures one partition log. Zero values take the defaults below.
+type Config struct {
+	FS     vfs.FS      // required
+	Clock  clock.Clock // default clock.Real{}
+	Dir    string      // required: the partition's directory
+	Logger *slog.Logger
+
+	SegmentBytes   int64         // segment.bytes, default 1 GiB
+	SegmentMaxAge  time.Duration // segment.ms, default 7 days
+	RetentionBytes int64         // retention.bytes, default -1 (unlimited)
+	RetentionTime  time.Duration // retention.ms, default 7 days; <0 unlimited
+	MaxBatchBytes  int           // max.message.bytes, default 1 MiB + 12
+	IndexInterval  int           // bytes between sparse index entries, default 4096
+	TimestampType  TimestampType // message.timestamp.type
+	WritePath      WritePath     // default: the measured winner
+	QueueDepth     int           // appends queued for the writer, default 1024
+}
+
+// AppendResult is what an acknowledged append tells the producer.
+type AppendResult struct {
+	BaseOffset     int64 // -1 for AckNone
+	LogAppendTime  int64 // ms since epoch for LogAppendTime topics, else -1
+	LogStartOffset int64
+}
+
+// Chunk is a byte range of a segment file holding whole batches.
+type Chunk struct {
+	File vfs.File
+	Pos  int64
+	Len  int64
+}
+
+// ReadResult holds file ranges to send; call Release once they are sent.
+type ReadResult struct {
+	HighWatermark  int64
+	LogStartOffset int64
+	Chunks         []Chunk
+	release        func()
+}
+
+// Errors. Server mapping (Kafka error codes) in parentheses.
+var (
+	ErrCorruptBatch         = errors.New("log: corrupt record batch")                // CORRUPT_MESSAGE (batch.ErrCorrupt wraps the detail)
+	ErrBatchTooLarge        = errors.New("log: batch larger than max.message.bytes") // MESSAGE_TOO_LARGE
+	ErrOffsetOutOfRange     = errors.New("log: offset out of range")                 // OFFSET_OUT_OF_RANGE
+	ErrClosed               = errors.New("log: closed")                              // NOT_LEADER_OR_FOLLOWER
+	ErrOutOfOrderSequence   = errors.New("log: out of order sequence number")        // OUT_OF_ORDER_SEQUENCE_NUMBER
+	ErrDuplicateSequence    = errors.New("log: duplicate sequence number")           // success with the original offset (result filled)
+	ErrInvalidProducerEpoch = errors.New("log: producer epoch fenced")               // INVALID_PRODUCER_EPOCH
+	ErrUnknownProducerID    = errors.New("log: unknown producer id")                 // UNKNOWN_PRODUCER_ID
+	// An *IOError (KAFKA_STORAGE_ERROR) is returned, sticky, after a failed
+	// write or fsync. A *CorruptionError (KAFKA_STORAGE_ERROR) from Open names
+	// the file and position of a bad batch in the middle of the log.
+)
