@@ -1,0 +1,183 @@
+package main
+
+// Shared client plumbing for the CLI helpers (topic, produce, consume):
+// the --brokers / --timeout flags, client construction and error messages
+// that name Kafka's error code and say what to do about it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+const defaultBrokers = "127.0.0.1:9092"
+
+// clientFlags are the connection flags every client command shares.
+type clientFlags struct {
+	brokers string
+	timeout time.Duration
+}
+
+// register adds --brokers/-b and --timeout to fs. The broker list defaults
+// to $SUSHKA_BROKERS, then to 127.0.0.1:9092.
+func (f *clientFlags) register(fs *pflag.FlagSet) {
+	def := os.Getenv("SUSHKA_BROKERS")
+	if def == "" {
+		def = defaultBrokers
+	}
+	fs.StringVarP(&f.brokers, "brokers", "b", def,
+		"comma-separated seed brokers host:port (env SUSHKA_BROKERS)")
+	fs.DurationVar(&f.timeout, "timeout", 10*time.Second,
+		"how long to wait for the broker to answer a request")
+}
+
+// seeds returns the broker list, split and trimmed.
+func (f *clientFlags) seeds() []string {
+	var out []string
+	for _, s := range strings.Split(f.brokers, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// newClient returns a franz-go client for the seed brokers with extra
+// options appended.
+func (f *clientFlags) newClient(extra ...kgo.Opt) (*kgo.Client, error) {
+	seeds := f.seeds()
+	if len(seeds) == 0 {
+		return nil, errors.New("no brokers given: pass --brokers host:port or set SUSHKA_BROKERS")
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(seeds...),
+		kgo.ClientID("sushka-cli"),
+		kgo.DialTimeout(min(f.timeout, 5*time.Second)),
+	}
+	opts = append(opts, extra...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("creating client: %w", err)
+	}
+	return cl, nil
+}
+
+// newAdmin returns an admin client; close the returned kgo client when done.
+func (f *clientFlags) newAdmin() (*kadm.Client, *kgo.Client, error) {
+	cl, err := f.newClient()
+	if err != nil {
+		return nil, nil, err
+	}
+	adm := kadm.NewClient(cl)
+	adm.SetTimeoutMillis(int32(f.timeout.Milliseconds()))
+	return adm, cl, nil
+}
+
+// reqCtx bounds one admin round trip by --timeout.
+func (f *clientFlags) reqCtx(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(parent, f.timeout)
+}
+
+// hints maps Kafka error names to what the user can do about them.
+var hints = map[string]string{
+	"UNKNOWN_TOPIC_OR_PARTITION":   "check the name with `sushka topic list`, or create it with `sushka topic create NAME`",
+	"TOPIC_ALREADY_EXISTS":         "pick another name, or delete the topic first with `sushka topic delete NAME`",
+	"INVALID_REPLICATION_FACTOR":   "a single-node Sushka broker accepts -r 1 (or -r -1 for the broker default)",
+	"INVALID_PARTITIONS":           "the partition count must be at least 1 (or -1 for the broker default)",
+	"INVALID_TOPIC_EXCEPTION":      "topic names use only [a-zA-Z0-9._-], at most 249 characters, and are not \".\" or \"..\"",
+	"INVALID_CONFIG":               "check the config name and value; `sushka topic describe NAME` lists the topic's configs",
+	"INVALID_REQUEST":              "the broker refused the request as malformed; check the flags",
+	"POLICY_VIOLATION":             "the broker's policy refused this request",
+	"MESSAGE_TOO_LARGE":            "the record is bigger than the topic's max.message.bytes; raise it with `sushka topic alter-config NAME --set max.message.bytes=N`",
+	"RECORD_LIST_TOO_LARGE":        "the batch is too big for the broker; lower --linger or raise max.message.bytes",
+	"CORRUPT_MESSAGE":              "the broker rejected a batch whose checksum did not match; retry, and report it if it repeats",
+	"NOT_ENOUGH_REPLICAS":          "fewer replicas are in sync than min.insync.replicas; try --acks 1",
+	"OFFSET_OUT_OF_RANGE":          "the offset is outside [log start, high watermark]; see them with `sushka topic describe NAME`",
+	"UNSUPPORTED_COMPRESSION_TYPE": "the broker does not accept this codec; try --compression none",
+	"KAFKA_STORAGE_ERROR":          "the broker could not read or write its data directory; check the broker's log and disk",
+	"REQUEST_TIMED_OUT":            "the broker did not finish in time; try a larger --timeout",
+	"TOPIC_AUTHORIZATION_FAILED":   "the broker denied access to this topic",
+	"UNSUPPORTED_VERSION":          "the broker does not serve this request version",
+}
+
+// kafkaErrName returns Kafka's error name (e.g. TOPIC_ALREADY_EXISTS) if err
+// carries one.
+func kafkaErrName(err error) string {
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke.Message
+	}
+	return ""
+}
+
+// hintFor returns a hint for err, or "".
+func (f *clientFlags) hintFor(err error) string {
+	if name := kafkaErrName(err); name != "" {
+		return hints[name]
+	}
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED),
+		strings.Contains(err.Error(), "connection refused"):
+		return fmt.Sprintf("nothing listens on %s: is the broker running? Start one with `sushka serve`, "+
+			"or point --brokers / SUSHKA_BROKERS at it", f.brokers)
+	case errors.Is(err, context.DeadlineExceeded),
+		strings.Contains(err.Error(), "unable to dial"):
+		return fmt.Sprintf("no answer from %s within %s: is the broker running? Start one with `sushka serve`, "+
+			"or point --brokers / SUSHKA_BROKERS at it (or raise --timeout)", f.brokers, f.timeout)
+	}
+	return ""
+}
+
+// describeErr renders err as "NAME: description (server message)".
+func describeErr(err error, serverMsg string) string {
+	var ke *kerr.Error
+	var s string
+	if errors.As(err, &ke) {
+		s = ke.Message + ": " + ke.Description
+	} else {
+		s = err.Error()
+	}
+	if serverMsg != "" && !strings.Contains(s, serverMsg) {
+		s += " (" + serverMsg + ")"
+	}
+	return s
+}
+
+// explain wraps err with Kafka's error name and a hint on what to do.
+func (f *clientFlags) explain(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := what + ": " + describeErr(err, "")
+	if h := f.hintFor(err); h != "" {
+		msg += "\nhint: " + h
+	}
+	return &cliError{msg: msg, err: err}
+}
+
+// cliError is an error already explained for the user.
+type cliError struct {
+	msg string
+	err error
+}
+
+func (e *cliError) Error() string { return e.msg }
+func (e *cliError) Unwrap() error { return e.err }
+
+// parseKV parses "key=value".
+func parseKV(s string) (string, string, error) {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return "", "", fmt.Errorf("%q is not key=value", s)
+	}
+	return k, v, nil
+}
