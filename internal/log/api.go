@@ -2,6 +2,7 @@ package log
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -76,7 +77,7 @@ type ReadResult struct {
 	HighWatermark  int64
 	LogStartOffset int64
 	Chunks         []Chunk
-	release        func()
+	seg            *segment // holds a reference until Release
 }
 
 // Errors. Server mapping (Kafka error codes) in parentheses.
@@ -93,3 +94,27 @@ var (
 	// write or fsync. A *CorruptionError (KAFKA_STORAGE_ERROR) from Open names
 	// the file and position of a bad batch in the middle of the log.
 )
+
+// IOError is a failed write, fsync or segment operation. It is sticky: the
+// log returns it to every later append (fsync is never retried: after a
+// failed fsync the page cache may have dropped the dirty pages).
+type IOError struct {
+	Op  string // "write", "sync", "roll", …
+	Err error
+}
+
+func (e *IOError) Error() string { return "log: " + e.Op + ": " + e.Err.Error() }
+func (e *IOError) Unwrap() error { return e.Err }
+
+// CorruptionError is an invalid batch found by recovery where a torn tail is
+// impossible: in a sealed segment, or followed by a valid batch. The
+// partition refuses to serve rather than silently drop what follows.
+type CorruptionError struct {
+	File   string
+	Pos    int64
+	Reason string
+}
+
+func (e *CorruptionError) Error() string {
+	return fmt.Sprintf("log: corruption in %s at byte %d: %s", e.File, e.Pos, e.Reason)
+}

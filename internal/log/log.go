@@ -1,70 +1,421 @@
 package log
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
 
-var errTODO = errors.New("log: not built yet")
+	"github.com/sushka-io/sushka/internal/clock"
+	"github.com/sushka-io/sushka/internal/log/batch"
+)
 
-// Log is one partition's log.
-type Log struct{}
+const (
+	defaultSegmentBytes  = 1 << 30
+	defaultSegmentMaxAge = 7 * 24 * time.Hour
+	defaultRetentionTime = 7 * 24 * time.Hour
+	defaultMaxBatchBytes = 1<<20 + 12 // Kafka's max.message.bytes default
+	defaultIndexInterval = 4096
+	defaultQueueDepth    = 1024
 
-// Open opens (recovering) or creates the partition log in cfg.Dir.
-func Open(cfg Config) (*Log, error) { return nil, errTODO }
+	logStartFile = "log-start-offset"
+)
 
-// Append validates records (one or more whole v2 batches back to back),
-// assigns offsets, checks idempotent-producer sequences, and returns when ack
-// is satisfied. The batch bytes are patched in place (base offset).
-func (l *Log) Append(records []byte, ack AckPolicy) (AppendResult, error) {
-	return AppendResult{}, errTODO
-}
+// DefaultWritePath is the write path chosen by measurement (docs/benchmarks.md).
+var DefaultWritePath = WriteSyscall
 
-// Read returns whole batches from offset as file ranges, at most maxBytes
-// unless atLeastOne and the first batch is bigger. offset == HighWatermark
-// gives no chunks; outside [LogStartOffset, HighWatermark] ErrOffsetOutOfRange.
-func (l *Log) Read(offset, maxBytes int64, atLeastOne bool) (ReadResult, error) {
-	return ReadResult{}, errTODO
-}
-
-// Release lets the segments of r be closed or deleted.
-func (r *ReadResult) Release() {
-	if r.release != nil {
-		r.release()
-		r.release = nil
+func (c *Config) setDefaults() {
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.SegmentBytes <= 0 {
+		c.SegmentBytes = defaultSegmentBytes
+	}
+	if c.SegmentMaxAge <= 0 {
+		c.SegmentMaxAge = defaultSegmentMaxAge
+	}
+	if c.RetentionBytes == 0 {
+		c.RetentionBytes = -1
+	}
+	if c.RetentionTime == 0 {
+		c.RetentionTime = defaultRetentionTime
+	}
+	if c.MaxBatchBytes <= 0 {
+		c.MaxBatchBytes = defaultMaxBatchBytes
+	}
+	if c.IndexInterval <= 0 {
+		c.IndexInterval = defaultIndexInterval
+	}
+	if c.QueueDepth <= 0 {
+		c.QueueDepth = defaultQueueDepth
 	}
 }
 
-func (l *Log) HighWatermark() int64  { return 0 }
-func (l *Log) LogStartOffset() int64 { return 0 }
+// Log is one partition's log: a directory of segments, one writer goroutine
+// that owns the active segment (group commit), and readers that take file
+// ranges of published batches.
+//
+// Lock order: closeMu before mu. The writer goroutine takes mu only to
+// publish; it never holds mu during I/O.
+type Log struct {
+	cfgMu sync.Mutex
+	cfg   Config // dynamic fields read by the writer under cfgMu
+
+	fs     interface{ SyncDir(string) error }
+	dir    string
+	logger *slog.Logger
+
+	closeMu sync.RWMutex // held for reading while sending to queue
+	closed  bool         // (closeMu)
+	queue   chan *appendReq
+	stop    chan struct{}
+	done    chan struct{}
+
+	mu       sync.RWMutex
+	segments []*segment    // (mu) ordered by base offset; the last is active
+	hwm      int64         // (mu) offset after the last published batch
+	logStart int64         // (mu)
+	waitCh   chan struct{} // (mu) closed when hwm next advances
+	waited   bool          // (mu) someone holds waitCh
+	failed   error         // (mu) sticky I/O error
+
+	w writer // owned by the writer goroutine
+}
+
+// Open opens (recovering) or creates the partition log in cfg.Dir.
+func Open(cfg Config) (*Log, error) {
+	if cfg.FS == nil || cfg.Dir == "" {
+		return nil, errors.New("log: Config.FS and Config.Dir are required")
+	}
+	cfg.setDefaults()
+	l := &Log{
+		cfg:    cfg,
+		fs:     cfg.FS,
+		dir:    cfg.Dir,
+		logger: cfg.Logger.With("dir", cfg.Dir),
+		queue:  make(chan *appendReq, cfg.QueueDepth),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+		waitCh: make(chan struct{}),
+	}
+	if err := cfg.FS.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, &IOError{Op: "mkdir", Err: err}
+	}
+	if err := l.recover(); err != nil {
+		l.closeFiles()
+		return nil, err
+	}
+	l.w.init(l)
+	if err := l.w.openActive(); err != nil {
+		l.closeFiles()
+		return nil, err
+	}
+	go l.w.run()
+	return l, nil
+}
+
+func (l *Log) config() Config {
+	l.cfgMu.Lock()
+	defer l.cfgMu.Unlock()
+	return l.cfg
+}
+
+// SetConfig changes the dynamic settings (retention, segment size and age,
+// max batch bytes, timestamp type). FS, Dir, Clock, WritePath and QueueDepth
+// are kept.
+func (l *Log) SetConfig(cfg Config) {
+	l.cfgMu.Lock()
+	defer l.cfgMu.Unlock()
+	cfg.FS, cfg.Dir, cfg.Clock, cfg.Logger = l.cfg.FS, l.cfg.Dir, l.cfg.Clock, l.cfg.Logger
+	cfg.WritePath, cfg.QueueDepth = l.cfg.WritePath, l.cfg.QueueDepth
+	cfg.setDefaults()
+	l.cfg = cfg
+}
+
+// Append validates records (one or more whole v2 batches back to back),
+// assigns offsets, checks idempotent-producer sequences, and returns when
+// ack is satisfied. The batch bytes are patched in place (base offset, and
+// the max timestamp and CRC on LogAppendTime topics), so the caller must not
+// touch records until Append returns, nor ever after it with AckNone (the
+// writer may still be writing them).
+//
+// Appends of one producer are assigned offsets in call order when the calls
+// do not overlap; concurrent appends are written together (group commit) and
+// acknowledged in offset order.
+func (l *Log) Append(records []byte, ack AckPolicy) (AppendResult, error) {
+	maxBatch := l.config().MaxBatchBytes
+	if err := validateRecords(records, maxBatch); err != nil {
+		return AppendResult{BaseOffset: -1, LogAppendTime: -1}, err
+	}
+	req := getReq()
+	req.records, req.ack = records, ack
+
+	l.closeMu.RLock()
+	if l.closed {
+		l.closeMu.RUnlock()
+		putReq(req)
+		return AppendResult{BaseOffset: -1, LogAppendTime: -1}, ErrClosed
+	}
+	l.queue <- req
+	l.closeMu.RUnlock()
+
+	if ack == AckNone {
+		// The writer recycles req; nothing more to report.
+		return AppendResult{BaseOffset: -1, LogAppendTime: -1, LogStartOffset: l.LogStartOffset()}, nil
+	}
+	<-req.done
+	res, err := req.result, req.err
+	putReq(req)
+	return res, err
+}
+
+// validateRecords checks the framing and CRC of every batch and the size
+// limit; nothing is written when it fails.
+func validateRecords(records []byte, maxBatch int) error {
+	if len(records) == 0 {
+		return fmt.Errorf("%w: empty record set", batch.ErrCorrupt)
+	}
+	for off := 0; off < len(records); {
+		rest := records[off:]
+		if len(rest) < batch.HeaderSize {
+			return fmt.Errorf("%w: %d trailing bytes at %d are not a whole batch", batch.ErrCorrupt, len(rest), off)
+		}
+		h, err := batch.ParseHeader(rest)
+		if err != nil {
+			return err
+		}
+		size := h.Size()
+		if size > maxBatch {
+			return fmt.Errorf("%w: batch of %d bytes, max.message.bytes is %d", ErrBatchTooLarge, size, maxBatch)
+		}
+		if size < batch.HeaderSize || size > len(rest) {
+			return fmt.Errorf("%w: batch length %d at %d runs past the %d bytes sent", batch.ErrCorrupt, size, off, len(records))
+		}
+		if _, err := batch.Validate(rest[:size]); err != nil {
+			return err
+		}
+		off += size
+	}
+	return nil
+}
+
+// Read returns whole batches from offset as file ranges, at most maxBytes
+// unless atLeastOne and the first batch is bigger. An offset inside a batch
+// starts at that batch. offset == HighWatermark gives no chunks; an offset
+// outside [LogStartOffset, HighWatermark] gives ErrOffsetOutOfRange. The
+// ranges come from one segment; read again from the next offset for more.
+func (l *Log) Read(offset, maxBytes int64, atLeastOne bool) (ReadResult, error) {
+	l.mu.RLock()
+	res := ReadResult{HighWatermark: l.hwm, LogStartOffset: l.logStart}
+	if offset < l.logStart || offset > l.hwm {
+		l.mu.RUnlock()
+		return res, ErrOffsetOutOfRange
+	}
+	if offset == l.hwm {
+		l.mu.RUnlock()
+		return res, nil
+	}
+	i := sort.Search(len(l.segments), func(i int) bool { return l.segments[i].base > offset }) - 1
+	if i < 0 {
+		i = 0
+	}
+	// The segment may end below offset (empty active segment after a
+	// DeleteRecords, or offset in a later segment): move on.
+	for i < len(l.segments)-1 && l.segments[i].nextOffset <= offset {
+		i++
+	}
+	s := l.segments[i]
+	startHint := s.floorIndexLocked(offset)
+	end := s.size
+	s.acquire()
+	l.mu.RUnlock()
+
+	start, err := findBatch(s, startHint, end, offset)
+	if err != nil {
+		s.release()
+		return res, err
+	}
+	if start >= end {
+		s.release()
+		return res, nil
+	}
+	limit := end
+	if maxBytes < end-start {
+		l.mu.RLock()
+		hint := s.floorIndexPosLocked(start + maxBytes)
+		l.mu.RUnlock()
+		if hint < start {
+			hint = start
+		}
+		limit, err = lastBoundary(s, hint, start+maxBytes, end)
+		if err != nil {
+			s.release()
+			return res, err
+		}
+		if limit == start && atLeastOne {
+			h, err := readHeader(s, start)
+			if err != nil {
+				s.release()
+				return res, err
+			}
+			limit = start + int64(h.Size())
+		}
+	}
+	if limit == start {
+		s.release()
+		return res, nil
+	}
+	res.Chunks = []Chunk{{File: s.file, Pos: start, Len: limit - start}}
+	res.seg = s
+	return res, nil
+}
+
+// Release lets the segment of r be closed or deleted.
+func (r *ReadResult) Release() {
+	if r.seg != nil {
+		r.seg.release()
+		r.seg = nil
+	}
+}
+
+// HighWatermark is the offset after the last published batch.
+func (l *Log) HighWatermark() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.hwm
+}
+
+// LogStartOffset is the first offset that may be read.
+func (l *Log) LogStartOffset() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.logStart
+}
 
 // Wait returns a channel closed when the high watermark next advances or
 // the log closes.
-func (l *Log) Wait() <-chan struct{} { return nil }
-
-// OffsetForTimestamp returns the first offset whose record timestamp is
-// >= ts, with that timestamp; found is false when no such record exists.
-func (l *Log) OffsetForTimestamp(ts int64) (offset, timestamp int64, found bool, err error) {
-	return 0, 0, false, errTODO
+func (l *Log) Wait() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.waited = true
+	return l.waitCh
 }
 
-// MaxTimestamp returns the offset and value of the largest timestamp (-1, -1
-// when empty).
-func (l *Log) MaxTimestamp() (offset, timestamp int64) { return -1, -1 }
-
-// DeleteRecordsBefore advances the log start offset to offset (DeleteRecords).
-func (l *Log) DeleteRecordsBefore(offset int64) (logStart int64, err error) { return 0, errTODO }
-
-// EnforceRetention deletes sealed segments past retention.ms/retention.bytes
-// and rolls a segment older than segment.ms.
-func (l *Log) EnforceRetention() error { return errTODO }
-
-// Size is the bytes on disk of all segments.
-func (l *Log) Size() int64 { return 0 }
-
-// SetConfig changes the dynamic settings (retention, segment size and age,
-// max batch bytes, timestamp type). FS, Dir and WritePath are ignored.
-func (l *Log) SetConfig(cfg Config) {}
+// Size is the bytes of published batches in all segments.
+func (l *Log) Size() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var n int64
+	for _, s := range l.segments {
+		n += s.size
+	}
+	return n
+}
 
 // Err is the sticky I/O error, if any.
-func (l *Log) Err() error { return nil }
+func (l *Log) Err() error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.failed
+}
 
-// Close syncs and closes the log.
-func (l *Log) Close() error { return nil }
+// Close waits for queued appends, syncs and closes the log.
+func (l *Log) Close() error {
+	l.closeMu.Lock()
+	if l.closed {
+		l.closeMu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.closeMu.Unlock()
+	close(l.stop)
+	<-l.done
+	err := l.w.closeActive()
+
+	l.mu.Lock()
+	close(l.waitCh)
+	l.waitCh = make(chan struct{})
+	l.mu.Unlock()
+	l.closeFiles()
+	return err
+}
+
+// closeFiles drops the log's reference on every segment.
+func (l *Log) closeFiles() {
+	l.mu.Lock()
+	segs := l.segments
+	l.segments = nil
+	l.mu.Unlock()
+	for _, s := range segs {
+		s.release()
+	}
+}
+
+// readLogStart reads the log start offset checkpoint (-1 when absent).
+func (l *Log) readLogStart() (int64, error) {
+	fs := l.cfg.FS
+	name := path.Join(l.dir, logStartFile)
+	f, err := fs.Open(name)
+	if err != nil {
+		if _, statErr := fs.Stat(name); statErr != nil {
+			return -1, nil // absent
+		}
+		return -1, &IOError{Op: "open " + logStartFile, Err: err}
+	}
+	defer f.Close()
+	buf := make([]byte, 32)
+	n, _ := f.ReadAt(buf, 0)
+	v, err := strconv.ParseInt(strings.TrimSpace(string(buf[:n])), 10, 64)
+	if err != nil {
+		// A torn checkpoint is only an optimisation lost: segments bound it.
+		l.logger.Warn("ignoring unreadable log start checkpoint", "err", err)
+		return -1, nil
+	}
+	return v, nil
+}
+
+// writeLogStart persists the log start offset: temp file, fsync, rename,
+// directory sync.
+func (l *Log) writeLogStart(v int64) error {
+	fs := l.cfg.FS
+	tmp := path.Join(l.dir, logStartFile+".tmp")
+	f, err := fs.Create(tmp)
+	if err != nil {
+		return &IOError{Op: "checkpoint", Err: err}
+	}
+	_, err = f.Write([]byte(strconv.FormatInt(v, 10) + "\n"))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fs.Rename(tmp, path.Join(l.dir, logStartFile))
+	}
+	if err == nil {
+		err = fs.SyncDir(l.dir)
+	}
+	if err != nil {
+		return &IOError{Op: "checkpoint", Err: err}
+	}
+	return nil
+}
+
+// publishLocked advances the high watermark and wakes waiting readers.
+func (l *Log) publishLocked(hwm int64) {
+	l.hwm = hwm
+	if l.waited {
+		close(l.waitCh)
+		l.waitCh = make(chan struct{})
+		l.waited = false
+	}
+}

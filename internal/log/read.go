@@ -1,0 +1,95 @@
+package log
+
+import (
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/sushka-io/sushka/internal/log/batch"
+)
+
+// scanBufSize is how much a reader reads at once while walking batch
+// headers from an index entry: one index interval and a header.
+const scanBufSize = 16 << 10
+
+var scanBufs = sync.Pool{New: func() any { b := make([]byte, scanBufSize); return &b }}
+
+// headerWalker walks the batch headers of a segment from a position with as
+// few reads as possible.
+type headerWalker struct {
+	s      *segment
+	buf    []byte
+	bufPos int64 // file position of buf[0]
+	bufLen int
+	bp     *[]byte
+}
+
+func newHeaderWalker(s *segment) headerWalker {
+	bp := scanBufs.Get().(*[]byte)
+	return headerWalker{s: s, buf: *bp, bp: bp, bufPos: -1}
+}
+
+func (w *headerWalker) close() { scanBufs.Put(w.bp) }
+
+// header returns the header of the batch at pos, which must be below the
+// segment's published size.
+func (w *headerWalker) header(pos int64) (batch.Header, error) {
+	if w.bufPos < 0 || pos < w.bufPos || pos+batch.HeaderSize > w.bufPos+int64(w.bufLen) {
+		n, err := w.s.file.ReadAt(w.buf, pos)
+		if n < batch.HeaderSize {
+			if err == nil || err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return batch.Header{}, &IOError{Op: fmt.Sprintf("read %s at %d", w.s.path, pos), Err: err}
+		}
+		w.bufPos, w.bufLen = pos, n
+	}
+	off := pos - w.bufPos
+	return batch.ParseHeader(w.buf[off : off+batch.HeaderSize])
+}
+
+// readHeader reads the header of the batch at pos.
+func readHeader(s *segment, pos int64) (batch.Header, error) {
+	w := newHeaderWalker(s)
+	defer w.close()
+	return w.header(pos)
+}
+
+// findBatch returns the position of the first batch at or after from whose
+// last offset is >= offset, or end when there is none.
+func findBatch(s *segment, from, end, offset int64) (int64, error) {
+	w := newHeaderWalker(s)
+	defer w.close()
+	pos := from
+	for pos < end {
+		h, err := w.header(pos)
+		if err != nil {
+			return 0, err
+		}
+		if h.LastOffset() >= offset {
+			return pos, nil
+		}
+		pos += int64(h.Size())
+	}
+	return end, nil
+}
+
+// lastBoundary returns the largest batch boundary <= limit, walking from the
+// boundary from (<= limit) and never past end.
+func lastBoundary(s *segment, from, limit, end int64) (int64, error) {
+	w := newHeaderWalker(s)
+	defer w.close()
+	pos := from
+	for pos < end {
+		h, err := w.header(pos)
+		if err != nil {
+			return 0, err
+		}
+		next := pos + int64(h.Size())
+		if next > limit {
+			return pos, nil
+		}
+		pos = next
+	}
+	return pos, nil
+}

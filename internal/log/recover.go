@@ -1,0 +1,234 @@
+package log
+
+import (
+	"fmt"
+	"io"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/sushka-io/sushka/internal/log/batch"
+)
+
+// recoverBufSize is the read size of the recovery scan: large sequential
+// reads run at disk speed.
+const recoverBufSize = 4 << 20
+
+// maxSaneBatch bounds the batch length recovery believes: a larger length is
+// garbage, not a batch (max.message.bytes is far smaller).
+const maxSaneBatch = 256 << 20
+
+// recover scans every segment, validating each batch, rebuilding the
+// indexes and the producer table, truncating a torn tail of the last
+// segment and refusing to open on corruption anywhere else.
+func (l *Log) recover() error {
+	fs := l.cfg.FS
+	names, err := fs.List(l.dir)
+	if err != nil {
+		return &IOError{Op: "list " + l.dir, Err: err}
+	}
+	var bases []int64
+	for _, name := range names {
+		if strings.HasSuffix(name, ".tmp") {
+			fs.Remove(path.Join(l.dir, name)) // an interrupted checkpoint
+			continue
+		}
+		if base, ok := parseSegmentName(name); ok {
+			bases = append(bases, base)
+		}
+	}
+	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
+
+	checkpoint, err := l.readLogStart()
+	if err != nil {
+		return err
+	}
+	l.w.producers = newProducerTable()
+	sc := scanner{l: l, buf: make([]byte, recoverBufSize)}
+	now := l.cfg.Clock.Now()
+	var prevNext int64 = -1
+	for i, base := range bases {
+		name := path.Join(l.dir, segmentName(base))
+		f, err := fs.OpenReadWrite(name)
+		if err != nil {
+			return &IOError{Op: "open segment", Err: err}
+		}
+		s := newSegment(l.dir, base, f, now)
+		l.segments = append(l.segments, s) // closed by Open on error
+		if prevNext >= 0 && base != prevNext {
+			return &CorruptionError{File: name, Pos: 0, Reason: fmt.Sprintf(
+				"segment starts at offset %d but the previous segment ends before offset %d", base, prevNext)}
+		}
+		if err := sc.scan(s, i == len(bases)-1); err != nil {
+			return err
+		}
+		prevNext = s.nextOffset
+	}
+	if n := len(l.segments); n > 0 {
+		l.hwm = l.segments[n-1].nextOffset
+		l.logStart = l.segments[0].base
+	}
+	if checkpoint > l.logStart {
+		l.logStart = min(checkpoint, l.hwm)
+	}
+	if len(l.segments) == 0 && checkpoint > 0 {
+		l.hwm, l.logStart = checkpoint, checkpoint
+	}
+	return nil
+}
+
+// scanner reads segments sequentially in large blocks.
+type scanner struct {
+	l      *Log
+	buf    []byte
+	bufPos int64 // file position of buf[0]
+	bufLen int
+}
+
+// at returns the n bytes at pos of s's file, reading a new block when they
+// are not buffered. n is at most maxSaneBatch.
+func (sc *scanner) at(s *segment, pos int64, n int) ([]byte, error) {
+	if pos >= sc.bufPos && pos+int64(n) <= sc.bufPos+int64(sc.bufLen) {
+		off := pos - sc.bufPos
+		return sc.buf[off : off+int64(n)], nil
+	}
+	if n > len(sc.buf) {
+		sc.buf = make([]byte, max(n, 2*len(sc.buf)))
+	}
+	m, err := s.file.ReadAt(sc.buf, pos)
+	if m < n {
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, &IOError{Op: fmt.Sprintf("read %s at %d", s.path, pos), Err: err}
+	}
+	sc.bufPos, sc.bufLen = pos, m
+	return sc.buf[:n], nil
+}
+
+// checkBatch validates the batch at pos (within size bytes of file) that
+// should start at offset want. It returns its header, or a reason it is not
+// a valid batch.
+func (sc *scanner) checkBatch(s *segment, pos, fileSize, want int64) (batch.Header, []byte, string, error) {
+	if fileSize-pos < batch.HeaderSize {
+		return batch.Header{}, nil, fmt.Sprintf("%d bytes, too short for a batch header", fileSize-pos), nil
+	}
+	hb, err := sc.at(s, pos, batch.HeaderSize)
+	if err != nil {
+		return batch.Header{}, nil, "", err
+	}
+	h, _ := batch.ParseHeader(hb)
+	switch {
+	case h.BaseOffset == 0 && h.Length == 0 && h.Magic == 0:
+		return h, nil, "zeros (preallocated, never written)", nil
+	case h.Magic != batch.Magic:
+		return h, nil, fmt.Sprintf("magic %d, want %d", h.Magic, batch.Magic), nil
+	case h.Length < batch.MinLength || h.Length > maxSaneBatch:
+		return h, nil, fmt.Sprintf("batch length %d out of range", h.Length), nil
+	case pos+int64(h.Size()) > fileSize:
+		return h, nil, fmt.Sprintf("batch of %d bytes runs past the end of the file (%d)", h.Size(), fileSize), nil
+	case want >= 0 && h.BaseOffset != want:
+		return h, nil, fmt.Sprintf("base offset %d, want %d", h.BaseOffset, want), nil
+	case h.LastOffsetDelta < 0:
+		return h, nil, fmt.Sprintf("lastOffsetDelta %d", h.LastOffsetDelta), nil
+	}
+	b, err := sc.at(s, pos, h.Size())
+	if err != nil {
+		return h, nil, "", err
+	}
+	if crc := batch.CRC(b); crc != h.CRC {
+		return h, nil, fmt.Sprintf("crc mismatch: stored 0x%08x, computed 0x%08x", h.CRC, crc), nil
+	}
+	return h, b, "", nil
+}
+
+// scan validates the segment s, filling its indexes and the producer table.
+func (sc *scanner) scan(s *segment, last bool) error {
+	l := sc.l
+	fileSize, err := s.file.Size()
+	if err != nil {
+		return &IOError{Op: "stat " + s.path, Err: err}
+	}
+	sc.bufPos, sc.bufLen = 0, 0
+	interval := int64(l.cfg.IndexInterval)
+	pos, next := int64(0), s.base
+	for pos < fileSize {
+		h, _, reason, err := sc.checkBatch(s, pos, fileSize, next)
+		if err != nil {
+			return err
+		}
+		if reason != "" {
+			return sc.invalid(s, last, pos, fileSize, h, reason)
+		}
+		s.noteBatchLocked(next, h.LastOffset(), h.MaxTimestamp, pos, int64(h.Size()), interval)
+		l.w.producers.record(&h, next, false)
+		next = h.LastOffset() + 1
+		pos += int64(h.Size())
+	}
+	return nil
+}
+
+// invalid decides what an invalid batch at pos means: a torn or
+// preallocated tail of the last segment (truncate it) or corruption
+// (refuse to open).
+func (sc *scanner) invalid(s *segment, last bool, pos, fileSize int64, h batch.Header, reason string) error {
+	l := sc.l
+	corrupt := !last
+	if last && h.Magic == batch.Magic && h.Length >= batch.MinLength && h.Length <= maxSaneBatch {
+		// A torn write leaves nothing valid after it. A valid batch right
+		// after this one means the bad one was damaged in place.
+		nextPos := pos + int64(h.Size())
+		if nextPos < fileSize {
+			if _, _, why, err := sc.checkBatch(s, nextPos, fileSize, -1); err == nil && why == "" {
+				corrupt = true
+			}
+		}
+	}
+	if !last {
+		// A sealed segment is synced before the next one is created, but
+		// a zero tail (a preallocated segment sealed by a crash before its
+		// truncation was durable) is still not data.
+		zero, err := sc.allZero(s, pos, fileSize)
+		if err != nil {
+			return err
+		}
+		corrupt = !zero
+	}
+	if corrupt {
+		return &CorruptionError{File: s.path, Pos: pos, Reason: reason}
+	}
+	l.logger.Warn("truncating torn tail of segment", "file", s.path, "pos", pos,
+		"bytes", fileSize-pos, "reason", reason)
+	if err := s.file.Truncate(pos); err != nil {
+		return &IOError{Op: "truncate " + s.path, Err: err}
+	}
+	if err := s.file.Sync(); err != nil {
+		return &IOError{Op: "sync " + s.path, Err: err}
+	}
+	// Reopen so the write position is the new end of the file.
+	s.file.Close()
+	f, err := l.cfg.FS.OpenReadWrite(s.path)
+	if err != nil {
+		return &IOError{Op: "reopen " + s.path, Err: err}
+	}
+	s.file = f
+	return nil
+}
+
+// allZero reports whether s's bytes from pos to end are all zero.
+func (sc *scanner) allZero(s *segment, pos, end int64) (bool, error) {
+	for pos < end {
+		n := min(int64(len(sc.buf)), end-pos)
+		b, err := sc.at(s, pos, int(n))
+		if err != nil {
+			return false, err
+		}
+		for _, c := range b {
+			if c != 0 {
+				return false, nil
+			}
+		}
+		pos += n
+	}
+	return true, nil
+}

@@ -1,0 +1,140 @@
+package log
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sushka-io/sushka/internal/vfs"
+)
+
+const segmentSuffix = ".log"
+
+// segmentName is the file name of the segment whose first offset is base:
+// the base offset in 20 decimal digits, as Kafka names its segments.
+func segmentName(base int64) string { return fmt.Sprintf("%020d%s", base, segmentSuffix) }
+
+// parseSegmentName returns the base offset of a segment file name.
+func parseSegmentName(name string) (int64, bool) {
+	if !strings.HasSuffix(name, segmentSuffix) || len(name) != 20+len(segmentSuffix) {
+		return 0, false
+	}
+	base, err := strconv.ParseInt(strings.TrimSuffix(name, segmentSuffix), 10, 64)
+	return base, err == nil && base >= 0
+}
+
+// indexEntry maps the base offset of a batch to its byte position. Entries
+// are sparse (one per IndexInterval bytes) and always at batch boundaries.
+type indexEntry struct {
+	offset int64
+	pos    int64
+}
+
+// timeEntry says that batches before pos hold no timestamp above maxTs... it
+// records, at batch boundaries, the largest timestamp seen so far in the
+// segment (non-decreasing), for ListOffsets by timestamp.
+type timeEntry struct {
+	maxTs  int64 // largest batch max timestamp in the segment up to and including this batch
+	offset int64 // base offset of the batch
+	pos    int64
+}
+
+// segment is one file of the partition log. Bytes below size are immutable
+// and published; readers may read them without the writer's cooperation.
+//
+// Fields marked (mu) are guarded by Log.mu; fields marked (writer) are
+// touched only by the writer goroutine (or by Open before it starts).
+type segment struct {
+	base int64  // first offset, from the file name
+	path string // full path
+	file vfs.File
+
+	size       int64        // (mu) bytes of whole, published batches
+	nextOffset int64        // (mu) offset after the last published batch
+	index      []indexEntry // (mu) sparse offset index
+	timeIndex  []timeEntry  // (mu) sparse, non-decreasing time index
+	maxTs      int64        // (mu) largest batch max timestamp, -1 when empty
+	maxTsOff   int64        // (mu) base offset of the batch holding maxTs
+	created    time.Time    // (mu) when the segment was created or recovered
+
+	lastIndexPos int64 // (writer) position of the last index entry
+	lastTimePos  int64 // (writer) position of the last time entry
+
+	mapped   []byte // (writer) the mapping, WriteMmap active segment only
+	capacity int64  // (writer) preallocated file size for WriteMmap
+
+	refs    atomic.Int32 // readers holding the segment, plus one for the log
+	removed atomic.Bool  // deleted by retention: close when refs reach zero
+}
+
+func newSegment(dir string, base int64, file vfs.File, now time.Time) *segment {
+	s := &segment{
+		base:         base,
+		path:         path.Join(dir, segmentName(base)),
+		file:         file,
+		nextOffset:   base,
+		maxTs:        -1,
+		maxTsOff:     -1,
+		created:      now,
+		lastIndexPos: -1,
+		lastTimePos:  -1,
+	}
+	s.refs.Store(1)
+	return s
+}
+
+// acquire takes a reader's reference.
+func (s *segment) acquire() { s.refs.Add(1) }
+
+// release drops a reference; the last one closes a removed segment's file.
+func (s *segment) release() {
+	if s.refs.Add(-1) == 0 {
+		s.file.Close()
+	}
+}
+
+// noteBatch records a published batch at pos in the indexes (mu held).
+func (s *segment) noteBatchLocked(base, last, maxTs, pos int64, size int64, interval int64) {
+	if s.lastIndexPos < 0 || pos-s.lastIndexPos >= interval {
+		s.index = append(s.index, indexEntry{offset: base, pos: pos})
+		s.lastIndexPos = pos
+	}
+	if maxTs > s.maxTs {
+		s.maxTs = maxTs
+		s.maxTsOff = base
+		if s.lastTimePos < 0 || pos-s.lastTimePos >= interval {
+			s.timeIndex = append(s.timeIndex, timeEntry{maxTs: maxTs, offset: base, pos: pos})
+			s.lastTimePos = pos
+		} else {
+			// Keep the time index exact for lookups: the last entry covers
+			// this batch too, so raise its maximum.
+			s.timeIndex[len(s.timeIndex)-1].maxTs = maxTs
+		}
+	}
+	s.size = pos + size
+	s.nextOffset = last + 1
+}
+
+// floorIndex returns the position of the last index entry whose offset is
+// <= offset (0 when none).
+func (s *segment) floorIndexLocked(offset int64) (pos int64) {
+	i := sort.Search(len(s.index), func(i int) bool { return s.index[i].offset > offset })
+	if i == 0 {
+		return 0
+	}
+	return s.index[i-1].pos
+}
+
+// floorIndexPos returns the position of the last index entry at or before
+// byte position limit (0 when none).
+func (s *segment) floorIndexPosLocked(limit int64) int64 {
+	i := sort.Search(len(s.index), func(i int) bool { return s.index[i].pos > limit })
+	if i == 0 {
+		return 0
+	}
+	return s.index[i-1].pos
+}

@@ -1,0 +1,386 @@
+package log
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"sync"
+
+	"github.com/sushka-io/sushka/internal/log/batch"
+)
+
+// maxGroup bounds how many appends one group commit takes, so one writev
+// stays within IOV_MAX and acknowledgements are not held back for long.
+const maxGroup = 512
+
+// appendReq is one queued append. The appender owns it until it is sent to
+// the queue; then the writer owns it until done is signalled (the appender
+// owns it again and recycles it) or, for AckNone, until the writer recycles
+// it itself.
+type appendReq struct {
+	records []byte
+	ack     AckPolicy
+	result  AppendResult
+	err     error
+	done    chan struct{} // capacity 1, reused across uses
+}
+
+var reqPool = sync.Pool{New: func() any { return &appendReq{done: make(chan struct{}, 1)} }}
+
+func getReq() *appendReq { return reqPool.Get().(*appendReq) }
+
+func putReq(r *appendReq) {
+	r.records, r.err, r.result = nil, nil, AppendResult{}
+	reqPool.Put(r)
+}
+
+// pendingBatch is a batch written (or about to be) but not yet published.
+type pendingBatch struct {
+	base, last, maxTs int64
+	pos, size         int64
+}
+
+// writer is the single owner of the active segment and of the producer
+// table: everything here is touched only by the writer goroutine (and by
+// Open before the goroutine starts, and Close after it ends).
+type writer struct {
+	l         *Log
+	path      WritePath
+	active    *segment
+	writePos  int64 // end of the bytes written to active (>= active.size)
+	next      int64 // next offset to assign
+	producers producerTable
+
+	group []*appendReq
+	iov   [][]byte       // bytes of the group not yet written, for one writev
+	iovN  int64          // total length of iov
+	pend  []pendingBatch // the batches in iov, to publish once written
+}
+
+func (w *writer) init(l *Log) {
+	w.l = l
+	w.path = l.cfg.WritePath
+	w.group = make([]*appendReq, 0, maxGroup)
+	w.iov = make([][]byte, 0, maxGroup)
+	if w.producers.states == nil {
+		w.producers = newProducerTable()
+	}
+}
+
+// openActive makes the last segment writable, creating the first segment of
+// an empty log.
+func (w *writer) openActive() error {
+	l := w.l
+	l.mu.Lock()
+	w.next = l.hwm
+	var last *segment
+	if n := len(l.segments); n > 0 {
+		last = l.segments[n-1]
+	}
+	l.mu.Unlock()
+	if last == nil {
+		return w.createSegment(w.next)
+	}
+	w.active = last
+	w.writePos = last.size
+	return w.prepareActive(0)
+}
+
+// createSegment creates the segment starting at base, makes its directory
+// entry durable and makes it the active one.
+func (w *writer) createSegment(base int64) error {
+	l := w.l
+	name := path.Join(l.dir, segmentName(base))
+	f, err := l.cfg.FS.Create(name)
+	if err != nil {
+		return &IOError{Op: "create segment", Err: err}
+	}
+	if err := l.cfg.FS.SyncDir(l.dir); err != nil {
+		f.Close()
+		return &IOError{Op: "sync dir", Err: err}
+	}
+	s := newSegment(l.dir, base, f, l.cfg.Clock.Now())
+	l.mu.Lock()
+	l.segments = append(l.segments, s)
+	l.mu.Unlock()
+	w.active, w.writePos = s, 0
+	return w.prepareActive(0)
+}
+
+// prepareActive maps the active segment for WriteMmap, preallocating at
+// least need bytes beyond what is written.
+func (w *writer) prepareActive(need int64) error {
+	if w.path != WriteMmap {
+		return nil
+	}
+	s := w.active
+	capacity := w.l.config().SegmentBytes
+	if min := w.writePos + need; capacity < min {
+		capacity = min
+	}
+	if s.mapped != nil {
+		if int64(len(s.mapped)) >= capacity {
+			return nil
+		}
+		if err := s.file.Unmap(); err != nil {
+			return &IOError{Op: "unmap", Err: err}
+		}
+		s.mapped = nil
+	}
+	if err := s.file.Truncate(capacity); err != nil {
+		return &IOError{Op: "preallocate", Err: err}
+	}
+	m, err := s.file.Map(capacity)
+	if err != nil {
+		return &IOError{Op: "mmap", Err: err}
+	}
+	s.mapped, s.capacity = m, capacity
+	return nil
+}
+
+// sealActive makes the active segment's file exactly its data, durable, and
+// unmapped: after a roll or at close.
+func (w *writer) sealActive() error {
+	s := w.active
+	if s.mapped != nil {
+		if err := s.file.Unmap(); err != nil {
+			return &IOError{Op: "unmap", Err: err}
+		}
+		s.mapped = nil
+		if err := s.file.Truncate(w.writePos); err != nil {
+			return &IOError{Op: "truncate", Err: err}
+		}
+	}
+	if err := s.file.Sync(); err != nil {
+		return &IOError{Op: "sync", Err: err}
+	}
+	return nil
+}
+
+// closeActive seals the active segment at Close.
+func (w *writer) closeActive() error {
+	if w.active == nil {
+		return nil
+	}
+	w.l.mu.RLock()
+	failed := w.l.failed
+	w.l.mu.RUnlock()
+	if failed != nil {
+		if w.active.mapped != nil {
+			w.active.file.Unmap()
+			w.active.mapped = nil
+		}
+		return failed
+	}
+	return w.sealActive()
+}
+
+// run is the writer goroutine: it takes everything queued, writes it with
+// one system call (or one copy per append into the mapping), syncs once if
+// any append asked for AckForced, publishes and acknowledges in order.
+func (w *writer) run() {
+	defer close(w.l.done)
+	for {
+		select {
+		case r := <-w.l.queue:
+			w.group = append(w.group[:0], r)
+		case <-w.l.stop:
+			// No appender can send any more (closeMu): drain and stop.
+			for {
+				w.group = w.group[:0]
+				w.drain()
+				if len(w.group) == 0 {
+					return
+				}
+				w.commit()
+			}
+		}
+		w.drain()
+		w.commit()
+	}
+}
+
+// drain adds queued appends to the group without waiting.
+func (w *writer) drain() {
+	for len(w.group) < maxGroup {
+		select {
+		case r := <-w.l.queue:
+			w.group = append(w.group, r)
+		default:
+			return
+		}
+	}
+}
+
+// commit writes, syncs, publishes and acknowledges one group.
+func (w *writer) commit() {
+	l := w.l
+	err := w.writeGroup()
+	if err != nil {
+		l.mu.Lock()
+		if l.failed == nil {
+			l.failed = err
+			l.logger.Error("partition log failed; appends refused until restart", "err", err)
+		}
+		err = l.failed
+		l.mu.Unlock()
+	}
+	logStart := l.LogStartOffset()
+	for _, r := range w.group {
+		if err != nil && (r.err == nil || errors.Is(r.err, ErrDuplicateSequence)) {
+			r.err = err
+		}
+		r.result.LogStartOffset = logStart
+		if r.ack == AckNone {
+			putReq(r)
+			continue
+		}
+		r.done <- struct{}{}
+	}
+	w.group = w.group[:0]
+}
+
+// writeGroup assigns offsets, writes and syncs the group. Requests refused by
+// the idempotence check get their error in r.err; an I/O error is returned.
+func (w *writer) writeGroup() error {
+	l := w.l
+	if err := l.Err(); err != nil {
+		return err
+	}
+	cfg := l.config()
+	now := cfg.Clock.Now()
+	if w.writePos > 0 && now.Sub(w.active.created) >= cfg.SegmentMaxAge {
+		if err := w.roll(); err != nil {
+			return err
+		}
+	}
+	appendTime := int64(-1)
+	if cfg.TimestampType == LogAppendTime {
+		appendTime = now.UnixMilli()
+	}
+	needSync := false
+	w.iov, w.iovN, w.pend = w.iov[:0], 0, w.pend[:0]
+	for _, r := range w.group {
+		size := int64(len(r.records))
+		if w.writePos+w.iovN+size > cfg.SegmentBytes && w.writePos+w.iovN > 0 {
+			if err := w.flush(); err != nil {
+				return err
+			}
+			if err := w.roll(); err != nil {
+				return err
+			}
+		}
+		if err := w.assign(r, appendTime); err != nil {
+			r.err = err
+			if errors.Is(err, ErrDuplicateSequence) {
+				needSync = needSync || r.ack == AckForced // the original may be unsynced
+			}
+			continue
+		}
+		w.iov = append(w.iov, r.records)
+		w.iovN += int64(len(r.records))
+		if r.ack == AckForced {
+			needSync = true
+		}
+	}
+	if err := w.flush(); err != nil {
+		return err
+	}
+	if needSync {
+		if err := w.active.file.Sync(); err != nil {
+			return &IOError{Op: "sync", Err: err}
+		}
+	}
+	return nil
+}
+
+// assign checks the idempotence of r's batches and assigns their offsets,
+// noting them as pending at the current write position.
+func (w *writer) assign(r *appendReq, appendTime int64) error {
+	pos := w.writePos + w.iovN
+	next := w.next
+	first := len(w.pend)
+	for off := 0; off < len(r.records); {
+		b := r.records[off:]
+		h, _ := batch.ParseHeader(b) // validated by Append
+		size := h.Size()
+		dupBase, err := w.producers.check(&h)
+		if err != nil {
+			w.producers.rollback()
+			w.pend = w.pend[:first]
+			if errors.Is(err, ErrDuplicateSequence) && off == 0 {
+				r.result = AppendResult{BaseOffset: dupBase, LogAppendTime: -1}
+				return err
+			}
+			if errors.Is(err, ErrDuplicateSequence) {
+				err = ErrOutOfOrderSequence
+			}
+			return err
+		}
+		w.producers.record(&h, next, true)
+		batch.SetBaseOffset(b[:size], next)
+		maxTs := h.MaxTimestamp
+		if appendTime >= 0 {
+			batch.SetLogAppendTime(b[:size], appendTime)
+			maxTs = appendTime
+		}
+		last := next + int64(h.LastOffsetDelta)
+		w.pend = append(w.pend, pendingBatch{base: next, last: last, maxTs: maxTs, pos: pos, size: int64(size)})
+		pos += int64(size)
+		next = last + 1
+		off += size
+	}
+	w.producers.commit()
+	r.result = AppendResult{BaseOffset: w.next, LogAppendTime: appendTime}
+	w.next = next
+	return nil
+}
+
+// flush writes the pending bytes to the active segment and publishes them.
+func (w *writer) flush() error {
+	if len(w.iov) == 0 {
+		return nil
+	}
+	n := w.iovN
+	s := w.active
+	switch w.path {
+	case WriteMmap:
+		if w.writePos+n > int64(len(s.mapped)) {
+			if err := w.prepareActive(n); err != nil {
+				return err
+			}
+		}
+		pos := w.writePos
+		for _, b := range w.iov {
+			pos += int64(copy(s.mapped[pos:], b))
+		}
+	default:
+		written, err := s.file.Writev(w.iov)
+		if err == nil && int64(written) != n {
+			err = fmt.Errorf("short write: %d of %d bytes", written, n)
+		}
+		if err != nil {
+			return &IOError{Op: "write " + s.path, Err: err}
+		}
+	}
+	w.writePos += n
+	interval := int64(w.l.config().IndexInterval)
+	l := w.l
+	l.mu.Lock()
+	for _, p := range w.pend {
+		s.noteBatchLocked(p.base, p.last, p.maxTs, p.pos, p.size, interval)
+	}
+	l.publishLocked(w.next)
+	l.mu.Unlock()
+	w.iov, w.iovN, w.pend = w.iov[:0], 0, w.pend[:0]
+	return nil
+}
+
+// roll seals the active segment (durably: a sealed segment never has a torn
+// tail) and starts a new one at the next offset.
+func (w *writer) roll() error {
+	if err := w.sealActive(); err != nil {
+		return err
+	}
+	return w.createSegment(w.next)
+}
