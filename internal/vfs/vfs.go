@@ -3,7 +3,48 @@
 // Core packages (internal/log, internal/group) never call os.* directly: they
 // take an FS, so tests can run them on an in-memory filesystem that forgets
 // unsynced data at a simulated crash (NewMem, (*MemFS).Crash) or on one that
-// injects I/O errors by operation (NewErrorFS).
+// injects I/O errors by operation (NewErrorFS). Default (OS()) is the real
+// one: Sync is fdatasync(2), Writev is writev(2), Map is mmap(2) MAP_SHARED.
+//
+// # The crash model of MemFS
+//
+// A MemFS keeps, for every file, its current contents and its durable
+// contents (as of the file's last Sync, which includes stores through a
+// mapping), and for every directory its current entries and its durable
+// entries (as of the directory's last SyncDir). Creating, removing or
+// renaming a file, and creating a directory with MkdirAll, change the entries
+// of the parent directory only: they are durable once the parent is synced.
+// The root directory always exists.
+//
+// Crash(rng) builds the filesystem a power loss would leave:
+//
+//   - Directories. A directory whose entries changed since its last SyncDir
+//     comes back with all its current entries or with its durable ones (one
+//     coin per directory: the journal committed its changes or it did not).
+//     A directory that is not reachable through the chosen entries is gone
+//     with everything under it. A node reachable under two names (a rename
+//     across directories of which only one was synced) keeps the first in
+//     sorted walk order only.
+//   - Files. Let D be the durable contents and C the current ones, and let
+//     the modified region start at the first byte where they differ. With
+//     probability 1/4 the file is exactly D. Otherwise the size is chosen
+//     first: when C is longer (appends, or a Truncate that preallocated),
+//     the size change was lost (len(D)), kept (len(C)) or kept in part (a
+//     uniform size in between), one third each; when C is shorter the
+//     truncation was kept or lost, one half each. Then writeback reached the
+//     disk up to a byte k of the modified region: k is the size half of the
+//     time, otherwise uniform between the start of the modified region and
+//     the size, so the data is torn at any byte. The result is C[:k]
+//     followed by D[k:] up to the size, and zeros where neither reaches
+//     (a size persisted ahead of its data reads as zeros, like a
+//     preallocated tail).
+//
+// So synced data always survives byte for byte, and of the unsynced changes
+// only a prefix survives, possibly followed by zeros or by older durable
+// bytes. Writeback that reaches the disk out of order (a later page without
+// an earlier one) is not modelled. Crash(nil) is the worst outcome: exactly
+// the durable state. The outcome depends only on the state and the rng, so a
+// failing seed replays.
 package vfs
 
 import (
@@ -66,4 +107,23 @@ type FS interface {
 	SyncDir(dir string) error
 	// Stat reports whether name exists and its size.
 	Stat(name string) (os.FileInfo, error)
+}
+
+// ReadFile returns the whole current contents of the file name.
+func ReadFile(fs FS, name string) ([]byte, error) {
+	f, err := fs.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	size, err := f.Size()
+	if err != nil {
+		return nil, err
+	}
+	data := make([]byte, size)
+	n, err := f.ReadAt(data, 0)
+	if err == io.EOF && int64(n) == size {
+		err = nil
+	}
+	return data[:n], err
 }
