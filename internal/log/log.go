@@ -13,6 +13,7 @@ import (
 
 	"github.com/sushka-io/sushka/internal/clock"
 	"github.com/sushka-io/sushka/internal/log/batch"
+	"github.com/sushka-io/sushka/internal/vfs"
 )
 
 const (
@@ -106,8 +107,8 @@ func Open(cfg Config) (*Log, error) {
 		done:   make(chan struct{}),
 		waitCh: make(chan struct{}),
 	}
-	if err := cfg.FS.MkdirAll(cfg.Dir, 0o755); err != nil {
-		return nil, &IOError{Op: "mkdir", Err: err}
+	if err := makeDirDurable(cfg.FS, cfg.Dir); err != nil {
+		return nil, err
 	}
 	if err := l.recover(); err != nil {
 		l.closeFiles()
@@ -418,4 +419,31 @@ func (l *Log) publishLocked(hwm int64) {
 		l.waitCh = make(chan struct{})
 		l.waited = false
 	}
+}
+
+// makeDirDurable creates dir and any missing parents, and syncs the parent
+// of each directory it created so that the new entries survive a crash.
+func makeDirDurable(fs vfs.FS, dir string) error {
+	var created []string
+	for d := path.Clean(dir); ; d = path.Dir(d) {
+		if _, err := fs.Stat(d); err == nil {
+			break
+		}
+		created = append(created, d)
+		if d == path.Dir(d) {
+			break
+		}
+	}
+	if len(created) == 0 {
+		return nil
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return &IOError{Op: "mkdir", Err: err}
+	}
+	for _, d := range created {
+		if err := fs.SyncDir(path.Dir(d)); err != nil {
+			return &IOError{Op: "sync dir", Err: err}
+		}
+	}
+	return nil
 }
