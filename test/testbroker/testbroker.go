@@ -1,0 +1,163 @@
+// Package testbroker starts a real Sushka broker for tests: the sushka
+// binary built into a temporary directory and run as a child process on a
+// free 127.0.0.1 port, with its data directory in t.TempDir().
+package testbroker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildBin  string
+	buildErr  error
+)
+
+// Binary builds ./cmd/sushka once per test process and returns its path.
+// Call Cleanup from TestMain to remove it (or leave it to the OS's tmp
+// cleaning).
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "sushka-bin-")
+		if buildErr != nil {
+			return
+		}
+		buildBin = filepath.Join(buildDir, "sushka")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", buildBin, "github.com/sushka-io/sushka/cmd/sushka")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/sushka: %v\n%s", err, out.String())
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildBin
+}
+
+// Cleanup removes the built binary; call it at the end of TestMain.
+func Cleanup() {
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+}
+
+// Proc is a running broker process.
+type Proc struct {
+	Addr    string // host:port of the Kafka listener
+	DataDir string
+	cmd     *exec.Cmd
+	log     *syncBuffer
+	done    chan struct{}
+}
+
+// Log returns what the broker printed so far.
+func (p *Proc) Log() string { return p.log.String() }
+
+// FreePort returns a port that was free a moment ago on 127.0.0.1.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Start runs `sushka serve` from bin on a free 127.0.0.1 port with a fresh
+// data directory, waits until it accepts connections and stops it (SIGTERM,
+// then SIGKILL) when the test ends.
+func Start(t testing.TB, bin string, extraArgs ...string) *Proc {
+	t.Helper()
+	dataDir := t.TempDir()
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		addr := "127.0.0.1:" + strconv.Itoa(FreePort(t))
+		admin := "127.0.0.1:" + strconv.Itoa(FreePort(t))
+		p := &Proc{Addr: addr, DataDir: dataDir, log: &syncBuffer{}, done: make(chan struct{})}
+		args := append([]string{"serve", "--data-dir", dataDir, "--listen", addr, "--admin-listen", admin}, extraArgs...)
+		p.cmd = exec.Command(bin, args...)
+		p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+		p.cmd.Env = append(os.Environ(), "SUSHKA_BROKERS="+addr)
+		if err := p.cmd.Start(); err != nil {
+			t.Fatalf("starting %s: %v", bin, err)
+		}
+		go func() { _ = p.cmd.Wait(); close(p.done) }()
+		if lastErr = p.waitReady(20 * time.Second); lastErr == nil {
+			t.Cleanup(func() { p.Stop(t) })
+			return p
+		}
+		p.Stop(t)
+	}
+	t.Fatalf("sushka serve did not start: %v", lastErr)
+	return nil
+}
+
+func (p *Proc) waitReady(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			return fmt.Errorf("exited early: %v\n%s", p.cmd.ProcessState, p.log.String())
+		default:
+		}
+		c, err := net.DialTimeout("tcp", p.Addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("no listener on %s after %s\n%s", p.Addr, d, p.log.String())
+}
+
+// Stop ends the broker gracefully (SIGTERM), killing it after 10 s.
+func (p *Proc) Stop(t testing.TB) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		t.Logf("sushka serve did not stop within 10s of SIGTERM; killed\n%s", p.log.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
