@@ -1,0 +1,304 @@
+// Package broker embeds a Sushka broker in a Go program, in the style of
+// net/http: configure a Config, call New, Serve on any listener, Shutdown
+// to stop.
+//
+//	b, err := broker.New(broker.Config{DataDir: "data"})
+//	l, _ := net.Listen("tcp", "127.0.0.1:9092")
+//	go b.Serve(l)
+//	…
+//	b.Shutdown(ctx)
+//
+// A Broker opens its topic catalogue and partition logs in New, serves the
+// Kafka protocol on every listener passed to Serve, enforces retention in
+// the background, and on Shutdown stops accepting, finishes in-flight
+// requests, then syncs and closes the logs.
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sushka-io/sushka/internal/api"
+	"github.com/sushka-io/sushka/internal/meta"
+	"github.com/sushka-io/sushka/internal/server"
+	"github.com/sushka-io/sushka/internal/vfs"
+)
+
+// Config configures a Broker. The zero value of every field has a sensible
+// meaning (see the field comments); only DataDir is usually set.
+type Config struct {
+	// DataDir holds the partition directories (<topic>-<partition>/) and
+	// meta/. Default "sushka-data".
+	DataDir string
+	// AdvertisedAddr is the host:port clients are told to connect to. Empty:
+	// the address of the first listener passed to Serve.
+	AdvertisedAddr string
+	// AutoCreateTopics creates unknown topics named in Metadata requests.
+	// It is a pointer so the zero Config means Kafka's default, true.
+	AutoCreateTopics *bool
+	// DefaultPartitions is the partition count of auto-created topics and
+	// of CreateTopics with -1 partitions. Default 1.
+	DefaultPartitions int32
+	// NodeID is this broker's node ID. Default 0.
+	NodeID int32
+	// MaxRequestBytes closes connections sending larger frames. Default
+	// 100 MiB.
+	MaxRequestBytes int32
+	// MaxInFlight bounds unanswered requests per connection. Default 16.
+	MaxInFlight int
+	// FS is the filesystem. Default the OS.
+	FS vfs.FS
+	// Logger receives structured logs. Default slog.Default().
+	Logger *slog.Logger
+	// Registry receives the broker's Prometheus metrics. Default: a new
+	// per-broker registry (see Broker.Registry).
+	Registry *prometheus.Registry
+	// Log defaults for topics without overrides (Kafka's log.* broker
+	// configs). Zero: Kafka's defaults (7 days, unlimited bytes, 1 GiB
+	// segments, 1 MiB + 12 batches, CreateTime).
+	RetentionTime   time.Duration // log.retention.ms; negative: unlimited
+	RetentionBytes  int64         // log.retention.bytes; 0: unlimited
+	SegmentBytes    int64         // log.segment.bytes
+	SegmentMaxAge   time.Duration // log.roll.ms
+	MaxMessageBytes int32         // message.max.bytes
+	LogAppendTime   bool          // log.message.timestamp.type=LogAppendTime
+	// RetentionCheckInterval is how often retention is enforced. Default
+	// 30 s.
+	RetentionCheckInterval time.Duration
+}
+
+// Broker is a running broker.
+type Broker struct {
+	cfg     Config
+	log     *slog.Logger
+	catalog *meta.Catalog
+	handler *api.Handler
+	srv     *server.Server
+	metrics *metrics
+
+	mu         sync.Mutex
+	addr       net.Addr
+	advertised string
+	started    bool
+	shutdown   bool
+	stopBG     chan struct{}
+	bgDone     chan struct{}
+}
+
+// Bool returns a pointer to b, for Config.AutoCreateTopics.
+func Bool(b bool) *bool { return &b }
+
+// New opens (or creates) the data directory: the catalogue and every
+// partition log, recovering them.
+func New(cfg Config) (*Broker, error) {
+	if cfg.DataDir == "" {
+		cfg.DataDir = "sushka-data"
+	}
+	if cfg.FS == nil {
+		cfg.FS = vfs.Default
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.AutoCreateTopics == nil {
+		cfg.AutoCreateTopics = Bool(true)
+	}
+	if cfg.DefaultPartitions <= 0 {
+		cfg.DefaultPartitions = 1
+	}
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = server.DefaultMaxRequestBytes
+	}
+	if cfg.RetentionCheckInterval <= 0 {
+		cfg.RetentionCheckInterval = 30 * time.Second
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if err := cfg.FS.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("broker: creating data directory: %w", err)
+	}
+	catalog, err := meta.Open(cfg.FS, filepath.Join(cfg.DataDir, "meta"))
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	b := &Broker{cfg: cfg, log: cfg.Logger, catalog: catalog, stopBG: make(chan struct{}), bgDone: make(chan struct{})}
+	b.metrics = newMetrics(cfg.Registry)
+	b.handler, err = api.New(api.Config{
+		FS:                cfg.FS,
+		DataDir:           cfg.DataDir,
+		Catalog:           catalog,
+		Logger:            cfg.Logger,
+		Metrics:           b.metrics,
+		NodeID:            cfg.NodeID,
+		AutoCreateTopics:  *cfg.AutoCreateTopics,
+		DefaultPartitions: cfg.DefaultPartitions,
+		MaxRequestBytes:   cfg.MaxRequestBytes,
+		Defaults:          defaults(cfg),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	b.srv = server.New(server.Config{
+		Handler:         b.handler,
+		MaxRequestBytes: cfg.MaxRequestBytes,
+		MaxInFlight:     cfg.MaxInFlight,
+		Logger:          cfg.Logger,
+		OnConnection:    b.metrics.connection,
+		OnRequest:       b.metrics.request,
+	})
+	go b.background()
+	return b, nil
+}
+
+func defaults(cfg Config) api.Defaults {
+	d := api.KafkaDefaults()
+	d.Explicit = map[string]bool{}
+	set := func(name string) { d.Explicit[name] = true }
+	if cfg.RetentionTime != 0 {
+		d.RetentionMs = cfg.RetentionTime.Milliseconds()
+		if cfg.RetentionTime < 0 {
+			d.RetentionMs = -1
+		}
+		set("log.retention.ms")
+	}
+	if cfg.RetentionBytes != 0 {
+		d.RetentionBytes = cfg.RetentionBytes
+		set("log.retention.bytes")
+	}
+	if cfg.SegmentBytes != 0 {
+		d.SegmentBytes = cfg.SegmentBytes
+		set("log.segment.bytes")
+	}
+	if cfg.SegmentMaxAge != 0 {
+		d.SegmentMs = cfg.SegmentMaxAge.Milliseconds()
+		set("log.roll.ms")
+	}
+	if cfg.MaxMessageBytes != 0 {
+		d.MaxMessageBytes = cfg.MaxMessageBytes
+		set("message.max.bytes")
+	}
+	if cfg.LogAppendTime {
+		d.TimestampType = "LogAppendTime"
+		set("log.message.timestamp.type")
+	}
+	if cfg.MaxRequestBytes != server.DefaultMaxRequestBytes {
+		set("socket.request.max.bytes")
+	}
+	if cfg.DefaultPartitions != 1 {
+		set("num.partitions")
+	}
+	if !*cfg.AutoCreateTopics {
+		set("auto.create.topics.enable")
+	}
+	return d
+}
+
+// Serve serves the Kafka protocol on l until Shutdown, then returns
+// server.ErrServerClosed (ErrServerClosed).
+func (b *Broker) Serve(l net.Listener) error {
+	b.mu.Lock()
+	if b.shutdown {
+		b.mu.Unlock()
+		return ErrServerClosed
+	}
+	if !b.started {
+		b.started = true
+		b.addr = l.Addr()
+		adv := b.cfg.AdvertisedAddr
+		if adv == "" {
+			adv = l.Addr().String()
+		}
+		host, portStr, err := net.SplitHostPort(adv)
+		if err != nil {
+			b.mu.Unlock()
+			return fmt.Errorf("broker: advertised address %q: %w", adv, err)
+		}
+		port, err := strconv.Atoi(portStr)
+		if err != nil || port <= 0 || port > 65535 {
+			b.mu.Unlock()
+			return fmt.Errorf("broker: advertised address %q has no usable port", adv)
+		}
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			b.mu.Unlock()
+			return fmt.Errorf("broker: advertised address %q is not reachable by clients; set AdvertisedAddr", adv)
+		}
+		b.advertised = net.JoinHostPort(host, portStr)
+		b.handler.SetAdvertised(host, int32(port))
+	}
+	b.mu.Unlock()
+	return b.srv.Serve(l)
+}
+
+// ErrServerClosed is returned by Serve after Shutdown.
+var ErrServerClosed = server.ErrServerClosed
+
+// Addr is the address of the first listener passed to Serve (nil before).
+func (b *Broker) Addr() net.Addr {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.addr
+}
+
+// AdvertisedAddr is the host:port clients are told to use.
+func (b *Broker) AdvertisedAddr() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.advertised
+}
+
+// Registry is the broker's Prometheus registry.
+func (b *Broker) Registry() *prometheus.Registry { return b.cfg.Registry }
+
+// ClusterID is the data directory's cluster ID.
+func (b *Broker) ClusterID() string { return b.catalog.ClusterID() }
+
+// DataDir is the data directory.
+func (b *Broker) DataDir() string { return b.cfg.DataDir }
+
+// CloseClientConnections drops every client connection at once, as a
+// network failure would (tests use it to exercise client retries).
+func (b *Broker) CloseClientConnections() { b.srv.CloseConnections() }
+
+// Shutdown stops accepting connections, lets in-flight requests finish
+// (waiting fetches are answered at once), then syncs and closes every
+// partition log. If ctx ends first, connections are dropped; the logs are
+// still closed.
+func (b *Broker) Shutdown(ctx context.Context) error {
+	b.mu.Lock()
+	if b.shutdown {
+		b.mu.Unlock()
+		return errors.New("broker: already shut down")
+	}
+	b.shutdown = true
+	b.mu.Unlock()
+	srvErr := b.srv.Shutdown(ctx)
+	close(b.stopBG)
+	<-b.bgDone
+	closeErr := b.handler.Close()
+	return errors.Join(srvErr, closeErr)
+}
+
+// background enforces retention periodically.
+func (b *Broker) background() {
+	defer close(b.bgDone)
+	t := time.NewTicker(b.cfg.RetentionCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stopBG:
+			return
+		case <-t.C:
+			b.handler.EnforceRetention()
+		}
+	}
+}

@@ -1,0 +1,98 @@
+package api
+
+import (
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Metadata: v0-13
+//
+// Behavior:
+// * Lists this broker and the requested topics (all on a null list; v0: on
+//   an empty list), each partition led by this node at epoch 0 with
+//   replicas and ISR [node].
+// * Unknown topics are created with the default partition count when auto
+//   creation is on and the request allows it (v0-3 always allow it, v4+ say
+//   so with AllowAutoTopicCreation), else UNKNOWN_TOPIC_OR_PARTITION.
+// * v10+: topics may be named by ID; an unknown ID is UNKNOWN_TOPIC_ID.
+//
+// Version notes:
+// * v1: ControllerID, IsInternal, Rack; null topics means all
+// * v2: ClusterID
+// * v3: ThrottleMillis
+// * v4: AllowAutoTopicCreation
+// * v5: OfflineReplicas
+// * v7: LeaderEpoch
+// * v8-10: authorized operations (we report -2147483648: not requested)
+// * v9: flexible versions
+// * v10: TopicID
+// * v13: top-level ErrorCode
+
+func init() { regKey(3, 0, 13) }
+
+func (h *Handler) handleMetadata(req *kmsg.MetadataRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.MetadataResponse)
+
+	b := kmsg.NewMetadataResponseBroker()
+	b.NodeID = h.cfg.NodeID
+	b.Host, b.Port = h.advertisedAddr()
+	resp.Brokers = append(resp.Brokers, b)
+	clusterID := h.cfg.Catalog.ClusterID()
+	resp.ClusterID = &clusterID
+	resp.ControllerID = h.cfg.NodeID
+
+	all := req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0)
+	if all {
+		for _, t := range h.sortedTopics() {
+			resp.Topics = append(resp.Topics, h.metadataTopic(t))
+		}
+		return resp
+	}
+
+	allowCreate := h.cfg.AutoCreateTopics && (req.Version < 4 || req.AllowAutoTopicCreation)
+	for _, rt := range req.Topics {
+		var t *topic
+		if rt.Topic == nil {
+			// v10+: by topic ID.
+			if t = h.lookupID(rt.TopicID); t == nil {
+				st := kmsg.NewMetadataResponseTopic()
+				st.TopicID = rt.TopicID
+				st.ErrorCode = kerr.UnknownTopicID.Code
+				resp.Topics = append(resp.Topics, st)
+				continue
+			}
+		} else if t = h.lookup(*rt.Topic); t == nil {
+			code := kerr.UnknownTopicOrPartition.Code
+			if allowCreate {
+				t, code = h.autoCreate(*rt.Topic)
+			}
+			if t == nil {
+				st := kmsg.NewMetadataResponseTopic()
+				st.Topic = rt.Topic
+				st.ErrorCode = code
+				resp.Topics = append(resp.Topics, st)
+				continue
+			}
+		}
+		resp.Topics = append(resp.Topics, h.metadataTopic(t))
+	}
+	return resp
+}
+
+func (h *Handler) metadataTopic(t *topic) kmsg.MetadataResponseTopic {
+	st := kmsg.NewMetadataResponseTopic()
+	name := t.meta.Name
+	st.Topic = &name
+	st.TopicID = t.meta.ID
+	for p := range t.parts {
+		sp := kmsg.NewMetadataResponseTopicPartition()
+		sp.Partition = int32(p)
+		sp.Leader = h.cfg.NodeID
+		sp.LeaderEpoch = LeaderEpoch
+		sp.Replicas = []int32{h.cfg.NodeID}
+		sp.ISR = []int32{h.cfg.NodeID}
+		sp.OfflineReplicas = []int32{}
+		st.Partitions = append(st.Partitions, sp)
+	}
+	return st
+}

@@ -1,0 +1,49 @@
+package api
+
+import (
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// ApiVersions: v0-5
+//
+// Behavior:
+// * Lists every key registered by the NN_*.go files with its version range.
+// * A version above ours gets the KIP-511 answer: a v0 response with
+//   UNSUPPORTED_VERSION and our ApiVersions range, so the client retries at a
+//   version we serve (the server does not decode such a body).
+// * v5: a request naming another cluster or node gets REBOOTSTRAP_REQUIRED
+//   (KIP-1242).
+//
+// Version notes:
+// * v1: ThrottleMillis
+// * v3: ClientSoftwareName/Version, flexible versions, features (tagged)
+// * v5: ClusterID, NodeID in the request
+
+func init() { regKey(18, 0, 5) }
+
+func (h *Handler) handleApiVersions(req *kmsg.ApiVersionsRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.ApiVersionsResponse)
+	own := served[18]
+	if req.Version > own.max {
+		resp.Version = 0
+		resp.ErrorCode = kerr.UnsupportedVersion.Code
+		k := kmsg.NewApiVersionsResponseApiKey()
+		k.ApiKey, k.MinVersion, k.MaxVersion = 18, own.min, own.max
+		resp.ApiKeys = append(resp.ApiKeys, k)
+		return resp
+	}
+	if req.Version >= 5 && req.ClusterID != nil && (*req.ClusterID != h.cfg.Catalog.ClusterID() || req.NodeID != h.cfg.NodeID) {
+		resp.ErrorCode = kerr.RebootstrapRequired.Code
+		return resp
+	}
+	for key, v := range served {
+		k := kmsg.NewApiVersionsResponseApiKey()
+		k.ApiKey, k.MinVersion, k.MaxVersion = key, v.min, v.max
+		resp.ApiKeys = append(resp.ApiKeys, k)
+	}
+	sort.Slice(resp.ApiKeys, func(i, j int) bool { return resp.ApiKeys[i].ApiKey < resp.ApiKeys[j].ApiKey })
+	return resp
+}

@@ -1,0 +1,124 @@
+package api
+
+import (
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/meta"
+)
+
+// CreateTopics: v0-7
+//
+// Behavior:
+// * NumPartitions -1 takes the broker's default partition count,
+//   ReplicationFactor -1 takes 1; a replication factor above the number of
+//   brokers (one) is INVALID_REPLICATION_FACTOR, as in Kafka. A manual
+//   ReplicaAssignment may only name this node.
+// * Configs are validated against the topic configs Sushka understands
+//   (internal/meta); anything else is INVALID_CONFIG.
+// * ValidateOnly checks everything and creates nothing.
+// * A topic named twice in one request is INVALID_REQUEST for both.
+//
+// Version notes:
+// * v1: ValidateOnly, ErrorMessage; v2: ThrottleMillis
+// * v4: NumPartitions/ReplicationFactor -1 take broker defaults
+// * v5: flexible versions; the response lists partitions, replication
+//   factor and the resulting configs
+// * v7: TopicID in the response
+
+func init() { regKey(19, 0, 7) }
+
+func (h *Handler) handleCreateTopics(req *kmsg.CreateTopicsRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
+	seen := map[string]int{}
+	for _, rt := range req.Topics {
+		seen[rt.Topic]++
+	}
+
+	h.adminMu.Lock()
+	defer h.adminMu.Unlock()
+	for _, rt := range req.Topics {
+		st := kmsg.NewCreateTopicsResponseTopic()
+		st.Topic = rt.Topic
+		fail := func(code int16, err error) {
+			st.ErrorCode = code
+			if req.Version >= 1 {
+				st.ErrorMessage = errMessage(err)
+			}
+			st.NumPartitions, st.ReplicationFactor = -1, -1
+			resp.Topics = append(resp.Topics, st)
+		}
+		if seen[rt.Topic] > 1 {
+			fail(kerr.InvalidRequest.Code, fmt.Errorf("topic %q is named more than once in the request", rt.Topic))
+			continue
+		}
+		partitions, rf := rt.NumPartitions, rt.ReplicationFactor
+		if len(rt.ReplicaAssignment) > 0 {
+			if partitions != -1 || rf != -1 {
+				fail(kerr.InvalidRequest.Code, fmt.Errorf("both a replica assignment and a partition count or replication factor were given"))
+				continue
+			}
+			ok := true
+			for i, a := range rt.ReplicaAssignment {
+				if a.Partition != int32(i) || len(a.Replicas) != 1 || a.Replicas[0] != h.cfg.NodeID {
+					ok = false
+				}
+			}
+			if !ok {
+				fail(kerr.InvalidReplicaAssignment.Code, fmt.Errorf("replica assignments may only name partitions 0..n-1 on node %d", h.cfg.NodeID))
+				continue
+			}
+			partitions, rf = int32(len(rt.ReplicaAssignment)), 1
+		}
+		if partitions == -1 {
+			partitions = h.cfg.DefaultPartitions
+		}
+		if rf == -1 {
+			rf = 1
+		}
+		if rf < 1 || rf > 1 {
+			fail(kerr.InvalidReplicationFactor.Code, fmt.Errorf("replication factor: %d larger than available brokers: 1", rf))
+			continue
+		}
+		configs := map[string]string{}
+		var configErr error
+		for _, c := range rt.Configs {
+			if err := meta.ValidateConfig(c.Name, c.Value); err != nil {
+				configErr = err
+				break
+			}
+			configs[c.Name] = *c.Value
+		}
+		if configErr != nil {
+			fail(kerr.InvalidConfig.Code, configErr)
+			continue
+		}
+		if err := h.cfg.Catalog.CheckCreate(rt.Topic, partitions, configs); err != nil {
+			fail(errorCode(err), err)
+			continue
+		}
+		var mt meta.Topic
+		if req.ValidateOnly {
+			mt = meta.Topic{Name: rt.Topic, Partitions: partitions, Configs: configs}
+		} else {
+			t, err := h.createTopicLocked(rt.Topic, partitions, configs)
+			if err != nil {
+				fail(errorCode(err), err)
+				continue
+			}
+			mt = t.meta
+		}
+		st.TopicID = mt.ID
+		st.NumPartitions = partitions
+		st.ReplicationFactor = 1
+		for _, e := range h.topicConfigEntries(mt, nil) {
+			c := kmsg.NewCreateTopicsResponseTopicConfig()
+			c.Name, c.Value, c.ReadOnly, c.Source, c.IsSensitive = e.name, &e.value, e.readOnly, e.source, false
+			st.Configs = append(st.Configs, c)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
+}

@@ -1,0 +1,56 @@
+package api
+
+import (
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// DeleteRecords: v0-2
+//
+// Behavior:
+// * Advances a partition's log start offset; -1 means the high watermark.
+//   An offset beyond the high watermark is OFFSET_OUT_OF_RANGE.
+// * The answer's LowWatermark is the new log start offset.
+//
+// Version notes:
+// * v1: no change; v2: flexible versions
+
+func init() { regKey(21, 0, 2) }
+
+func (h *Handler) handleDeleteRecords(req *kmsg.DeleteRecordsRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.DeleteRecordsResponse)
+	for _, rt := range req.Topics {
+		st := kmsg.NewDeleteRecordsResponseTopic()
+		st.Topic = rt.Topic
+		t := h.lookup(rt.Topic)
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewDeleteRecordsResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.LowWatermark = -1
+			l := t.partition(rp.Partition)
+			if l == nil {
+				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				st.Partitions = append(st.Partitions, sp)
+				continue
+			}
+			offset := rp.Offset
+			if offset == -1 {
+				offset = l.HighWatermark()
+			}
+			if offset < 0 || offset > l.HighWatermark() {
+				sp.ErrorCode = kerr.OffsetOutOfRange.Code
+				st.Partitions = append(st.Partitions, sp)
+				continue
+			}
+			start, err := l.DeleteRecordsBefore(offset)
+			if err != nil {
+				sp.ErrorCode = fetchErrorCode(err)
+			} else {
+				sp.LowWatermark = start
+			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
+}

@@ -1,0 +1,50 @@
+package api
+
+import (
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// OffsetForLeaderEpoch: v0-4
+//
+// Behavior:
+// * Every partition has had one leader epoch, 0, since it was created, so
+//   epoch 0 (or any later epoch asked for) ends at the high watermark; a
+//   negative epoch gives epoch -1, offset -1.
+// * v2+: a CurrentLeaderEpoch above ours is UNKNOWN_LEADER_EPOCH, below ours
+//   FENCED_LEADER_EPOCH, as a Kafka leader answers.
+// * Clients use it (KIP-320) to detect truncation after a leader change.
+//
+// Version notes:
+// * v1: LeaderEpoch in the response; v2: CurrentLeaderEpoch, ThrottleMillis
+// * v3: ReplicaID; v4: flexible versions
+
+func init() { regKey(23, 0, 4) }
+
+func (h *Handler) handleOffsetForLeaderEpoch(req *kmsg.OffsetForLeaderEpochRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+	for _, rt := range req.Topics {
+		st := kmsg.NewOffsetForLeaderEpochResponseTopic()
+		st.Topic = rt.Topic
+		t := h.lookup(rt.Topic)
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.LeaderEpoch, sp.EndOffset = -1, -1
+			l := t.partition(rp.Partition)
+			switch {
+			case l == nil:
+				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			case req.Version >= 2 && rp.CurrentLeaderEpoch > LeaderEpoch:
+				sp.ErrorCode = kerr.UnknownLeaderEpoch.Code
+			case req.Version >= 2 && rp.CurrentLeaderEpoch >= 0 && rp.CurrentLeaderEpoch < LeaderEpoch:
+				sp.ErrorCode = kerr.FencedLeaderEpoch.Code
+			case rp.LeaderEpoch >= LeaderEpoch:
+				sp.LeaderEpoch, sp.EndOffset = LeaderEpoch, l.HighWatermark()
+			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
+}

@@ -1,0 +1,80 @@
+package api
+
+import (
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// DescribeConfigs: v0-4
+//
+// Behavior:
+// * Topic resources: every topic config Sushka understands with its
+//   effective value; source DYNAMIC_TOPIC_CONFIG for an override, else
+//   STATIC_BROKER_CONFIG when the broker default was set explicitly, else
+//   DEFAULT_CONFIG. Synonyms (v1+) list the override and the broker
+//   default, as Kafka does.
+// * Broker resources (name "" or this node's ID): the broker's configs,
+//   all read-only (none can be changed while running).
+// * Other resource types are INVALID_REQUEST.
+//
+// Version notes:
+// * v1: IncludeSynonyms, Source (v0: IsDefault)
+// * v3: IncludeDocumentation, ConfigType; v4: flexible versions
+
+func init() { regKey(32, 0, 4) }
+
+func (h *Handler) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
+	for _, rr := range req.Resources {
+		sr := kmsg.NewDescribeConfigsResponseResource()
+		sr.ResourceType, sr.ResourceName = rr.ResourceType, rr.ResourceName
+		var entries []configEntry
+		var err error
+		switch rr.ResourceType {
+		case resourceTopic:
+			if t := h.lookup(rr.ResourceName); t == nil {
+				sr.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				err = fmt.Errorf("unknown topic %s", rr.ResourceName)
+			} else {
+				entries = h.topicConfigEntries(t.meta, rr.ConfigNames)
+			}
+		case resourceBroker:
+			if err = h.checkBrokerResource(rr.ResourceName); err != nil {
+				sr.ErrorCode = kerr.InvalidRequest.Code
+			} else {
+				entries = h.brokerConfigEntries(rr.ConfigNames)
+			}
+		default:
+			sr.ErrorCode = kerr.InvalidRequest.Code
+			err = fmt.Errorf("resource type %v is not supported", rr.ResourceType)
+		}
+		sr.ErrorMessage = errMessage(err)
+		for _, e := range entries {
+			c := kmsg.NewDescribeConfigsResponseResourceConfig()
+			c.Name = e.name
+			v := e.value
+			c.Value = &v
+			c.ReadOnly = e.readOnly
+			c.IsDefault = e.source == sourceDefault
+			c.Source = kmsg.ConfigSource(e.source)
+			c.ConfigType = kmsg.ConfigType(e.typ)
+			if req.IncludeDocumentation && e.doc != "" {
+				doc := e.doc
+				c.Documentation = &doc
+			}
+			if req.IncludeSynonyms {
+				for _, s := range e.synonyms {
+					cs := kmsg.NewDescribeConfigsResponseResourceConfigConfigSynonym()
+					sv := s.value
+					cs.Name, cs.Value, cs.Source = s.name, &sv, kmsg.ConfigSource(s.source)
+					c.ConfigSynonyms = append(c.ConfigSynonyms, cs)
+				}
+			}
+			sr.Configs = append(sr.Configs, c)
+		}
+		resp.Resources = append(resp.Resources, sr)
+	}
+	return resp
+}

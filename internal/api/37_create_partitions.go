@@ -1,0 +1,101 @@
+package api
+
+import (
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	plog "github.com/sushka-io/sushka/internal/log"
+)
+
+// CreatePartitions: v0-3
+//
+// Behavior:
+// * Grows a topic to Count partitions (never shrinks: INVALID_PARTITIONS).
+//   A manual assignment may only name this node.
+// * ValidateOnly checks and changes nothing.
+// * A topic named twice is INVALID_REQUEST.
+//
+// Version notes:
+// * v1: no change; v2: flexible versions; v3: no change
+
+func init() { regKey(37, 0, 3) }
+
+func (h *Handler) handleCreatePartitions(req *kmsg.CreatePartitionsRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.CreatePartitionsResponse)
+	seen := map[string]int{}
+	for _, rt := range req.Topics {
+		seen[rt.Topic]++
+	}
+	h.adminMu.Lock()
+	defer h.adminMu.Unlock()
+	for _, rt := range req.Topics {
+		st := kmsg.NewCreatePartitionsResponseTopic()
+		st.Topic = rt.Topic
+		err := func() error {
+			if seen[rt.Topic] > 1 {
+				st.ErrorCode = kerr.InvalidRequest.Code
+				return fmt.Errorf("topic %q is named more than once in the request", rt.Topic)
+			}
+			for _, a := range rt.Assignment {
+				if len(a.Replicas) != 1 || a.Replicas[0] != h.cfg.NodeID {
+					st.ErrorCode = kerr.InvalidReplicaAssignment.Code
+					return fmt.Errorf("assignments may only name node %d", h.cfg.NodeID)
+				}
+			}
+			if err := h.cfg.Catalog.CheckPartitions(rt.Topic, rt.Count); err != nil {
+				st.ErrorCode = errorCode(err)
+				return err
+			}
+			if req.ValidateOnly {
+				return nil
+			}
+			if err := h.growTopicLocked(rt.Topic, rt.Count); err != nil {
+				st.ErrorCode = errorCode(err)
+				return err
+			}
+			return nil
+		}()
+		st.ErrorMessage = errMessage(err)
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
+}
+
+// growTopicLocked opens the new partitions' logs, records the new count and
+// publishes a new topic value (topics are copy-on-write: readers holding
+// the old value keep a consistent view).
+func (h *Handler) growTopicLocked(name string, count int32) error {
+	old := h.lookup(name)
+	if old == nil {
+		return fmt.Errorf("unknown topic %s", name)
+	}
+	nt := &topic{meta: old.meta, parts: append([]*plog.Log(nil), old.parts...)}
+	nt.meta.Partitions = count
+	for p := int32(len(old.parts)); p < count; p++ {
+		if err := h.cfg.FS.RemoveAll(h.partitionDir(name, p)); err != nil {
+			return err
+		}
+		l, err := h.openLog(nt.meta, p)
+		if err != nil {
+			for _, l := range nt.parts[len(old.parts):] {
+				l.Close()
+			}
+			return err
+		}
+		nt.parts = append(nt.parts, l)
+	}
+	if err := h.cfg.Catalog.SetPartitions(name, count); err != nil {
+		for _, l := range nt.parts[len(old.parts):] {
+			l.Close()
+		}
+		return err
+	}
+	h.mu.Lock()
+	h.topics[name] = nt
+	h.byID[nt.meta.ID] = nt
+	h.mu.Unlock()
+	h.log.Info("partitions added", "topic", name, "partitions", count)
+	return nil
+}

@@ -1,0 +1,59 @@
+package api
+
+import (
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// IncrementalAlterConfigs: v0-1
+//
+// Behavior:
+// * Topic resources: SET, DELETE (back to the broker default), APPEND and
+//   SUBTRACT (list configs only: cleanup.policy) applied to the current
+//   overrides; the result is validated as a whole and applied atomically.
+// * Broker resources: INVALID_REQUEST (broker configs are static).
+// * ValidateOnly checks and changes nothing.
+//
+// Version notes:
+// * v1: flexible versions
+
+func init() { regKey(44, 0, 1) }
+
+func (h *Handler) handleIncrementalAlterConfigs(req *kmsg.IncrementalAlterConfigsRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
+	h.adminMu.Lock()
+	defer h.adminMu.Unlock()
+	for _, rr := range req.Resources {
+		sr := kmsg.NewIncrementalAlterConfigsResponseResource()
+		sr.ResourceType, sr.ResourceName = rr.ResourceType, rr.ResourceName
+		var err error
+		switch rr.ResourceType {
+		case resourceTopic:
+			t := h.lookup(rr.ResourceName)
+			if t == nil {
+				sr.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				err = fmt.Errorf("unknown topic %s", rr.ResourceName)
+				break
+			}
+			next, aerr := applyIncremental(t.meta.Configs, rr.Configs)
+			if aerr != nil {
+				sr.ErrorCode, err = kerr.InvalidRequest.Code, aerr
+				break
+			}
+			sr.ErrorCode, err = h.alterTopicConfigsLocked(rr.ResourceName, next, req.ValidateOnly)
+		case resourceBroker:
+			sr.ErrorCode = kerr.InvalidRequest.Code
+			if err = h.checkBrokerResource(rr.ResourceName); err == nil {
+				err = fmt.Errorf("broker configs cannot be changed while the broker runs; restart it with new flags")
+			}
+		default:
+			sr.ErrorCode = kerr.InvalidRequest.Code
+			err = fmt.Errorf("resource type %v is not supported", rr.ResourceType)
+		}
+		sr.ErrorMessage = errMessage(err)
+		resp.Resources = append(resp.Resources, sr)
+	}
+	return resp
+}

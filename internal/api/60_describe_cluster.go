@@ -1,0 +1,30 @@
+package api
+
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// DescribeCluster: v0-2
+//
+// Behavior:
+// * Lists this broker as the only broker and the controller.
+// * v1+: EndpointType 1 (brokers) is the only type served; 2 (controllers)
+//   also lists this node, which is its own controller.
+//
+// Version notes:
+// * v1: EndpointType; v2: IncludeFencedBrokers, IsFenced
+
+func init() { regKey(60, 0, 2) }
+
+func (h *Handler) handleDescribeCluster(req *kmsg.DescribeClusterRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.DescribeClusterResponse)
+	resp.ClusterID = h.cfg.Catalog.ClusterID()
+	resp.ControllerID = h.cfg.NodeID
+	resp.EndpointType = req.EndpointType
+	resp.ClusterAuthorizedOperations = -2147483648
+	b := kmsg.NewDescribeClusterResponseBroker()
+	b.NodeID = h.cfg.NodeID
+	b.Host, b.Port = h.advertisedAddr()
+	resp.Brokers = append(resp.Brokers, b)
+	return resp
+}

@@ -1,0 +1,213 @@
+package api
+
+import (
+	"fmt"
+	"maps"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/meta"
+)
+
+// Config sources as Kafka numbers them (DescribeConfigs v1+).
+const (
+	sourceTopic        int8 = 1 // DYNAMIC_TOPIC_CONFIG
+	sourceStaticBroker int8 = 4 // STATIC_BROKER_CONFIG
+	sourceDefault      int8 = 5 // DEFAULT_CONFIG
+)
+
+// Resource types (ConfigResourceType).
+const (
+	resourceTopic  = kmsg.ConfigResourceTypeTopic
+	resourceBroker = kmsg.ConfigResourceTypeBroker
+)
+
+type configSynonym struct {
+	name, value string
+	source      int8
+}
+
+type configEntry struct {
+	name     string
+	value    string
+	readOnly bool
+	source   int8
+	typ      meta.ConfigType
+	doc      string
+	synonyms []configSynonym
+}
+
+// topicConfigEntries lists a topic's effective configs (all, or the named
+// ones) with their sources and synonyms, as Kafka reports them.
+func (h *Handler) topicConfigEntries(mt meta.Topic, names []string) []configEntry {
+	var out []configEntry
+	for _, d := range meta.TopicConfigs {
+		if len(names) > 0 && !contains(names, d.Name) {
+			continue
+		}
+		def := h.cfg.Defaults.value(d.Name)
+		defSource := sourceDefault
+		if h.cfg.Defaults.Explicit[d.BrokerName] {
+			defSource = sourceStaticBroker
+		}
+		e := configEntry{name: d.Name, typ: d.Type, doc: d.Doc, value: def, source: defSource}
+		if v, ok := mt.Configs[d.Name]; ok {
+			e.value, e.source = v, sourceTopic
+			e.synonyms = append(e.synonyms, configSynonym{d.Name, v, sourceTopic})
+		}
+		e.synonyms = append(e.synonyms, configSynonym{d.BrokerName, def, defSource})
+		out = append(out, e)
+	}
+	return out
+}
+
+// brokerConfigEntries lists the broker's configs. None can be changed while
+// the broker runs, so all are read-only (as Kafka marks non-dynamic
+// configs).
+func (h *Handler) brokerConfigEntries(names []string) []configEntry {
+	d := h.cfg.Defaults
+	host, port := h.advertisedAddr()
+	source := func(name string) int8 {
+		if d.Explicit[name] {
+			return sourceStaticBroker
+		}
+		return sourceDefault
+	}
+	all := []configEntry{
+		{name: "node.id", value: strconv.Itoa(int(h.cfg.NodeID)), typ: meta.TypeInt, source: sourceStaticBroker},
+		{name: "broker.id", value: strconv.Itoa(int(h.cfg.NodeID)), typ: meta.TypeInt, source: sourceStaticBroker},
+		{name: "log.dirs", value: h.cfg.DataDir, typ: meta.TypeString, source: sourceStaticBroker},
+		{name: "advertised.listeners", value: fmt.Sprintf("PLAINTEXT://%s", net.JoinHostPort(host, strconv.Itoa(int(port)))), typ: meta.TypeList, source: sourceStaticBroker},
+		{name: "auto.create.topics.enable", value: strconv.FormatBool(h.cfg.AutoCreateTopics), typ: meta.TypeBoolean, source: source("auto.create.topics.enable")},
+		{name: "num.partitions", value: strconv.Itoa(int(h.cfg.DefaultPartitions)), typ: meta.TypeInt, source: source("num.partitions")},
+		{name: "default.replication.factor", value: "1", typ: meta.TypeInt, source: sourceDefault},
+		{name: "socket.request.max.bytes", value: strconv.Itoa(int(h.cfg.MaxRequestBytes)), typ: meta.TypeInt, source: source("socket.request.max.bytes")},
+	}
+	for _, td := range meta.TopicConfigs {
+		all = append(all, configEntry{name: td.BrokerName, value: d.value(td.Name), typ: td.Type, doc: td.Doc, source: source(td.BrokerName)})
+	}
+	var out []configEntry
+	for _, e := range all {
+		if len(names) > 0 && !contains(names, e.name) {
+			continue
+		}
+		e.readOnly = true
+		e.synonyms = []configSynonym{{e.name, e.value, e.source}}
+		out = append(out, e)
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// checkBrokerResource validates a broker resource name: empty (cluster
+// default) or this node's ID.
+func (h *Handler) checkBrokerResource(name string) error {
+	if name == "" || name == strconv.Itoa(int(h.cfg.NodeID)) {
+		return nil
+	}
+	return fmt.Errorf("unexpected broker id, expected %d or empty string, but received %s", h.cfg.NodeID, name)
+}
+
+// alterTopicConfigsLocked validates and applies a topic's new override set:
+// catalogue first (durable), then the partition logs, then the published
+// topic value. adminMu must be held.
+func (h *Handler) alterTopicConfigsLocked(name string, configs map[string]string, validateOnly bool) (int16, error) {
+	t := h.lookup(name)
+	if t == nil {
+		return kerr.UnknownTopicOrPartition.Code, fmt.Errorf("unknown topic %s", name)
+	}
+	if err := meta.ValidateConfigs(configs); err != nil {
+		return kerr.InvalidConfig.Code, err
+	}
+	if validateOnly {
+		return 0, nil
+	}
+	if err := h.cfg.Catalog.SetConfigs(name, configs); err != nil {
+		return errorCode(err), err
+	}
+	nt := &topic{meta: t.meta, parts: t.parts}
+	nt.meta.Configs = maps.Clone(configs)
+	for p, l := range nt.parts {
+		l.SetConfig(h.logConfig(nt.meta, int32(p)))
+	}
+	h.mu.Lock()
+	h.topics[name] = nt
+	h.byID[nt.meta.ID] = nt
+	h.mu.Unlock()
+	h.log.Info("topic configs changed", "topic", name, "configs", configs)
+	return 0, nil
+}
+
+// applyIncremental applies IncrementalAlterConfigs operations to a copy of
+// the overrides.
+func applyIncremental(current map[string]string, ops []kmsg.IncrementalAlterConfigsRequestResourceConfig) (map[string]string, error) {
+	next := maps.Clone(current)
+	if next == nil {
+		next = map[string]string{}
+	}
+	for _, op := range ops {
+		def, known := meta.LookupConfig(op.Name)
+		switch op.Op {
+		case kmsg.IncrementalAlterConfigOpSet:
+			if op.Value == nil {
+				return nil, fmt.Errorf("null value for %s", op.Name)
+			}
+			next[op.Name] = *op.Value
+		case kmsg.IncrementalAlterConfigOpDelete:
+			delete(next, op.Name)
+		case kmsg.IncrementalAlterConfigOpAppend, kmsg.IncrementalAlterConfigOpSubtract:
+			if !known || def.Type != meta.TypeList {
+				return nil, fmt.Errorf("config value append or subtract is not allowed for %s: it is not a list", op.Name)
+			}
+			if op.Value == nil {
+				return nil, fmt.Errorf("null value for %s", op.Name)
+			}
+			items := splitList(next[op.Name])
+			for _, v := range splitList(*op.Value) {
+				if op.Op == kmsg.IncrementalAlterConfigOpAppend {
+					if !contains(items, v) {
+						items = append(items, v)
+					}
+				} else {
+					items = remove(items, v)
+				}
+			}
+			next[op.Name] = strings.Join(items, ",")
+		default:
+			return nil, fmt.Errorf("unknown operation %d for %s", op.Op, op.Name)
+		}
+	}
+	return next, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func remove(list []string, s string) []string {
+	out := list[:0]
+	for _, x := range list {
+		if x != s {
+			out = append(out, x)
+		}
+	}
+	return out
+}
