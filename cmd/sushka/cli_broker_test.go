@@ -1,19 +1,43 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
 	"testing"
+	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/sushka-io/sushka/broker"
 )
 
-// startTestBroker starts a broker for the CLI tests on 127.0.0.1 and returns
-// its address.
+// startTestBroker starts a Sushka broker in-process on 127.0.0.1:0 with its
+// data in t.TempDir() and returns its address.
 func startTestBroker(t *testing.T) string {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
+	b, err := broker.New(broker.Config{
+		DataDir: t.TempDir(),
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Close)
-	return c.ListenAddrs()[0]
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- b.Serve(l) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := b.Shutdown(ctx); err != nil {
+			t.Errorf("broker shutdown: %v", err)
+		}
+		if err := <-served; err != nil && !errors.Is(err, broker.ErrServerClosed) {
+			t.Errorf("broker serve: %v", err)
+		}
+	})
+	return l.Addr().String()
 }

@@ -63,7 +63,7 @@ type Proc struct {
 	Addr    string // host:port of the Kafka listener
 	DataDir string
 	cmd     *exec.Cmd
-	log     *syncBuffer
+	log     *SyncBuffer
 	done    chan struct{}
 }
 
@@ -91,7 +91,7 @@ func Start(t testing.TB, bin string, extraArgs ...string) *Proc {
 	for attempt := 0; attempt < 3; attempt++ {
 		addr := "127.0.0.1:" + strconv.Itoa(FreePort(t))
 		admin := "127.0.0.1:" + strconv.Itoa(FreePort(t))
-		p := &Proc{Addr: addr, DataDir: dataDir, log: &syncBuffer{}, done: make(chan struct{})}
+		p := &Proc{Addr: addr, DataDir: dataDir, log: &SyncBuffer{}, done: make(chan struct{})}
 		args := append([]string{"serve", "--data-dir", dataDir, "--listen", addr, "--admin-listen", admin}, extraArgs...)
 		p.cmd = exec.Command(bin, args...)
 		p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
@@ -145,18 +145,22 @@ func (p *Proc) Stop(t testing.TB) {
 	}
 }
 
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for a child process's output and a
+// concurrent reader.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+// Write appends p.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+// String returns what was written so far.
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
