@@ -392,4 +392,3 @@ func skipTags(b *kbin.Reader) {
 		b.Span(int(size))
 	}
 }
-
