@@ -145,6 +145,7 @@ func lines(prefix string, n int) string {
 func TestProduceConsumeCodecs(t *testing.T) {
 	e := setup(t)
 	const n = 300
+	acks := map[string]string{"none": "all", "gzip": "1", "snappy": "all", "lz4": "1", "zstd": "all"}
 	for _, codec := range []string{"none", "gzip", "snappy", "lz4", "zstd"} {
 		t.Run(codec, func(t *testing.T) {
 			e.t = t
@@ -153,7 +154,7 @@ func TestProduceConsumeCodecs(t *testing.T) {
 			in := lines(codec, n)
 			// linger so that batches hold many records and the codec
 			// has something to work on.
-			e.kc(in, "-P", "-t", topic, "-z", codec, "-K", ":", "-X", "linger.ms=20")
+			e.kc(in, "-P", "-t", topic, "-z", codec, "-K", ":", "-X", "linger.ms=20", "-X", "acks="+acks[codec])
 
 			out := e.kc("", "-C", "-t", topic, "-o", "beginning", "-e", "-q", "-f", `%k:%s\n`)
 			if out != in {

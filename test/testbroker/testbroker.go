@@ -25,11 +25,14 @@ var (
 	buildErr  error
 )
 
-// Binary builds ./cmd/sushka once per test process and returns its path.
-// Call Cleanup from TestMain to remove it (or leave it to the OS's tmp
-// cleaning).
+// Binary builds ./cmd/sushka once per test process and returns its path;
+// $SUSHKA_TEST_BINARY, when set, names a prebuilt binary to test instead.
+// Call Cleanup from TestMain to remove the build.
 func Binary(t testing.TB) string {
 	t.Helper()
+	if p := os.Getenv("SUSHKA_TEST_BINARY"); p != "" {
+		return p
+	}
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "sushka-bin-")
 		if buildErr != nil {
