@@ -44,7 +44,7 @@ func (l *Log) recover() error {
 		return err
 	}
 	l.w.producers = newProducerTable()
-	sc := scanner{l: l, buf: make([]byte, recoverBufSize)}
+	sc := scanner{l: l}
 	now := l.cfg.Clock.Now()
 	var prevNext int64 = -1
 	for i, base := range bases {
@@ -92,8 +92,14 @@ func (sc *scanner) at(s *segment, pos int64, n int) ([]byte, error) {
 		off := pos - sc.bufPos
 		return sc.buf[off : off+int64(n)], nil
 	}
-	if n > len(sc.buf) {
-		sc.buf = make([]byte, max(n, 2*len(sc.buf)))
+	if n > len(sc.buf) || len(sc.buf) < recoverBufSize {
+		// Grow towards recoverBufSize as the segments need it, so opening
+		// many small partitions does not allocate 4 MiB each.
+		size, _ := s.file.Size()
+		want := max(n, min(recoverBufSize, int(size)-int(pos)), len(sc.buf))
+		if want > len(sc.buf) {
+			sc.buf = make([]byte, want)
+		}
 	}
 	m, err := s.file.ReadAt(sc.buf, pos)
 	if m < n {
@@ -218,7 +224,7 @@ func (sc *scanner) invalid(s *segment, last bool, pos, fileSize int64, h batch.H
 // allZero reports whether s's bytes from pos to end are all zero.
 func (sc *scanner) allZero(s *segment, pos, end int64) (bool, error) {
 	for pos < end {
-		n := min(int64(len(sc.buf)), end-pos)
+		n := min(int64(max(len(sc.buf), 64<<10)), end-pos)
 		b, err := sc.at(s, pos, int(n))
 		if err != nil {
 			return false, err
