@@ -12,9 +12,9 @@ import (
 	"github.com/sushka-io/sushka/broker"
 )
 
-// startTestBroker starts a Sushka broker in-process on 127.0.0.1:0 with its
+// startCLIBroker starts a Sushka broker in-process on 127.0.0.1:0 with its
 // data in t.TempDir() and returns its address.
-func startTestBroker(t *testing.T) string {
+func startCLIBroker(t *testing.T) string {
 	t.Helper()
 	b, err := broker.New(broker.Config{
 		DataDir: t.TempDir(),

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -43,8 +44,8 @@ func mustCLI(t *testing.T, brokers, stdin string, args ...string) string {
 	return out
 }
 
-// fields returns the whitespace-separated fields of the first line of out
-// that starts with prefix.
+// rowWith returns the whitespace-separated fields of the first line of out
+// whose first field is first.
 func rowWith(out, first string) []string {
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
@@ -56,7 +57,7 @@ func rowWith(out, first string) []string {
 }
 
 func TestTopicCommands(t *testing.T) {
-	b := startTestBroker(t)
+	b := startCLIBroker(t)
 
 	out := mustCLI(t, b, "", "topic", "create", "alpha", "beta", "-p", "3", "-r", "1", "-c", "retention.ms=3600000")
 	if f := rowWith(out, "alpha"); len(f) < 2 || f[1] != "OK" {
@@ -127,7 +128,7 @@ func TestTopicCommands(t *testing.T) {
 }
 
 func TestProduceConsume(t *testing.T) {
-	b := startTestBroker(t)
+	b := startCLIBroker(t)
 	mustCLI(t, b, "", "topic", "create", "orders", "-p", "1", "-r", "1")
 
 	var in strings.Builder
@@ -252,7 +253,7 @@ func TestProduceConsume(t *testing.T) {
 }
 
 func TestProduceCodecsAndPartitions(t *testing.T) {
-	b := startTestBroker(t)
+	b := startCLIBroker(t)
 	mustCLI(t, b, "", "topic", "create", "multi", "-p", "3", "-r", "1")
 	codecs := []string{"none", "gzip", "snappy", "lz4", "zstd"}
 	for p, codec := range codecs {
@@ -279,7 +280,7 @@ func TestProduceCodecsAndPartitions(t *testing.T) {
 			t.Fatalf("line %q: %v", l, err)
 		}
 		codec := key[:strings.IndexByte(key, '-')]
-		if want := indexOf(codecs, codec) % 3; part != want {
+		if want := slices.Index(codecs, codec) % 3; part != want {
 			t.Fatalf("%s in partition %d, want %d", key, part, want)
 		}
 		seen[key] = true
@@ -295,17 +296,8 @@ func TestProduceCodecsAndPartitions(t *testing.T) {
 	}
 }
 
-func indexOf(s []string, v string) int {
-	for i, x := range s {
-		if x == v {
-			return i
-		}
-	}
-	return -1
-}
-
 func TestConsumeErrors(t *testing.T) {
-	b := startTestBroker(t)
+	b := startCLIBroker(t)
 	_, _, err := runCLI(t, b, "", "consume", "nope", "--offset", "start", "-e")
 	if err == nil || !strings.Contains(err.Error(), "UNKNOWN_TOPIC_OR_PARTITION") || !strings.Contains(err.Error(), "hint:") {
 		t.Fatalf("consume of a missing topic: %v", err)
