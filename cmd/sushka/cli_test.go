@@ -305,6 +305,19 @@ func TestConsumeErrors(t *testing.T) {
 	if _, _, err := runCLI(t, b, "", "consume", "x", "--offset", "soon"); err == nil {
 		t.Fatal("bad --offset accepted")
 	}
+	// --group: either the broker serves groups and the consume works, or
+	// the command says at once that it does not.
+	mustCLI(t, b, "g1\ng2\n", "produce", "grouped")
+	out, _, err := runCLI(t, b, "", "consume", "grouped", "--group", "cli-test", "--offset", "start", "-n", "2")
+	if err != nil && !strings.Contains(err.Error(), "does not serve consumer groups") {
+		t.Fatalf("consume --group: %v", err)
+	}
+	if err == nil && out != "g1\ng2\n" {
+		t.Fatalf("consume --group: %q", out)
+	}
+	if _, _, err := runCLI(t, b, "", "consume", "x", "--offset", "soon"); err == nil {
+		t.Fatal("bad --offset accepted")
+	}
 	if _, _, err := runCLI(t, b, "", "consume", "x", "--format", "%q"); err == nil {
 		t.Fatal("bad --format accepted")
 	}

@@ -215,6 +215,9 @@ func runConsume(cmd *cobra.Command, cf *clientFlags, o *consumeOpts, topics []st
 	opts := []kgo.Opt{kgo.FetchMaxWait(time.Second)}
 	var ranges map[string]map[int32]partRange
 	if o.group != "" {
+		if err := checkGroupSupport(ctx, cf); err != nil {
+			return err
+		}
 		opts = append(opts,
 			kgo.ConsumerGroup(o.group),
 			kgo.ConsumeTopics(topics...),
@@ -324,6 +327,34 @@ func runConsume(cmd *cobra.Command, cf *clientFlags, o *consumeOpts, topics []st
 		defer cancel()
 		if err := cl.CommitMarkedOffsets(cctx); err != nil {
 			fmt.Fprintf(cmd.ErrOrStderr(), "committing offsets: %s\n", describeErr(err, ""))
+		}
+	}
+	return nil
+}
+
+// checkGroupSupport fails fast when the brokers serve no group coordinator
+// (FindCoordinator, JoinGroup, OffsetCommit), instead of retrying forever.
+func checkGroupSupport(ctx context.Context, cf *clientFlags) error {
+	adm, cl, err := cf.newAdmin()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	rctx, cancel := cf.reqCtx(ctx)
+	defer cancel()
+	vs, err := adm.ApiVersions(rctx)
+	if err != nil {
+		return cf.explain("api versions", err)
+	}
+	for _, v := range vs {
+		if v.Err != nil {
+			return cf.explain("api versions", v.Err)
+		}
+		for _, key := range []int16{10, 11, 8} { // FindCoordinator, JoinGroup, OffsetCommit
+			if _, ok := v.KeyMaxVersion(key); !ok {
+				return fmt.Errorf("--group: broker %d does not serve consumer groups (API key %d)\n"+
+					"hint: consume without --group (with --offset / --time), or use a broker with group support", v.NodeID, key)
+			}
 		}
 	}
 	return nil
