@@ -12,7 +12,7 @@ import (
 
 // recoverBufSize is the read size of the recovery scan: large sequential
 // reads run at disk speed.
-const recoverBufSize = 4 << 20
+const recoverBufSize = 16 << 20
 
 // maxSaneBatch bounds the batch length recovery believes: a larger length is
 // garbage, not a batch (max.message.bytes is far smaller).
