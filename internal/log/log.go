@@ -224,6 +224,10 @@ func (l *Log) Read(offset, maxBytes int64, atLeastOne bool) (ReadResult, error) 
 		l.mu.RUnlock()
 		return res, nil
 	}
+	if len(l.segments) == 0 {
+		l.mu.RUnlock()
+		return res, ErrClosed
+	}
 	i := sort.Search(len(l.segments), func(i int) bool { return l.segments[i].base > offset }) - 1
 	if i < 0 {
 		i = 0

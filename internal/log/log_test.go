@@ -690,3 +690,23 @@ func ExampleLog() {
 	fmt.Println(res.BaseOffset, err, l.HighWatermark())
 	// Output: 0 <nil> 3
 }
+
+func TestReadAfterClose(t *testing.T) {
+	f := newFixture(t, WriteSyscall)
+	l := f.open(t)
+	mustAppend(t, l, mkBatch(2, 10, 0), AckForced)
+	res, err := l.Read(0, 1<<20, true)
+	if err != nil || len(res.Chunks) != 1 {
+		t.Fatalf("read: %v", err)
+	}
+	l.Close()
+	// A range taken before Close stays readable until released.
+	buf := make([]byte, res.Chunks[0].Len)
+	if _, err := res.Chunks[0].File.ReadAt(buf, res.Chunks[0].Pos); err != nil {
+		t.Fatalf("reading a held range after close: %v", err)
+	}
+	res.Release()
+	if _, err := l.Read(0, 1<<20, true); !errors.Is(err, ErrClosed) {
+		t.Fatalf("read after close: %v", err)
+	}
+}

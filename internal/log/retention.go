@@ -197,7 +197,6 @@ func (l *Log) removeSegmentsLocked(drop func(s, next *segment) bool) []*segment 
 func (l *Log) deleteSegments(victims []*segment) error {
 	var first error
 	for _, s := range victims {
-		s.removed.Store(true)
 		if err := l.cfg.FS.Remove(s.path); err != nil && first == nil {
 			first = &IOError{Op: "remove segment", Err: err}
 		}

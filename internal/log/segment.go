@@ -34,9 +34,10 @@ type indexEntry struct {
 	pos    int64
 }
 
-// timeEntry says that batches before pos hold no timestamp above maxTs... it
-// records, at batch boundaries, the largest timestamp seen so far in the
-// segment (non-decreasing), for ListOffsets by timestamp.
+// timeEntry records, at a batch boundary, the largest timestamp seen so far
+// in the segment (non-decreasing), for ListOffsets by timestamp: the first
+// batch with a timestamp >= T lies at or after the position of the first
+// entry whose maxTs >= T.
 type timeEntry struct {
 	maxTs  int64 // largest batch max timestamp in the segment up to and including this batch
 	offset int64 // base offset of the batch
@@ -67,8 +68,10 @@ type segment struct {
 	mapped   []byte // (writer) the mapping, WriteMmap active segment only
 	capacity int64  // (writer) preallocated file size for WriteMmap
 
-	refs    atomic.Int32 // readers holding the segment, plus one for the log
-	removed atomic.Bool  // deleted by retention: close when refs reach zero
+	// refs counts the readers holding the segment, plus one for the log
+	// while the segment is on its list; the last release closes the file,
+	// so retention never closes a file under a sendfile.
+	refs atomic.Int32
 }
 
 func newSegment(dir string, base int64, file vfs.File, now time.Time) *segment {
