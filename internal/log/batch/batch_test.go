@@ -313,10 +313,10 @@ func TestDecompressLimit(t *testing.T) {
 				continue
 			}
 			compressed := compress(codec, xerial, zeros)
-			if _, err := decompress(codec, compressed, 64<<10); !errors.Is(err, errTooBig) {
+			if _, err := decompress(codec, compressed, nil, 64<<10); !errors.Is(err, errTooBig) {
 				t.Fatalf("%v xerial=%v: decompress with a small limit: %v, want errTooBig", codec, xerial, err)
 			}
-			out, err := decompress(codec, compressed, len(zeros))
+			out, err := decompress(codec, compressed, nil, len(zeros))
 			if err != nil || !bytes.Equal(out, zeros) {
 				t.Fatalf("%v xerial=%v: decompress at the limit: %v (%d bytes)", codec, xerial, err, len(out))
 			}
@@ -434,5 +434,42 @@ func TestNoAllocations(t *testing.T) {
 	}
 	if _, err := Validate(b); err != nil {
 		t.Fatal(err) // the patches above must leave b valid
+	}
+}
+
+func TestVarints(t *testing.T) {
+	for _, v := range []int64{0, 1, -1, 63, -64, 64, 1 << 20, -(1 << 27), 1<<31 - 1, -1 << 31} {
+		enc := binary.AppendVarint(nil, v)
+		got, pos, ok := readVarint(enc, 0, len(enc))
+		if !ok || int64(got) != v || pos != len(enc) {
+			t.Errorf("readVarint(% x) = %d, %d, %v; want %d", enc, got, pos, ok, v)
+		}
+		if _, _, ok := readVarint(enc, 0, len(enc)-1); ok {
+			t.Errorf("readVarint accepted % x cut short", enc)
+		}
+	}
+	for _, v := range []int64{0, -1, 1 << 40, 1<<63 - 1, -1 << 63} {
+		enc := binary.AppendVarint(nil, v)
+		got, pos, ok := readVarlong(enc, 0, len(enc))
+		if !ok || got != v || pos != len(enc) {
+			t.Errorf("readVarlong(% x) = %d, %d, %v; want %d", enc, got, pos, ok, v)
+		}
+	}
+	for _, enc := range [][]byte{
+		binary.AppendVarint(nil, 1<<31),      // wider than 32 bits
+		binary.AppendVarint(nil, -1<<31-1),   // wider than 32 bits
+		{0x80, 0x80, 0x80, 0x80, 0x80, 0x00}, // six bytes
+	} {
+		if v, _, ok := readVarint(enc, 0, len(enc)); ok {
+			t.Errorf("readVarint accepted % x as %d", enc, v)
+		}
+	}
+	for _, enc := range [][]byte{
+		{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02},       // wider than 64 bits
+		{0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00}, // eleven bytes
+	} {
+		if v, _, ok := readVarlong(enc, 0, len(enc)); ok {
+			t.Errorf("readVarlong accepted % x as %d", enc, v)
+		}
 	}
 }

@@ -62,8 +62,10 @@ var (
 	})
 )
 
-// decompress inflates a batch's records, refusing more than limit bytes.
-func decompress(codec Codec, src []byte, limit int) ([]byte, error) {
+// decompress inflates a batch's records, refusing more than limit bytes. It
+// appends to dst[:0], reusing its capacity when it can.
+func decompress(codec Codec, src, dst []byte, limit int) ([]byte, error) {
+	dst = dst[:0]
 	switch codec {
 	case CodecGzip:
 		r := gzipReaders.Get().(*gzip.Reader)
@@ -71,10 +73,10 @@ func decompress(codec Codec, src []byte, limit int) ([]byte, error) {
 		if err := r.Reset(bytes.NewReader(src)); err != nil {
 			return nil, err
 		}
-		return readBounded(r, limit)
+		return readBounded(r, dst, limit)
 	case CodecSnappy:
 		if len(src) >= xerialHeaderSize && bytes.HasPrefix(src, xerialMagic) {
-			return decodeXerial(src[xerialHeaderSize:], limit)
+			return decodeXerial(src[xerialHeaderSize:], dst, limit)
 		}
 		n, err := s2.DecodedLen(src)
 		if err != nil {
@@ -83,14 +85,17 @@ func decompress(codec Codec, src []byte, limit int) ([]byte, error) {
 		if n > limit {
 			return nil, errTooBig
 		}
-		return s2.Decode(nil, src)
+		if cap(dst) < n {
+			dst = make([]byte, 0, n)
+		}
+		return s2.Decode(dst[:n], src)
 	case CodecLZ4:
 		r := lz4Readers.Get().(*lz4.Reader)
 		defer lz4Readers.Put(r)
 		r.Reset(bytes.NewReader(src))
-		return readBounded(r, limit)
+		return readBounded(r, dst, limit)
 	case CodecZstd:
-		out, err := zstdDecoder().DecodeAll(src, nil)
+		out, err := zstdDecoder().DecodeAll(src, dst)
 		if errors.Is(err, zstd.ErrDecoderSizeExceeded) || len(out) > limit {
 			return nil, errTooBig
 		}
@@ -99,10 +104,10 @@ func decompress(codec Codec, src []byte, limit int) ([]byte, error) {
 	return nil, fmt.Errorf("unknown compression codec %d", int8(codec))
 }
 
-// readBounded reads r to the end, failing once it yields more than limit
-// bytes.
-func readBounded(r io.Reader, limit int) ([]byte, error) {
-	var out bytes.Buffer
+// readBounded appends r's bytes to dst, failing once r yields more than
+// limit bytes.
+func readBounded(r io.Reader, dst []byte, limit int) ([]byte, error) {
+	out := bytes.NewBuffer(dst)
 	n, err := out.ReadFrom(&io.LimitedReader{R: r, N: int64(limit) + 1})
 	if err != nil {
 		return nil, err
@@ -115,7 +120,7 @@ func readBounded(r io.Reader, limit int) ([]byte, error) {
 
 // decodeXerial decodes xerial-framed snappy blocks (after the header). It
 // sums the blocks' declared sizes against limit before decoding any.
-func decodeXerial(src []byte, limit int) ([]byte, error) {
+func decodeXerial(src, dst []byte, limit int) ([]byte, error) {
 	total := 0
 	for rest := src; len(rest) > 0; {
 		if len(rest) < 4 {
@@ -135,7 +140,10 @@ func decodeXerial(src []byte, limit int) ([]byte, error) {
 		}
 		rest = rest[n:]
 	}
-	out := make([]byte, 0, total)
+	out := dst
+	if cap(out) < total {
+		out = make([]byte, 0, total)
+	}
 	for len(src) > 0 {
 		n := binary.BigEndian.Uint32(src)
 		block := src[4 : 4+n]

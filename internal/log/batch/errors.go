@@ -19,7 +19,8 @@ const (
 	// really sent them) but Sushka refuses them: control or transactional
 	// batches, a bad record count, records that do not parse. Resending the
 	// same bytes cannot help, so the server answers INVALID_RECORD, which
-	// clients do not retry. Kafka classifies the same cases the same way.
+	// clients do not retry. Kafka classifies bad record counts and
+	// malformed records the same way.
 	KindInvalid
 )
 

@@ -1,5 +1,14 @@
 package batch
 
+import "sync"
+
+// recordBuffers holds buffers for decompressed records: they never leave
+// ForEachRecord, so they can be reused.
+var recordBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledBuffer keeps the occasional huge batch from pinning its buffer.
+const maxPooledBuffer = 4 << 20
+
 // ForEachRecord calls fn with the offsetDelta and timestamp (ms) of each
 // record of the whole batch b, in order, until fn returns false. It is the
 // slow path behind ListOffsets by timestamp and may allocate: compressed
@@ -21,9 +30,14 @@ func ForEachRecord(b []byte, fn func(offsetDelta int32, timestamp int64) bool) e
 		if codec > maxCodec {
 			return errorf(KindInvalid, OffsetAttributes, "unknown compression codec %d (attributes 0x%04x)", int8(codec), uint16(h.Attributes))
 		}
-		records, err := decompress(codec, b[OffsetRecords:], MaxDecompressedBytes)
+		buf := recordBuffers.Get().(*[]byte)
+		defer recordBuffers.Put(buf)
+		records, err := decompress(codec, b[OffsetRecords:], *buf, MaxDecompressedBytes)
 		if err != nil {
 			return errorf(KindInvalid, OffsetRecords, "%s records do not decompress: %v", codec, err)
+		}
+		if cap(records) <= maxPooledBuffer {
+			*buf = records
 		}
 		r = recordReader{b: records, pos: 0, end: len(records), decompressed: true}
 	}
