@@ -166,7 +166,7 @@ func TestTopicAdmin(t *testing.T) {
 		}
 	}
 	for name, cr := range map[string]func() error{
-		"exists": func() error { _, err := adm.CreateTopic(ctx, 1, 1, nil, "a"); return err },
+		"exists":   func() error { _, err := adm.CreateTopic(ctx, 1, 1, nil, "a"); return err },
 		"bad name": func() error { _, err := adm.CreateTopic(ctx, 1, 1, nil, "a/b"); return err },
 		"rf 3":     func() error { _, err := adm.CreateTopic(ctx, 1, 3, nil, "rf"); return err },
 		"bad config": func() error {

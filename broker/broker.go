@@ -48,6 +48,9 @@ type Config struct {
 	// DefaultPartitions is the partition count of auto-created topics and
 	// of CreateTopics with -1 partitions. Default 1.
 	DefaultPartitions int32
+	// MaxPartitionsPerTopic bounds the partition count of a topic
+	// (CreateTopics, CreatePartitions). Default 10000.
+	MaxPartitionsPerTopic int32
 	// NodeID is this broker's node ID. Default 0.
 	NodeID int32
 	// MaxRequestBytes closes connections sending larger frames. Default
@@ -134,16 +137,17 @@ func New(cfg Config) (*Broker, error) {
 	b := &Broker{cfg: cfg, log: cfg.Logger, catalog: catalog, stopBG: make(chan struct{}), bgDone: make(chan struct{})}
 	b.metrics = newMetrics(cfg.Registry)
 	b.handler, err = api.New(api.Config{
-		FS:                cfg.FS,
-		DataDir:           cfg.DataDir,
-		Catalog:           catalog,
-		Logger:            cfg.Logger,
-		Metrics:           b.metrics,
-		NodeID:            cfg.NodeID,
-		AutoCreateTopics:  *cfg.AutoCreateTopics,
-		DefaultPartitions: cfg.DefaultPartitions,
-		MaxRequestBytes:   cfg.MaxRequestBytes,
-		Defaults:          defaults(cfg),
+		FS:                    cfg.FS,
+		DataDir:               cfg.DataDir,
+		Catalog:               catalog,
+		Logger:                cfg.Logger,
+		Metrics:               b.metrics,
+		NodeID:                cfg.NodeID,
+		AutoCreateTopics:      *cfg.AutoCreateTopics,
+		DefaultPartitions:     cfg.DefaultPartitions,
+		MaxPartitionsPerTopic: cfg.MaxPartitionsPerTopic,
+		MaxRequestBytes:       cfg.MaxRequestBytes,
+		Defaults:              defaults(cfg),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("broker: %w", err)

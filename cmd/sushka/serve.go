@@ -39,6 +39,7 @@ type serveFlags struct {
 	autoCreateTopics  bool
 	defaultPartitions int32
 	nodeID            int32
+	maxPartitions     int32
 	maxRequestBytes   int32
 	logLevel          string
 	logFormat         string
@@ -72,6 +73,7 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.BoolVar(&f.autoCreateTopics, "auto-create-topics", true, "create unknown topics named in metadata requests")
 	fl.Int32Var(&f.defaultPartitions, "default-partitions", 1, "partition count of auto-created topics")
 	fl.Int32Var(&f.nodeID, "node-id", 0, "this broker's node ID")
+	fl.Int32Var(&f.maxPartitions, "max-partitions-per-topic", 10000, "largest partition count a topic may have")
 	fl.Int32Var(&f.maxRequestBytes, "max-request-bytes", 100<<20, "largest request accepted; larger frames close the connection")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
@@ -152,17 +154,18 @@ func runServe(ctx context.Context, f serveFlags) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	start := time.Now()
 	b, err := broker.New(broker.Config{
-		DataDir:           dataDir,
-		AdvertisedAddr:    advertised,
-		AutoCreateTopics:  broker.Bool(f.autoCreateTopics),
-		DefaultPartitions: f.defaultPartitions,
-		NodeID:            f.nodeID,
-		MaxRequestBytes:   f.maxRequestBytes,
-		Logger:            logger,
-		Registry:          reg,
-		RetentionTime:     f.retention,
-		RetentionBytes:    f.retentionBytes,
-		SegmentBytes:      f.segmentBytes,
+		DataDir:               dataDir,
+		AdvertisedAddr:        advertised,
+		AutoCreateTopics:      broker.Bool(f.autoCreateTopics),
+		DefaultPartitions:     f.defaultPartitions,
+		NodeID:                f.nodeID,
+		MaxPartitionsPerTopic: f.maxPartitions,
+		MaxRequestBytes:       f.maxRequestBytes,
+		Logger:                logger,
+		Registry:              reg,
+		RetentionTime:         f.retention,
+		RetentionBytes:        f.retentionBytes,
+		SegmentBytes:          f.segmentBytes,
 	})
 	if err != nil {
 		return err

@@ -95,6 +95,10 @@ func (h *Handler) handleCreateTopics(req *kmsg.CreateTopicsRequest) kmsg.Respons
 			fail(kerr.InvalidConfig.Code, configErr)
 			continue
 		}
+		if err := h.checkPartitionLimit(partitions); err != nil {
+			fail(errorCode(err), err)
+			continue
+		}
 		if err := h.cfg.Catalog.CheckCreate(rt.Topic, partitions, configs); err != nil {
 			fail(errorCode(err), err)
 			continue

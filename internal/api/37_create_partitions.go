@@ -44,6 +44,10 @@ func (h *Handler) handleCreatePartitions(req *kmsg.CreatePartitionsRequest) kmsg
 					return fmt.Errorf("assignments may only name node %d", h.cfg.NodeID)
 				}
 			}
+			if err := h.checkPartitionLimit(rt.Count); err != nil {
+				st.ErrorCode = errorCode(err)
+				return err
+			}
 			if err := h.cfg.Catalog.CheckPartitions(rt.Topic, rt.Count); err != nil {
 				st.ErrorCode = errorCode(err)
 				return err

@@ -102,8 +102,12 @@ type Config struct {
 	NodeID            int32
 	AutoCreateTopics  bool
 	DefaultPartitions int32
-	MaxRequestBytes   int32
-	Defaults          Defaults
+	// MaxPartitionsPerTopic bounds CreateTopics and CreatePartitions: each
+	// partition is a directory, open files and a writer, so one request
+	// must not be able to exhaust the node. Default 10000.
+	MaxPartitionsPerTopic int32
+	MaxRequestBytes       int32
+	Defaults              Defaults
 
 	// WritePath overrides the partition log's write path (zero: the log's
 	// default).
@@ -158,6 +162,9 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.DefaultPartitions <= 0 {
 		cfg.DefaultPartitions = 1
 	}
+	if cfg.MaxPartitionsPerTopic <= 0 {
+		cfg.MaxPartitionsPerTopic = 10000
+	}
 	h := &Handler{
 		cfg:    cfg,
 		log:    cfg.Logger,
@@ -178,6 +185,14 @@ func New(cfg Config) (*Handler, error) {
 		h.byID[mt.ID] = t
 	}
 	return h, nil
+}
+
+// checkPartitionLimit refuses partition counts above the configured bound.
+func (h *Handler) checkPartitionLimit(n int32) error {
+	if n > h.cfg.MaxPartitionsPerTopic {
+		return fmt.Errorf("%w: %d partitions requested, this broker allows at most %d per topic (--max-partitions-per-topic)", meta.ErrBadPartitions, n, h.cfg.MaxPartitionsPerTopic)
+	}
+	return nil
 }
 
 func (h *Handler) partitionDir(name string, p int32) string {
