@@ -1,0 +1,196 @@
+package bench
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Op issues request number seq (due at due: the schedule's time in an
+// open loop, the send time in a closed loop) and returns without waiting for its answer;
+// it calls done exactly once when the answer (or an error) arrives, from
+// any goroutine. Op may block (a full client buffer): in an open loop that
+// delay is the generator falling behind its schedule, and it is counted.
+type Op func(seq int64, due time.Time, done func(error))
+
+// LoadResult is what one loop measured. Latency counts from the moment a
+// request was due (open loop) or was sent (closed loop).
+type LoadResult struct {
+	// Mode is "open-loop" or "closed-loop".
+	Mode string `json:"mode"`
+	// Offered is the scheduled rate (open loop; 0 in a closed loop).
+	Offered float64 `json:"offered_per_s"`
+	// Window is the closed loop's bound on outstanding requests.
+	Window int `json:"window,omitempty"`
+	// Issued requests, of which Acked succeeded, Errors failed and
+	// Unfinished had no answer when the drain timed out (their latency is
+	// recorded as at least the time they waited).
+	Issued     int64  `json:"issued"`
+	Acked      int64  `json:"acked"`
+	Errors     int64  `json:"errors"`
+	Unfinished int64  `json:"unfinished"`
+	FirstError string `json:"first_error,omitempty"`
+	// Elapsed runs from the first due time to the last answer.
+	Elapsed time.Duration `json:"elapsed_ns"`
+	// Latency of every request.
+	Latency *Histogram `json:"-"`
+	// SendLag is how late the generator issued each request after it was
+	// due (open loop only): a large lag means the generator or the client
+	// could not keep up, and the latency then includes the generator.
+	SendLag *Histogram `json:"-"`
+}
+
+// Achieved is the rate of acknowledged requests over Elapsed.
+func (r LoadResult) Achieved() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Acked) / r.Elapsed.Seconds()
+}
+
+// tracker collects answers of a running loop.
+type tracker struct {
+	mu       sync.Mutex
+	lat      Histogram
+	acked    int64
+	errors   int64
+	firstErr string
+	last     time.Time
+	pending  sync.WaitGroup
+	inflight atomic.Int64
+}
+
+func (t *tracker) done(start time.Time) func(error) {
+	var once atomic.Bool
+	return func(err error) {
+		if !once.CompareAndSwap(false, true) {
+			return
+		}
+		now := time.Now()
+		t.mu.Lock()
+		t.lat.Record(now.Sub(start))
+		if err != nil {
+			t.errors++
+			if t.firstErr == "" {
+				t.firstErr = err.Error()
+			}
+		} else {
+			t.acked++
+		}
+		if now.After(t.last) {
+			t.last = now
+		}
+		t.mu.Unlock()
+		t.inflight.Add(-1)
+		t.pending.Done()
+	}
+}
+
+// drain waits for the outstanding answers up to timeout and fills r.
+func (t *tracker) drain(r *LoadResult, start time.Time, timeout time.Duration, dues func() []time.Time) {
+	ch := make(chan struct{})
+	go func() { t.pending.Wait(); close(ch) }()
+	select {
+	case <-ch:
+	case <-time.After(timeout):
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r.Acked, r.Errors, r.FirstError = t.acked, t.errors, t.firstErr
+	r.Unfinished = r.Issued - t.acked - t.errors
+	end := t.last
+	if r.Unfinished > 0 {
+		end = time.Now()
+		// The unanswered requests waited at least until now.
+		for _, d := range dues() {
+			t.lat.Record(end.Sub(d))
+		}
+	}
+	if end.Before(start) {
+		end = start
+	}
+	r.Elapsed = end.Sub(start)
+	lat := t.lat
+	r.Latency = &lat
+}
+
+// OpenLoop issues rate requests per second for duration: request i is due
+// at start + i/rate whatever happened to the ones before it, and its
+// latency counts from that due time (MEASURING.md rule 7), so a server
+// that stalls shows its queue in the percentiles. The loop never waits for
+// answers; after the last request it waits up to drain for them.
+func OpenLoop(ctx context.Context, rate float64, duration, drain time.Duration, op Op) LoadResult {
+	r := LoadResult{Mode: "open-loop", Offered: rate, SendLag: &Histogram{}}
+	t := &tracker{}
+	n := int64(rate * duration.Seconds())
+	interval := float64(time.Second) / rate
+	start := time.Now()
+	var dueTimes sync.Map // seq → due, only while outstanding
+	for i := int64(0); i < n; i++ {
+		due := start.Add(time.Duration(float64(i) * interval))
+		if d := time.Until(due); d > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(d):
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		r.SendLag.Record(time.Since(due))
+		r.Issued++
+		t.pending.Add(1)
+		t.inflight.Add(1)
+		dueTimes.Store(i, due)
+		inner := t.done(due)
+		seq := i
+		op(seq, due, func(err error) { dueTimes.Delete(seq); inner(err) })
+	}
+	t.drain(&r, start, drain, func() []time.Time {
+		var out []time.Time
+		dueTimes.Range(func(_, v any) bool { out = append(out, v.(time.Time)); return true })
+		return out
+	})
+	return r
+}
+
+// ClosedLoop keeps window requests outstanding for duration: a new request
+// is sent only when an earlier one was answered, and latency counts from
+// the send. A closed loop slows down with the server and stops asking, so
+// it hides queues (coordinated omission): its figures describe saturation
+// throughput, and reports label them "closed-loop".
+func ClosedLoop(ctx context.Context, window int, duration, drain time.Duration, op Op) LoadResult {
+	if window < 1 {
+		window = 1
+	}
+	r := LoadResult{Mode: "closed-loop", Window: window}
+	t := &tracker{}
+	sem := make(chan struct{}, window)
+	start := time.Now()
+	deadline := start.Add(duration)
+	var sent sync.Map
+	for i := int64(0); ; i++ {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil || !time.Now().Before(deadline) {
+			break
+		}
+		now := time.Now()
+		r.Issued++
+		t.pending.Add(1)
+		t.inflight.Add(1)
+		sent.Store(i, now)
+		inner := t.done(now)
+		seq := i
+		op(seq, now, func(err error) { sent.Delete(seq); inner(err); <-sem })
+	}
+	t.drain(&r, start, drain, func() []time.Time {
+		var out []time.Time
+		sent.Range(func(_, v any) bool { out = append(out, v.(time.Time)); return true })
+		return out
+	})
+	return r
+}
