@@ -63,9 +63,11 @@ type benchFlags struct {
 	topicPrefix string
 	noCalibrate bool
 	w           bench.Workload
+	kind        string
 }
 
 func (f *benchFlags) register(fs *pflag.FlagSet, kind string) {
+	f.kind = kind
 	f.client.register(fs)
 	fs.StringVar(&f.name, "name", "sushka", "name of the system at --brokers in the report")
 	fs.StringVar(&f.admin, "broker-admin", "127.0.0.1:9644", `the broker's admin HTTP address (/v1/runtime: runtime profile, storage); "" for none`)
@@ -113,10 +115,12 @@ func (f *benchFlags) validate() error {
 		return fmt.Errorf("--rounds must be at least 1")
 	case w.Duration <= 0:
 		return fmt.Errorf("--duration must be positive")
-	case !w.Max && w.Rate <= 0 && w.Window == 0:
+	case (f.kind == "produce" || f.kind == "e2e") && !w.Max && w.Rate <= 0:
 		return fmt.Errorf("--rate must be positive")
 	case w.Partitions < 1 || w.Clients < 1:
 		return fmt.Errorf("--partitions and --clients must be at least 1")
+	case (f.kind == "produce" || f.kind == "sweep") && w.Window < 1:
+		return fmt.Errorf("--window must be at least 1")
 	}
 	if f.vs != "" && f.vsExec != "" {
 		return fmt.Errorf("--vs and --vs-exec name the second system two ways; give one")

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/sushka-io/sushka/bench"
+	"github.com/sushka-io/sushka/test/testbroker"
+)
+
+// runBench runs `sushka bench ARGS` in-process (this test process is the
+// generator; the broker is a child process).
+func runBench(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	root := &cobra.Command{Use: "sushka", SilenceUsage: true, SilenceErrors: true}
+	root.AddCommand(newBenchCmd())
+	root.SetArgs(append([]string{"bench"}, args...))
+	var out, errb bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	err := root.ExecuteContext(ctx)
+	if err != nil {
+		t.Logf("stderr:\n%s", errb.String())
+	}
+	return out.String(), err
+}
+
+// TestBenchSmoke runs every subcommand for about a second against a Sushka
+// broker started from the built binary, and checks the report's shape and
+// a collapse floor only (MEASURING.md rule 17: CI never gates on
+// performance).
+func TestBenchSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts the broker")
+	}
+	t.Cleanup(testbroker.Cleanup)
+	bin := testbroker.Binary(t)
+	admin := "127.0.0.1:" + strconv.Itoa(testbroker.FreePort(t))
+	p := testbroker.Start(t, bin, "--admin-listen", admin)
+	common := []string{"--brokers", p.Addr, "--broker-admin", admin, "--rounds", "1", "--no-calibration",
+		"--duration", "700ms", "--drain", "10s", "--disk-probe-bytes", "1048576", "--allow-tmpfs"}
+
+	t.Run("produce", func(t *testing.T) {
+		js := filepath.Join(t.TempDir(), "r.json")
+		out, err := runBench(t, append([]string{"produce", "--rate", "500", "--record-size", "128", "--json", js}, common...)...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		for _, want := range []string{"# host:", "# generator (this process", "GOMAXPROCS=", "# system sushka: " + p.Addr,
+			"#   storage: ", "#   durability: ", "# durability asked: acks=all", "# loadavg before:", "# disk: ", "open-loop",
+			"best (median) [worst]", "# WARNING: 1 round(s)"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("report lacks %q:\n%s", want, out)
+			}
+		}
+		var doc bench.Document
+		b, err := os.ReadFile(js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatal(err)
+		}
+		if doc.Schema != bench.SchemaVersion || len(doc.Scenarios) != 1 || doc.Environment.Host.OS == "" ||
+			len(doc.Environment.Systems) != 1 || doc.Environment.Systems[0].Runtime == nil {
+			t.Fatalf("document: %s", b)
+		}
+		sr := doc.Scenarios[0].Systems[0]
+		r := sr.Raw[0]
+		if r.Errors != 0 || r.Unfinished != 0 || r.Acked != r.Issued || r.Acked < 300 {
+			t.Errorf("raw counts: %+v", r)
+		}
+		// Collapse floor: 500/s offered, a tenth of it achieved.
+		if r.Throughput < 50 {
+			t.Errorf("collapse: %.0f records/s of 500 offered", r.Throughput)
+		}
+		if doc.Environment.Systems[0].PID == "" || !r.BrokerCPU.OK {
+			t.Errorf("the broker's pid should be found from its listening socket: %+v", doc.Environment.Systems[0])
+		}
+	})
+
+	t.Run("produce-max-vs-kfake", func(t *testing.T) {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		out, err := runBench(t, append([]string{"produce", "--max", "--window", "200", "--vs", c.ListenAddrs()[0], "--vs-name", "kfake",
+			"--rounds", "2"}, common...)...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		for _, want := range []string{"closed-loop", "sushka vs kfake on records_per_s (best rounds): ", "# system kfake: "} {
+			if !strings.Contains(out, want) {
+				t.Errorf("report lacks %q:\n%s", want, out)
+			}
+		}
+		// Interleaved: sushka 1, kfake 1, sushka 2, kfake 2 in the progress.
+	})
+
+	t.Run("vs-exec", func(t *testing.T) {
+		script := `echo noise; echo '{"records_per_s": 1234, "mode": "open-loop", "offered_per_s": 500, "issued": 10, "acked": 10, "latency": {"p99_ms": 3}}'`
+		out, err := runBench(t, append([]string{"produce", "--rate", "300", "--vs-exec", script, "--vs-name", "peer"}, common...)...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if !strings.Contains(out, "peer") || !strings.Contains(out, "1234") {
+			t.Errorf("the exec peer's round is missing:\n%s", out)
+		}
+	})
+
+	t.Run("consume", func(t *testing.T) {
+		out, err := runBench(t, append([]string{"consume", "--records", "3000", "--record-size", "256"}, common...)...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if !strings.Contains(out, "consume 256 B") || !strings.Contains(out, " 3000 ") {
+			t.Errorf("report:\n%s", out)
+		}
+	})
+
+	t.Run("e2e", func(t *testing.T) {
+		out, err := runBench(t, append([]string{"e2e", "--rate", "300"}, common...)...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if !strings.Contains(out, "e2e 1024 B") || strings.Contains(out, "received ") {
+			t.Errorf("report:\n%s", out)
+		}
+	})
+
+	t.Run("matrix", func(t *testing.T) {
+		out, err := runBench(t, append([]string{"matrix", "--records", "300"}, common...)...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		for _, want := range []string{"DISK", "linger=0ms  compression=none", "linger=50ms compression=zstd"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("report lacks %q:\n%s", want, out)
+			}
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, "compression=") && strings.HasSuffix(line, " 0.0MB") {
+				t.Errorf("no DISK bytes: %s", line)
+			}
+		}
+	})
+
+	t.Run("sweep", func(t *testing.T) {
+		out, err := runBench(t, append([]string{"sweep", "--steps", "0.1,0.5", "--window", "100", "--duration", "400ms"}, common...)...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		for _, want := range []string{"## knee", "closed-loop saturation", "p99 at 50% of saturation", "fdatasync (4 KiB append) p99"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("report lacks %q:\n%s", want, out)
+			}
+		}
+	})
+
+	t.Run("disk", func(t *testing.T) {
+		out, err := runBench(t, "disk", "--data-dir", t.TempDir(), "--write-bytes", "1048576", "--sync-iterations", "20", "--allow-tmpfs")
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if !strings.Contains(out, "# disk: ") || !strings.Contains(out, "fdatasync p50") || !strings.Contains(out, "# disk raw:") {
+			t.Errorf("report:\n%s", out)
+		}
+	})
+}
+
+func TestBenchRefusesTmpfs(t *testing.T) {
+	dir := "/dev/shm"
+	if v, err := isVolatileDir(dir); err != nil || !v {
+		t.Skip("no tmpfs at /dev/shm")
+	}
+	_, err := runBench(t, "disk", "--data-dir", dir, "--write-bytes", "1048576")
+	if err == nil || !strings.Contains(err.Error(), "--allow-tmpfs") {
+		t.Fatalf("a storage probe on tmpfs must be refused with a hint, got %v", err)
+	}
+}
+
+func isVolatileDir(dir string) (bool, error) {
+	st, err := bench.CheckStorage(dir, false)
+	if err != nil {
+		return strings.Contains(st, "volatile"), nil
+	}
+	return false, nil
+}
