@@ -248,9 +248,17 @@ func waitAny(ctx context.Context, timer <-chan time.Time, waits []<-chan struct{
 // AppendTo field by field.
 func encodeFetch(version int16, topics []fetchTopic) *server.Frame {
 	flexible := version >= 12
+	nPieces, headerBytes := 1, 16
+	for _, t := range topics {
+		headerBytes += 24 + len(t.name)
+		for _, fp := range t.parts {
+			nPieces += 1 + len(fp.result.Chunks)
+			headerBytes += 56
+		}
+	}
 	var (
-		buf    = make([]byte, 0, 64+64*len(topics))
-		pieces []server.Piece
+		buf    = make([]byte, 0, headerBytes)
+		pieces = make([]server.Piece, 0, nPieces)
 		start  int // start of buf not yet in a piece
 	)
 	arrayLen := func(n int) {
