@@ -1,0 +1,269 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/clock"
+	plog "github.com/sushka-io/sushka/internal/log"
+	"github.com/sushka-io/sushka/internal/vfs"
+)
+
+// maxDrain bounds how many queued requests one round takes: they share one
+// append and one fsync (group commit).
+const maxDrain = 256
+
+// inboxDepth bounds the requests queued for the driver.
+const inboxDepth = 1024
+
+// ErrClosed is returned by Do after Close.
+var ErrClosed = errors.New("group: coordinator closed")
+
+// ServiceConfig configures a Service.
+type ServiceConfig struct {
+	Coordinator Config
+	FS          vfs.FS
+	DataDir     string
+	Clock       clock.Clock // default clock.Real{}
+	Logger      *slog.Logger
+	WritePath   plog.WritePath
+}
+
+// Service is the driver: the one goroutine that owns a Coordinator and the
+// __consumer_offsets Store. It feeds requests and ticks to the state
+// machine, persists each Ready's records (AckForced) and only then releases
+// its responses.
+type Service struct {
+	cfg   ServiceConfig
+	log   *slog.Logger
+	clock clock.Clock
+	store *Store
+
+	inbox chan op
+	stop  chan struct{}
+	done  chan struct{}
+
+	// Owned by the run goroutine.
+	c       *Coordinator
+	nextID  uint64
+	pending map[uint64]*call
+	failed  error
+}
+
+type call struct {
+	req   Request
+	reply chan kmsg.Response // buffered 1: the driver never blocks on it
+}
+
+// op is a request or a function to run on the driver goroutine.
+type op struct {
+	call *call
+	fn   func(*Coordinator)
+}
+
+// Start opens the store, replays it into a new coordinator and starts the
+// driver.
+func Start(cfg ServiceConfig) (*Service, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Coordinator.setDefaults()
+	started := time.Now()
+	store, records, err := OpenStore(StoreConfig{
+		FS:         cfg.FS,
+		DataDir:    cfg.DataDir,
+		Partitions: cfg.Coordinator.OffsetsPartitions,
+		Clock:      cfg.Clock,
+		Logger:     cfg.Logger,
+		WritePath:  cfg.WritePath,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c := New(cfg.Coordinator)
+	if err := c.Load(records); err != nil {
+		store.Close()
+		return nil, err
+	}
+	c.Loaded(cfg.Clock.Now())
+	s := &Service{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		clock:   cfg.Clock,
+		store:   store,
+		c:       c,
+		inbox:   make(chan op, inboxDepth),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		pending: make(map[uint64]*call),
+	}
+	s.log.Info("group coordinator loaded", "records", len(records), "groups", len(c.groups), "took", time.Since(started).Round(time.Millisecond))
+	go s.run()
+	return s, nil
+}
+
+// Store returns the __consumer_offsets store.
+func (s *Service) Store() *Store { return s.store }
+
+// Do hands one group request to the coordinator and waits for its response
+// (a JoinGroup waits for the rebalance). ctx ending (the connection closed)
+// abandons the wait; the coordinator still answers into the void.
+func (s *Service) Do(ctx context.Context, clientID, clientHost string, body kmsg.Request) (kmsg.Response, error) {
+	c := &call{
+		req:   Request{ClientID: clientID, ClientHost: clientHost, Body: body},
+		reply: make(chan kmsg.Response, 1),
+	}
+	select {
+	case s.inbox <- op{call: c}:
+	case <-s.done:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case resp := <-c.reply:
+		return resp, nil
+	case <-s.done:
+		select {
+		case resp := <-c.reply:
+			return resp, nil
+		default:
+		}
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Inspect runs fn on the driver goroutine with the coordinator (admin,
+// tests) and waits for it.
+func (s *Service) Inspect(fn func(*Coordinator)) error {
+	done := make(chan struct{})
+	select {
+	case s.inbox <- op{fn: func(c *Coordinator) { fn(c); close(done) }}:
+	case <-s.done:
+		return ErrClosed
+	}
+	select {
+	case <-done:
+		return nil
+	case <-s.done:
+		return ErrClosed
+	}
+}
+
+// SetAddress changes the address FindCoordinator answers.
+func (s *Service) SetAddress(host string, port int32) {
+	s.Inspect(func(c *Coordinator) { c.SetAddress(host, port) })
+}
+
+// Close stops the driver, answers the requests still waiting with
+// COORDINATOR_NOT_AVAILABLE and closes the store.
+func (s *Service) Close() error {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	<-s.done
+	return s.store.Close()
+}
+
+func (s *Service) run() {
+	defer close(s.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		s.resetTimer(timer)
+		select {
+		case <-s.stop:
+			for id, c := range s.pending {
+				c.reply <- ErrorResponse(c.req.Body, kerr.CoordinatorNotAvailable.Code)
+				delete(s.pending, id)
+			}
+			return
+		case o := <-s.inbox:
+			s.take(o)
+		drain:
+			for i := 1; i < maxDrain; i++ {
+				select {
+				case o := <-s.inbox:
+					s.take(o)
+				default:
+					break drain
+				}
+			}
+		case <-timer.C:
+			s.c.Tick(s.clock.Now())
+		}
+		s.flush()
+	}
+}
+
+func (s *Service) resetTimer(t *time.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	d := time.Hour
+	if next := s.c.NextDeadline(); !next.IsZero() {
+		d = max(next.Sub(s.clock.Now()), time.Millisecond)
+	}
+	t.Reset(d)
+}
+
+func (s *Service) take(o op) {
+	if o.fn != nil {
+		o.fn(s.c)
+		return
+	}
+	c := o.call
+	if s.failed != nil {
+		c.reply <- ErrorResponse(c.req.Body, kerr.CoordinatorNotAvailable.Code)
+		return
+	}
+	s.nextID++
+	c.req.ID = s.nextID
+	c.req.Now = s.clock.Now()
+	s.pending[c.req.ID] = c
+	s.c.Handle(c.req)
+}
+
+// flush persists the Ready's records, then releases its responses.
+func (s *Service) flush() {
+	rd := s.c.Ready()
+	if rd.Empty() {
+		return
+	}
+	if len(rd.Records) > 0 && s.failed == nil {
+		if err := s.store.Append(rd.Records); err != nil {
+			// The disk is behind the state in memory, and storage
+			// errors are sticky: stop coordinating until a restart
+			// replays the log.
+			s.failed = err
+			s.log.Error("group coordinator: persisting to __consumer_offsets failed; groups unavailable until restart", "err", err)
+		}
+	}
+	for _, r := range rd.Responses {
+		c := s.pending[r.ID]
+		if c == nil {
+			continue
+		}
+		delete(s.pending, r.ID)
+		if s.failed != nil && len(rd.Records) > 0 {
+			c.reply <- ErrorResponse(c.req.Body, kerr.CoordinatorNotAvailable.Code)
+			continue
+		}
+		c.reply <- r.Body
+	}
+}

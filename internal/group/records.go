@@ -1,0 +1,337 @@
+package group
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/log/batch"
+)
+
+// Record key and value versions Sushka writes (Kafka's, for a broker with
+// no KIP-848 records in the classic schemas).
+const (
+	offsetKeyVersion   = 1 // OffsetCommitKey; 0 is read the same
+	groupKeyVersion    = 2 // GroupMetadataKey
+	offsetValueVersion = 3 // OffsetCommitValue with the leader epoch
+	groupValueVersion  = 3 // GroupMetadataValue with group.instance.id
+)
+
+func (c *Coordinator) offsetRecord(groupName string, tp topicPartition, o *committedOffset) Record {
+	key := kmsg.OffsetCommitKey{Version: offsetKeyVersion, Group: groupName, Topic: tp.topic, Partition: tp.partition}
+	r := Record{Partition: c.partitionFor(groupName), Key: key.AppendTo(nil)}
+	if o != nil {
+		v := kmsg.OffsetCommitValue{
+			Version:         offsetValueVersion,
+			Offset:          o.offset,
+			LeaderEpoch:     o.leaderEpoch,
+			Metadata:        o.metadata,
+			CommitTimestamp: o.commitTimestamp,
+		}
+		r.Value = v.AppendTo(nil)
+	}
+	return r
+}
+
+func (c *Coordinator) groupRecord(groupName string, v *kmsg.GroupMetadataValue) Record {
+	key := kmsg.GroupMetadataKey{Version: groupKeyVersion, Group: groupName}
+	r := Record{Partition: c.partitionFor(groupName), Key: key.AppendTo(nil)}
+	if v != nil {
+		r.Value = v.AppendTo(nil)
+	}
+	return r
+}
+
+// persistGroup writes the classic group's metadata: generation, protocol,
+// leader, and every member with its subscription and assignment.
+func (c *Coordinator) persistGroup(g *group) {
+	v := kmsg.GroupMetadataValue{
+		Version:               groupValueVersion,
+		ProtocolType:          g.protocolType,
+		Generation:            g.generation,
+		CurrentStateTimestamp: c.now.UnixMilli(),
+	}
+	if g.protocol != "" {
+		v.Protocol = kmsg.StringPtr(g.protocol)
+	}
+	if g.leader != "" {
+		v.Leader = kmsg.StringPtr(g.leader)
+	}
+	for _, m := range g.members {
+		v.Members = append(v.Members, kmsg.GroupMetadataValueMember{
+			MemberID:               m.id,
+			InstanceID:             m.instanceID,
+			ClientID:               m.clientID,
+			ClientHost:             m.clientHost,
+			RebalanceTimeoutMillis: ms(m.rebalanceTimeout),
+			SessionTimeoutMillis:   ms(m.sessionTimeout),
+			Subscription:           nonNil(m.metadata(g.protocol)),
+			Assignment:             nonNil(m.assignment),
+		})
+	}
+	c.persist(c.groupRecord(g.name, &v))
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// Load replays records of __consumer_offsets, oldest first: the last
+// record of a key wins, a tombstone deletes. Records of schemas Sushka does
+// not keep (KIP-848 group records, transactions) are skipped. A group
+// comes back Stable with its members and assignments (their sessions start
+// at Loaded), or Empty.
+func (c *Coordinator) Load(records []Record) error {
+	for i, r := range records {
+		if err := c.apply(r); err != nil {
+			return fmt.Errorf("group: __consumer_offsets-%d record %d: %w", r.Partition, i, err)
+		}
+	}
+	return nil
+}
+
+func (c *Coordinator) apply(r Record) error {
+	if len(r.Key) < 2 {
+		return errors.New("key shorter than its version")
+	}
+	switch version := int16(binary.BigEndian.Uint16(r.Key)); version {
+	case 0, 1:
+		var k kmsg.OffsetCommitKey
+		if err := k.ReadFrom(r.Key); err != nil {
+			return fmt.Errorf("offset commit key: %w", err)
+		}
+		g := c.groups[k.Group]
+		tp := topicPartition{k.Topic, k.Partition}
+		if r.Value == nil {
+			if g != nil {
+				delete(g.offsets, tp)
+			}
+			return nil
+		}
+		var v kmsg.OffsetCommitValue
+		if err := v.ReadFrom(r.Value); err != nil {
+			return fmt.Errorf("offset commit value: %w", err)
+		}
+		if g == nil {
+			g = newGroup(k.Group)
+			c.groups[k.Group] = g
+		}
+		leaderEpoch := v.LeaderEpoch
+		if v.Version < 3 {
+			leaderEpoch = -1
+		}
+		g.offsets[tp] = committedOffset{offset: v.Offset, leaderEpoch: leaderEpoch, metadata: v.Metadata, commitTimestamp: v.CommitTimestamp}
+	case 2:
+		var k kmsg.GroupMetadataKey
+		if err := k.ReadFrom(r.Key); err != nil {
+			return fmt.Errorf("group metadata key: %w", err)
+		}
+		if r.Value == nil {
+			delete(c.groups, k.Group)
+			return nil
+		}
+		var v kmsg.GroupMetadataValue
+		if err := v.ReadFrom(r.Value); err != nil {
+			return fmt.Errorf("group metadata value: %w", err)
+		}
+		g := c.groups[k.Group]
+		if g == nil {
+			g = newGroup(k.Group)
+			c.groups[k.Group] = g
+		}
+		g.kind = kindClassic
+		g.protocolType, g.generation = v.ProtocolType, v.Generation
+		g.protocol, g.leader = "", ""
+		if v.Protocol != nil {
+			g.protocol = *v.Protocol
+		}
+		if v.Leader != nil {
+			g.leader = *v.Leader
+		}
+		g.members, g.static = nil, map[string]string{}
+		for _, vm := range v.Members {
+			m := &member{
+				id:               vm.MemberID,
+				instanceID:       vm.InstanceID,
+				clientID:         vm.ClientID,
+				clientHost:       vm.ClientHost,
+				sessionTimeout:   msDuration(vm.SessionTimeoutMillis),
+				rebalanceTimeout: msDuration(vm.RebalanceTimeoutMillis),
+				protocols:        []kmsg.JoinGroupRequestProtocol{{Name: g.protocol, Metadata: vm.Subscription}},
+				assignment:       vm.Assignment,
+			}
+			if v.Version < 1 {
+				m.rebalanceTimeout = m.sessionTimeout
+			}
+			g.members = append(g.members, m)
+			if m.instanceID != nil {
+				g.static[*m.instanceID] = m.id
+			}
+		}
+		g.state = stateEmpty
+		if len(g.members) > 0 {
+			g.state = stateStable
+		}
+	default:
+		// KIP-848 and transaction records: not kept by this version.
+	}
+	return nil
+}
+
+// EncodeBatch frames records as one uncompressed v2 record batch, as a
+// non-idempotent producer would send it, with every record stamped
+// timestamp (ms). The base offset is 0: the log assigns it.
+func EncodeBatch(records []Record, timestamp int64) []byte {
+	var body, rec []byte
+	for i, r := range records {
+		rec = rec[:0]
+		rec = append(rec, 0)                     // attributes
+		rec = binary.AppendVarint(rec, 0)        // timestampDelta
+		rec = binary.AppendVarint(rec, int64(i)) // offsetDelta
+		rec = appendVarintBytes(rec, r.Key)      //
+		rec = appendVarintBytes(rec, r.Value)    // nil: tombstone
+		rec = binary.AppendVarint(rec, 0)        // no headers
+		body = binary.AppendVarint(body, int64(len(rec)))
+		body = append(body, rec...)
+	}
+	b := make([]byte, batch.HeaderSize, batch.HeaderSize+len(body))
+	binary.BigEndian.PutUint64(b[batch.OffsetBaseOffset:], 0)
+	binary.BigEndian.PutUint32(b[batch.OffsetLength:], uint32(batch.HeaderSize-batch.LengthFieldEnd+len(body)))
+	binary.BigEndian.PutUint32(b[batch.OffsetPartitionLeaderEpoch:], 0)
+	b[batch.OffsetMagic] = batch.Magic
+	binary.BigEndian.PutUint16(b[batch.OffsetAttributes:], 0)
+	binary.BigEndian.PutUint32(b[batch.OffsetLastOffsetDelta:], uint32(len(records)-1))
+	binary.BigEndian.PutUint64(b[batch.OffsetBaseTimestamp:], uint64(timestamp))
+	binary.BigEndian.PutUint64(b[batch.OffsetMaxTimestamp:], uint64(timestamp))
+	binary.BigEndian.PutUint64(b[batch.OffsetProducerID:], ^uint64(0)) // -1
+	binary.BigEndian.PutUint16(b[batch.OffsetProducerEpoch:], 0xffff)  // -1
+	binary.BigEndian.PutUint32(b[batch.OffsetBaseSequence:], 0xffffffff)
+	binary.BigEndian.PutUint32(b[batch.OffsetNumRecords:], uint32(len(records)))
+	b = append(b, body...)
+	binary.BigEndian.PutUint32(b[batch.OffsetCRC:], batch.CRC(b))
+	return b
+}
+
+func appendVarintBytes(dst, b []byte) []byte {
+	if b == nil {
+		return binary.AppendVarint(dst, -1)
+	}
+	dst = binary.AppendVarint(dst, int64(len(b)))
+	return append(dst, b...)
+}
+
+// DecodeBatches calls fn with the key and value of every record in data,
+// whole uncompressed v2 batches back to back (what EncodeBatch wrote), and
+// returns the offset after the last batch. The slices alias data.
+func DecodeBatches(data []byte, fn func(key, value []byte)) (next int64, err error) {
+	next = -1
+	err = batch.Split(data, func(b []byte) error {
+		h, err := batch.ParseHeader(b)
+		if err != nil {
+			return err
+		}
+		next = h.LastOffset() + 1
+		if h.Control() {
+			return nil
+		}
+		if h.Compression() != batch.CodecNone {
+			return fmt.Errorf("compressed batch at offset %d: %s", h.BaseOffset, h.Compression())
+		}
+		recs := b[batch.OffsetRecords:]
+		for i := int32(0); i < h.NumRecords; i++ {
+			n, w := binary.Varint(recs)
+			if w <= 0 || n < 0 || int64(len(recs)-w) < n {
+				return fmt.Errorf("batch at offset %d: record %d is truncated", h.BaseOffset, i)
+			}
+			var rec kmsg.Record
+			if err := rec.ReadFrom(recs[:w+int(n)]); err != nil {
+				return fmt.Errorf("batch at offset %d: record %d: %w", h.BaseOffset, i, err)
+			}
+			fn(rec.Key, rec.Value)
+			recs = recs[w+int(n):]
+		}
+		return nil
+	})
+	return next, err
+}
+
+// ErrorResponse is the response to req with every error code set to code:
+// what the driver answers when persisting failed.
+func ErrorResponse(req kmsg.Request, code int16) kmsg.Response {
+	switch req := req.(type) {
+	case *kmsg.JoinGroupRequest:
+		return joinError(req, code)
+	case *kmsg.SyncGroupRequest:
+		resp := req.ResponseKind().(*kmsg.SyncGroupResponse)
+		resp.ErrorCode = code
+		return resp
+	case *kmsg.HeartbeatRequest:
+		resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
+		resp.ErrorCode = code
+		return resp
+	case *kmsg.LeaveGroupRequest:
+		resp := req.ResponseKind().(*kmsg.LeaveGroupResponse)
+		resp.ErrorCode = code
+		return resp
+	case *kmsg.OffsetCommitRequest:
+		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+		fillCommit(req, resp, code)
+		return resp
+	case *kmsg.OffsetFetchRequest:
+		resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
+		resp.ErrorCode = code
+		for _, g := range req.Groups {
+			resp.Groups = append(resp.Groups, kmsg.OffsetFetchResponseGroup{Group: g.Group, ErrorCode: code})
+		}
+		return resp
+	case *kmsg.FindCoordinatorRequest:
+		resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
+		resp.ErrorCode, resp.NodeID, resp.Port = code, -1, -1
+		for _, k := range req.CoordinatorKeys {
+			resp.Coordinators = append(resp.Coordinators, kmsg.FindCoordinatorResponseCoordinator{Key: k, NodeID: -1, Port: -1, ErrorCode: code})
+		}
+		return resp
+	case *kmsg.ListGroupsRequest:
+		resp := req.ResponseKind().(*kmsg.ListGroupsResponse)
+		resp.ErrorCode = code
+		return resp
+	case *kmsg.DescribeGroupsRequest:
+		resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
+		for _, g := range req.Groups {
+			resp.Groups = append(resp.Groups, kmsg.DescribeGroupsResponseGroup{Group: g, ErrorCode: code})
+		}
+		return resp
+	case *kmsg.DeleteGroupsRequest:
+		resp := req.ResponseKind().(*kmsg.DeleteGroupsResponse)
+		for _, g := range req.Groups {
+			resp.Groups = append(resp.Groups, kmsg.DeleteGroupsResponseGroup{Group: g, ErrorCode: code})
+		}
+		return resp
+	case *kmsg.OffsetDeleteRequest:
+		resp := req.ResponseKind().(*kmsg.OffsetDeleteResponse)
+		resp.ErrorCode = code
+		return resp
+	case *kmsg.ConsumerGroupHeartbeatRequest:
+		resp := req.ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
+		resp.ErrorCode = code
+		return resp
+	case *kmsg.ConsumerGroupDescribeRequest:
+		resp := req.ResponseKind().(*kmsg.ConsumerGroupDescribeResponse)
+		for _, g := range req.Groups {
+			d := kmsg.NewConsumerGroupDescribeResponseGroup()
+			d.Group, d.ErrorCode = g, code
+			resp.Groups = append(resp.Groups, d)
+		}
+		return resp
+	}
+	resp := req.ResponseKind()
+	if ec, ok := resp.(interface{ SetErrorCode(int16) }); ok {
+		ec.SetErrorCode(code)
+	}
+	return resp
+}
