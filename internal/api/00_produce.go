@@ -2,7 +2,6 @@ package api
 
 import (
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -22,9 +21,11 @@ import (
 // * acks 0/1/-1 → AckNone/AckWritten/AckForced (design D4). acks=0 gets no
 //   response; if any partition failed, the connection is closed so the
 //   client notices, as Kafka does.
-// * The partitions of one request are appended concurrently, so one
-//   fdatasync can cover them (group commit); requests on one connection are
-//   appended in arrival order (Handler.Ordered).
+// * The partitions of one request are queued to their logs together, so one
+//   fdatasync per log covers them (group commit). Requests on one connection
+//   are queued in arrival order (Handler.Ordered), and the next one is
+//   queued as soon as this one is (Request.Sequenced), so pipelined
+//   requests of an idempotent producer share fsyncs too.
 // * TimeoutMillis is ignored: there are no replicas to wait for.
 // * Transactional produce is refused (transactions are not built yet).
 //
@@ -109,39 +110,30 @@ func (h *Handler) handleProduce(creq *server.Request, req *kmsg.ProduceRequest) 
 		}
 	}
 
-	run := func(j job) {
-		start := time.Now()
-		res, err := j.log.Append(j.records, ack)
-		if m := h.cfg.Metrics; m != nil {
-			m.AppendLatency(time.Since(start))
-			if err == nil {
-				m.ProducedBytes(j.topic, len(j.records))
-			}
-		}
-		if err != nil && !errors.Is(err, plog.ErrDuplicateSequence) {
-			code := produceErrorCode(err)
-			j.sp.ErrorCode = code
-			if req.Version >= 8 {
-				j.sp.ErrorMessage = errMessage(err)
-			}
-			if code == kerr.KafkaStorageError.Code {
-				h.log.Error("append failed", "topic", j.topic, "partition", j.sp.Partition, "err", err)
-			}
-			return
-		}
-		j.sp.BaseOffset = res.BaseOffset
-		j.sp.LogAppendTime = res.LogAppendTime
-		j.sp.LogStartOffset = res.LogStartOffset
+	// Queue every partition's batches in request order, then let the next
+	// produce request of this connection start (Request.Sequenced) while
+	// this one waits: an idempotent producer's pipelined requests then reach
+	// each log in sequence order and share its group commits.
+	type queued struct {
+		j       job
+		pending plog.Pending
+		err     error
+		start   time.Time
 	}
-	if len(jobs) == 1 {
-		run(jobs[0])
-	} else {
-		var wg sync.WaitGroup
-		for _, j := range jobs {
-			wg.Add(1)
-			go func() { defer wg.Done(); run(j) }()
+	waits := make([]queued, len(jobs))
+	for i, j := range jobs {
+		waits[i] = queued{j: j, start: time.Now()}
+		waits[i].pending, waits[i].err = j.log.Enqueue(j.records, ack)
+	}
+	creq.Sequenced()
+	for i := range waits {
+		q := &waits[i]
+		res := plog.AppendResult{BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
+		err := q.err
+		if err == nil {
+			res, err = q.pending.Wait()
 		}
-		wg.Wait()
+		h.finishProduce(req.Version, q.j.sp, q.j.topic, len(q.j.records), time.Since(q.start), res, err)
 	}
 
 	if req.Acks == 0 {
@@ -153,6 +145,30 @@ func (h *Handler) handleProduce(creq *server.Request, req *kmsg.ProduceRequest) 
 		return server.Response{None: true, Close: failed}
 	}
 	return server.Response{Body: resp}
+}
+
+// finishProduce fills one partition's answer from its append.
+func (h *Handler) finishProduce(version int16, sp *kmsg.ProduceResponseTopicPartition, topic string, n int, took time.Duration, res plog.AppendResult, err error) {
+	if m := h.cfg.Metrics; m != nil {
+		m.AppendLatency(took)
+		if err == nil {
+			m.ProducedBytes(topic, n)
+		}
+	}
+	if err != nil && !errors.Is(err, plog.ErrDuplicateSequence) {
+		code := produceErrorCode(err)
+		sp.ErrorCode = code
+		if version >= 8 {
+			sp.ErrorMessage = errMessage(err)
+		}
+		if code == kerr.KafkaStorageError.Code {
+			h.log.Error("append failed", "topic", topic, "partition", sp.Partition, "err", err)
+		}
+		return
+	}
+	sp.BaseOffset = res.BaseOffset
+	sp.LogAppendTime = res.LogAppendTime
+	sp.LogStartOffset = res.LogStartOffset
 }
 
 // produceErrorCode maps an Append error to the code Kafka returns.

@@ -148,13 +148,32 @@ func (l *Log) SetConfig(cfg Config) {
 // touch records until Append returns, nor ever after it with AckNone (the
 // writer may still be writing them).
 //
-// Appends of one producer are assigned offsets in call order when the calls
-// do not overlap; concurrent appends are written together (group commit) and
-// acknowledged in offset order.
+// Concurrent appends are written together (group commit) and acknowledged
+// in offset order. Append is Enqueue followed by Wait.
 func (l *Log) Append(records []byte, ack AckPolicy) (AppendResult, error) {
+	p, err := l.Enqueue(records, ack)
+	if err != nil {
+		return AppendResult{BaseOffset: -1, LogAppendTime: -1}, err
+	}
+	return p.Wait()
+}
+
+// Pending is an append queued by Enqueue. Call Wait exactly once.
+type Pending struct {
+	l   *Log
+	req *appendReq // nil for AckNone: nothing to wait for
+}
+
+// Enqueue validates records and queues them for the writer without waiting
+// for the acknowledgement. Appends enqueued by one goroutine are assigned
+// offsets in the order of the calls, so a connection can pipeline an
+// idempotent producer's requests: enqueue each in arrival order, then wait
+// for them concurrently, and one fsync covers them all. The rules for
+// records are Append's.
+func (l *Log) Enqueue(records []byte, ack AckPolicy) (Pending, error) {
 	maxBatch := l.config().MaxBatchBytes
 	if err := validateRecords(records, maxBatch); err != nil {
-		return AppendResult{BaseOffset: -1, LogAppendTime: -1}, err
+		return Pending{}, err
 	}
 	req := getReq()
 	req.records, req.ack = records, ack
@@ -163,18 +182,29 @@ func (l *Log) Append(records []byte, ack AckPolicy) (AppendResult, error) {
 	if l.closed {
 		l.closeMu.RUnlock()
 		putReq(req)
-		return AppendResult{BaseOffset: -1, LogAppendTime: -1}, ErrClosed
+		return Pending{}, ErrClosed
 	}
 	l.queue <- req
 	l.closeMu.RUnlock()
-
 	if ack == AckNone {
-		// The writer recycles req; nothing more to report.
-		return AppendResult{BaseOffset: -1, LogAppendTime: -1, LogStartOffset: l.LogStartOffset()}, nil
+		return Pending{l: l}, nil // the writer recycles req
 	}
-	<-req.done
-	res, err := req.result, req.err
-	putReq(req)
+	return Pending{l: l, req: req}, nil
+}
+
+// Wait blocks until the append is acknowledged as its AckPolicy says and
+// returns its result. For AckNone it returns at once with BaseOffset -1.
+func (p Pending) Wait() (AppendResult, error) {
+	if p.req == nil {
+		logStart := int64(-1)
+		if p.l != nil {
+			logStart = p.l.LogStartOffset()
+		}
+		return AppendResult{BaseOffset: -1, LogAppendTime: -1, LogStartOffset: logStart}, nil
+	}
+	<-p.req.done
+	res, err := p.req.result, p.req.err
+	putReq(p.req)
 	return res, err
 }
 

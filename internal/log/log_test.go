@@ -710,3 +710,31 @@ func TestReadAfterClose(t *testing.T) {
 		t.Fatalf("read after close: %v", err)
 	}
 }
+
+func TestEnqueuePipelinesInOrder(t *testing.T) {
+	f := newFixture(t, WriteSyscall)
+	mem := f.fs.(*vfs.MemFS)
+	l := f.open(t)
+	defer l.Close()
+	const pid, n = 3, 50
+	syncsBefore := mem.SyncCount()
+	var pending []Pending
+	for i := 0; i < n; i++ {
+		p, err := l.Enqueue(mkIdempotent(2, pid, 0, int32(2*i)), AckForced)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending = append(pending, p)
+	}
+	for i, p := range pending {
+		res, err := p.Wait()
+		if err != nil || res.BaseOffset != int64(2*i) {
+			t.Fatalf("pipelined append %d: offset %d, %v", i, res.BaseOffset, err)
+		}
+	}
+	syncs := mem.SyncCount() - syncsBefore
+	if syncs >= n {
+		t.Fatalf("%d pipelined forced appends took %d fsyncs: no group commit", n, syncs)
+	}
+	t.Logf("%d pipelined forced appends, %d fsyncs", n, syncs)
+}

@@ -154,10 +154,12 @@ func (c *conn) handle(sl *slot, prev, mine chan struct{}) {
 	if prev != nil {
 		<-prev
 	}
+	if mine != nil {
+		var once sync.Once
+		sl.req.orderDone = func() { once.Do(func() { close(mine) }) }
+	}
 	defer func() {
-		if mine != nil {
-			close(mine)
-		}
+		sl.req.Sequenced()
 		close(sl.done)
 	}()
 	defer func() {

@@ -48,6 +48,22 @@ type Request struct {
 	Remote net.Addr
 	// ConnID identifies the connection within this server.
 	ConnID uint64
+
+	// orderDone, for a request of an Ordered key, lets the next ordered
+	// request of the connection start (see Sequenced).
+	orderDone func()
+}
+
+// Sequenced tells the server that the order-sensitive part of an Ordered
+// request is done (for Produce: the batches are queued to the partition
+// logs, which assign offsets in queue order), so the next ordered request of
+// the connection may start while this one waits for its acknowledgements.
+// Without a call the next request starts when Handle returns. Calling it
+// more than once, or for a request that is not Ordered, does nothing.
+func (r *Request) Sequenced() {
+	if r.orderDone != nil {
+		r.orderDone()
+	}
 }
 
 // Response is a handler's answer.
@@ -97,7 +113,8 @@ type Handler interface {
 	// keys not served (the connection is closed).
 	Versions(key int16) (minVersion, maxVersion int16, ok bool)
 	// Ordered reports whether requests with key on one connection must be
-	// handled one after the other in arrival order.
+	// started one after the other in arrival order: the next one starts
+	// when the previous one returns or calls Request.Sequenced.
 	Ordered(key int16) bool
 	// Handle serves one request. ctx ends when the connection closes or the
 	// server shuts down; long waits (fetch) must end with it.

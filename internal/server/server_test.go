@@ -229,3 +229,52 @@ func FuzzParseRequest(f *testing.F) {
 		ParseRequest(frame, h)
 	})
 }
+
+// sequencedHandler serves Metadata (ordered): each request calls Sequenced
+// and then blocks until the next request has started, which deadlocks
+// unless Sequenced really lets the next ordered request start.
+type sequencedHandler struct {
+	stubHandler
+	started [3]chan struct{}
+}
+
+func (h *sequencedHandler) Handle(ctx context.Context, req *Request) Response {
+	i := req.CorrelationID
+	close(h.started[i])
+	req.Sequenced()
+	req.Sequenced() // idempotent
+	if int(i)+1 < len(h.started) {
+		select {
+		case <-h.started[i+1]:
+		case <-time.After(5 * time.Second):
+			return Response{None: true, Close: true}
+		}
+	}
+	r := req.Body.ResponseKind()
+	r.SetVersion(req.Version)
+	return Response{Body: r}
+}
+
+// TestSequencedStartsNextOrderedRequest: an ordered request that calls
+// Sequenced lets the next ordered request start before it returns
+// (pipelined produce), and responses still leave in request order.
+func TestSequencedStartsNextOrderedRequest(t *testing.T) {
+	h := &sequencedHandler{}
+	for i := range h.started {
+		h.started[i] = make(chan struct{})
+	}
+	_, addr := startServer(t, h)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range h.started {
+		c.Write(frameOf(&kmsg.MetadataRequest{Version: 12}, int32(i)))
+	}
+	for i := range h.started {
+		if corr := readCorr(t, c); corr != int32(i) {
+			t.Fatalf("response %d has correlation id %d", i, corr)
+		}
+	}
+}
