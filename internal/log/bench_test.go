@@ -90,6 +90,9 @@ func benchAppend(b *testing.B, wp WritePath, ack AckPolicy, records, size int) {
 // group; it stops scaling where the group's bytes make the fsync
 // bandwidth-bound.
 func BenchmarkGroupCommit(b *testing.B) {
+	if os.Getenv("SUSHKA_NO_YIELD") != "" {
+		yieldBeforeDrain = false
+	}
 	for _, records := range []int{1, 10} {
 		for _, producers := range []int{1, 8, 64} {
 			for _, p := range writePaths {
@@ -126,4 +129,5 @@ func benchGroupCommit(b *testing.B, wp WritePath, producers, records int) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "appends/s")
+	b.ReportMetric(float64(b.N)/float64(max(l.Syncs(), 1)), "appends/fsync")
 }

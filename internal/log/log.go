@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sushka-io/sushka/internal/clock"
@@ -89,7 +90,13 @@ type Log struct {
 	failed   error         // (mu) sticky I/O error
 
 	w writer // owned by the writer goroutine
+
+	syncs atomic.Int64 // group fsyncs of the active segment, for stats
 }
+
+// Syncs is the number of group fsyncs so far (each may acknowledge many
+// AckForced appends).
+func (l *Log) Syncs() int64 { return l.syncs.Load() }
 
 // Open opens (recovering) or creates the partition log in cfg.Dir.
 func Open(cfg Config) (*Log, error) {
