@@ -3,6 +3,8 @@ package api
 import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/group"
 )
 
 // Metadata: v0-13
@@ -15,6 +17,8 @@ import (
 //   creation is on and the request allows it (v0-3 always allow it, v4+ say
 //   so with AllowAutoTopicCreation), else UNKNOWN_TOPIC_OR_PARTITION.
 // * v10+: topics may be named by ID; an unknown ID is UNKNOWN_TOPIC_ID.
+// * __consumer_offsets (the group coordinator's, groups.go) is listed as an
+//   internal topic.
 //
 // Version notes:
 // * v1: ControllerID, IsInternal, Rack; null topics means all
@@ -46,6 +50,9 @@ func (h *Handler) handleMetadata(req *kmsg.MetadataRequest) kmsg.Response {
 		for _, t := range h.sortedTopics() {
 			resp.Topics = append(resp.Topics, h.metadataTopic(t))
 		}
+		if st, ok := h.offsetsTopicMetadata(); ok {
+			resp.Topics = append(resp.Topics, st)
+		}
 		return resp
 	}
 
@@ -58,6 +65,11 @@ func (h *Handler) handleMetadata(req *kmsg.MetadataRequest) kmsg.Response {
 				st := kmsg.NewMetadataResponseTopic()
 				st.TopicID = rt.TopicID
 				st.ErrorCode = kerr.UnknownTopicID.Code
+				resp.Topics = append(resp.Topics, st)
+				continue
+			}
+		} else if *rt.Topic == group.OffsetsTopic {
+			if st, ok := h.offsetsTopicMetadata(); ok {
 				resp.Topics = append(resp.Topics, st)
 				continue
 			}

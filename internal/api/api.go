@@ -27,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/group"
 	plog "github.com/sushka-io/sushka/internal/log"
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/server"
@@ -128,6 +129,10 @@ type Handler struct {
 	mu     sync.RWMutex // guards topics and byID (not the logs' contents)
 	topics map[string]*topic
 	byID   map[[16]byte]*topic
+
+	// groups is the group coordinator with __consumer_offsets (groups.go);
+	// set in New, nil after Close.
+	groups *group.Service
 }
 
 // topic is an open topic: its catalogue entry and one log per partition.
@@ -145,6 +150,9 @@ type hostPort struct {
 // to connect to.
 func (h *Handler) SetAdvertised(host string, port int32) {
 	h.advertised.Store(&hostPort{host, port})
+	if h.groups != nil {
+		h.groups.SetAddress(host, port)
+	}
 }
 
 func (h *Handler) advertisedAddr() (string, int32) {
@@ -183,6 +191,10 @@ func New(cfg Config) (*Handler, error) {
 		}
 		h.topics[mt.Name] = t
 		h.byID[mt.ID] = t
+	}
+	if err := h.startGroups(); err != nil {
+		h.Close()
+		return nil, err
 	}
 	return h, nil
 }
@@ -243,13 +255,15 @@ func (h *Handler) openLog(mt meta.Topic, p int32) (*plog.Log, error) {
 	return l, nil
 }
 
-// Close syncs and closes every partition log.
+// Close syncs and closes every partition log and the group coordinator.
 func (h *Handler) Close() error {
+	// The coordinator first: its driver looks topics up under mu.
+	groupsErr := h.closeGroups()
 	h.adminMu.Lock()
 	defer h.adminMu.Unlock()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var errs []error
+	errs := []error{groupsErr}
 	for _, t := range h.topics {
 		for _, l := range t.parts {
 			if err := l.Close(); err != nil {
@@ -313,6 +327,11 @@ func (h *Handler) sortedTopics() []*topic {
 
 // createTopic creates a topic and opens its logs; adminMu must be held.
 func (h *Handler) createTopicLocked(name string, partitions int32, configs map[string]string) (*topic, error) {
+	if name == group.OffsetsTopic {
+		// The internal topic exists from start-up and is not in the
+		// catalogue: its partitions belong to the group coordinator.
+		return nil, fmt.Errorf("%w: %s is internal", meta.ErrTopicExists, name)
+	}
 	mt, err := h.cfg.Catalog.CreateTopic(name, partitions, configs)
 	if err != nil {
 		return nil, err
@@ -447,6 +466,12 @@ func (h *Handler) Handle(ctx context.Context, req *server.Request) server.Respon
 		return reply(h.handleIncrementalAlterConfigs(body))
 	case *kmsg.DescribeClusterRequest:
 		return reply(h.handleDescribeCluster(body))
+	case *kmsg.OffsetCommitRequest, *kmsg.OffsetFetchRequest, *kmsg.FindCoordinatorRequest,
+		*kmsg.JoinGroupRequest, *kmsg.HeartbeatRequest, *kmsg.LeaveGroupRequest,
+		*kmsg.SyncGroupRequest, *kmsg.DescribeGroupsRequest, *kmsg.ListGroupsRequest,
+		*kmsg.DeleteGroupsRequest, *kmsg.OffsetDeleteRequest,
+		*kmsg.ConsumerGroupHeartbeatRequest, *kmsg.ConsumerGroupDescribeRequest:
+		return h.handleGroup(ctx, req) // groups.go, internal/group
 	}
 	h.log.Warn("closing connection: no handler", "key", req.Key, "client", req.Remote)
 	return server.Response{None: true, Close: true}

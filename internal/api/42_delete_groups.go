@@ -1,0 +1,14 @@
+package api
+
+// DeleteGroups: v0-2
+//
+// Behavior (internal/group):
+// * Only empty groups: NON_EMPTY_GROUP otherwise; GROUP_ID_NOT_FOUND for
+//   groups that do not exist.
+// * Tombstones for every offset and the group are fsync'd before the
+//   answer.
+//
+// Version notes:
+// * v2: flexible
+
+func init() { regKey(42, 0, 2) }

@@ -1,0 +1,133 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"net"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/group"
+	"github.com/sushka-io/sushka/internal/server"
+)
+
+// The group API keys (08, 09, 10, 11, 12, 13, 14, 15, 16, 42, 47, 68, 69)
+// are served by the group coordinator (internal/group): a state machine
+// driven by one goroutine that owns it and the __consumer_offsets log
+// (DATA/__consumer_offsets-0/). The handlers here only hand the decoded
+// request to that driver and wait for its answer, which a JoinGroup or
+// SyncGroup gets when the rebalance completes, and an OffsetCommit once the
+// commit is fsync'd.
+
+// startGroups opens __consumer_offsets, replays it and starts the driver.
+func (h *Handler) startGroups() error {
+	svc, err := group.Start(group.ServiceConfig{
+		FS:        h.cfg.FS,
+		DataDir:   h.cfg.DataDir,
+		Logger:    h.log.With("component", "group-coordinator"),
+		WritePath: h.cfg.WritePath,
+		Coordinator: group.Config{
+			NodeID: h.cfg.NodeID,
+			Topics: groupTopics{h},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	h.groups = svc
+	host, port := h.advertisedAddr()
+	svc.SetAddress(host, port)
+	return nil
+}
+
+func (h *Handler) closeGroups() error {
+	if h.groups == nil {
+		return nil
+	}
+	err := h.groups.Close()
+	h.groups = nil
+	return err
+}
+
+// Groups is the group coordinator service (tests, admin).
+func (h *Handler) Groups() *group.Service { return h.groups }
+
+// groupTopics shows the coordinator the open topics.
+type groupTopics struct{ h *Handler }
+
+func (g groupTopics) Partitions(name string) ([16]byte, int32, bool) {
+	t := g.h.lookup(name)
+	if t == nil {
+		return [16]byte{}, 0, false
+	}
+	return t.meta.ID, int32(len(t.parts)), true
+}
+
+func (g groupTopics) TopicByID(id [16]byte) (string, int32, bool) {
+	t := g.h.lookupID(id)
+	if t == nil {
+		return "", 0, false
+	}
+	return t.meta.Name, int32(len(t.parts)), true
+}
+
+// handleGroup hands a group request to the coordinator and waits for its
+// response. A connection that closes abandons the wait.
+func (h *Handler) handleGroup(ctx context.Context, req *server.Request) server.Response {
+	host := ""
+	if req.Remote != nil {
+		host = req.Remote.String()
+		if ip, _, err := net.SplitHostPort(host); err == nil {
+			host = ip
+		}
+		host = "/" + host // Kafka's client host format
+	}
+	svc := h.groups
+	if svc == nil {
+		return reply(group.ErrorResponse(req.Body, kerr.CoordinatorNotAvailable.Code))
+	}
+	resp, err := svc.Do(ctx, req.ClientID, host, req.Body)
+	if err != nil {
+		if errors.Is(err, group.ErrClosed) {
+			return reply(group.ErrorResponse(req.Body, kerr.CoordinatorNotAvailable.Code))
+		}
+		return server.Response{None: true, Close: true} // the connection is gone
+	}
+	return reply(resp)
+}
+
+// offsetsTopicID is the internal topic's ID: fixed for a cluster, derived
+// from the cluster ID.
+func (h *Handler) offsetsTopicID() [16]byte {
+	sum := sha256.Sum256([]byte(h.cfg.Catalog.ClusterID() + "/" + group.OffsetsTopic))
+	var id [16]byte
+	copy(id[:], sum[:16])
+	return id
+}
+
+// offsetsTopicMetadata is __consumer_offsets in a Metadata response: an
+// internal topic led by this node.
+func (h *Handler) offsetsTopicMetadata() (kmsg.MetadataResponseTopic, bool) {
+	svc := h.groups
+	if svc == nil {
+		return kmsg.MetadataResponseTopic{}, false
+	}
+	st := kmsg.NewMetadataResponseTopic()
+	name := group.OffsetsTopic
+	st.Topic = &name
+	st.TopicID = h.offsetsTopicID()
+	st.IsInternal = true
+	for p := int32(0); p < svc.Store().Partitions(); p++ {
+		sp := kmsg.NewMetadataResponseTopicPartition()
+		sp.Partition = p
+		sp.Leader = h.cfg.NodeID
+		sp.LeaderEpoch = LeaderEpoch
+		sp.Replicas = []int32{h.cfg.NodeID}
+		sp.ISR = []int32{h.cfg.NodeID}
+		sp.OfflineReplicas = []int32{}
+		st.Partitions = append(st.Partitions, sp)
+	}
+	return st, true
+}
