@@ -170,3 +170,101 @@ func TestGroupTwoConsumersSplitPartitions(t *testing.T) {
 	}
 	t.Logf("assignments: %v", assigned)
 }
+
+// TestGroupKIP848TwoConsumers: franz-go's KIP-848 mode (the broker
+// assigns): two members of one group split the partitions and read every
+// record once; the group is listed as a "consumer" (KIP-848) group.
+func TestGroupKIP848TwoConsumers(t *testing.T) {
+	dir := t.TempDir()
+	tb := startBroker(t, Config{DataDir: dir})
+	admin := kadm.NewClient(tb.client())
+	if _, err := admin.CreateTopic(context.Background(), 4, 1, nil, "next-gen"); err != nil {
+		t.Fatal(err)
+	}
+	groupProduce(t, tb, "next-gen", 4, 200, "v")
+
+	var mu sync.Mutex
+	seen := map[string]int{}
+	assigned := map[int]map[string][]int32{}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 2 {
+		cl := tb.client(
+			kgo.ConsumerGroup("kip848"), kgo.ConsumeTopics("next-gen"),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+			kgo.Balancers(kgo.RangeBalancer()), kgo.ServerSideBalancer(),
+			kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+				mu.Lock()
+				if assigned[i] == nil {
+					assigned[i] = map[string][]int32{}
+				}
+				assigned[i]["next-gen"] = append(assigned[i]["next-gen"], m["next-gen"]...)
+				mu.Unlock()
+			}),
+			kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+				mu.Lock()
+				var keep []int32
+				for _, p := range assigned[i]["next-gen"] {
+					if !slicesContains(m["next-gen"], p) {
+						keep = append(keep, p)
+					}
+				}
+				if assigned[i] != nil {
+					assigned[i]["next-gen"] = keep
+				}
+				mu.Unlock()
+			}),
+		)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				fs := cl.PollFetches(ctx)
+				mu.Lock()
+				fs.EachRecord(func(r *kgo.Record) { seen[fmt.Sprintf("%d/%d", r.Partition, r.Offset)]++ })
+				mu.Unlock()
+			}
+			cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+			cl.CommitUncommittedOffsets(cctx)
+			ccancel()
+		}()
+	}
+	for ctx.Err() == nil {
+		mu.Lock()
+		done := len(seen) == 200 && len(assigned[0]["next-gen"]) > 0 && len(assigned[1]["next-gen"]) > 0
+		mu.Unlock()
+		if done {
+			cancel()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	wg.Wait()
+	lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer lcancel()
+	listed, err := admin.ListGroups(lctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, ok := listed["kip848"]; !ok || g.GroupType != "consumer" {
+		t.Fatalf("group kip848 listed as %+v, want a consumer (KIP-848) group", listed["kip848"])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 200 {
+		t.Fatalf("the group read %d distinct records, want 200", len(seen))
+	}
+	if len(assigned[0]["next-gen"])+len(assigned[1]["next-gen"]) != 4 || len(assigned[0]["next-gen"]) == 0 || len(assigned[1]["next-gen"]) == 0 {
+		t.Fatalf("assignments %v do not split the 4 partitions", assigned)
+	}
+	t.Logf("assignments: %v", assigned)
+}
+
+func slicesContains(s []int32, v int32) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
