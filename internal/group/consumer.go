@@ -144,9 +144,6 @@ func (c *Coordinator) consumerHeartbeat(r Request, req *kmsg.ConsumerGroupHeartb
 	case -1, -2: // leave; -2 is a static member's temporary leave
 		m := g.cmember(req.MemberID)
 		if m == nil {
-			if req.InstanceID != nil {
-				return fail(kerr.UnknownMemberID.Code, "")
-			}
 			return fail(kerr.UnknownMemberID.Code, "")
 		}
 		c.removeConsumerMember(g, m)
