@@ -245,9 +245,8 @@ func (h *Handler) logConfig(mt meta.Topic, p int32) plog.Config {
 
 func (h *Handler) openLog(mt meta.Topic, p int32) (*plog.Log, error) {
 	cfg := h.logConfig(mt, p)
-	if err := h.cfg.FS.MkdirAll(cfg.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("creating %s: %w", cfg.Dir, err)
-	}
+	// plog.Open creates the directory and syncs its parent, so a topic
+	// acknowledged by CreateTopics survives a crash: no MkdirAll here.
 	l, err := plog.Open(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("opening partition log %s: %w", cfg.Dir, err)
