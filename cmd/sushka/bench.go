@@ -506,7 +506,8 @@ offered rate or whose p99 exceeds 10× the lowest rung's (and 10 ms). The p99 at
 			for _, frac := range steps {
 				w := f.w
 				w.Max = false
-				sc := &bench.Scenario{Name: fmt.Sprintf("sweep %.0f%% of saturation: %s", 100*frac, w.Label("produce")), Kind: "sweep", Primary: "p99_ms", Unit: "ms", Workload: w}
+				name := strings.Replace(w.Label("produce"), fmt.Sprintf("open-loop %.0f/s", w.Rate), fmt.Sprintf("open-loop at %.0f%% of each system's saturation", 100*frac), 1)
+				sc := &bench.Scenario{Name: "sweep " + name, Kind: "sweep", Primary: "p99_ms", Unit: "ms", Workload: w}
 				rr := s.runner()
 				err := rr.Run(ctx, sc, func(ctx context.Context, sys bench.System, _ int) (bench.RoundResult, error) {
 					ww := w
