@@ -126,6 +126,13 @@ func (h *Handler) handleProduce(creq *server.Request, req *kmsg.ProduceRequest) 
 		waits[i].pending, waits[i].err = j.log.Enqueue(j.records, ack)
 	}
 	creq.Sequenced()
+	if ack != plog.AckNone {
+		// Every append below is waited for, so once this handler returns
+		// the records (which alias the request frame) are on disk or in the
+		// page cache and nothing refers to the frame: with acks=0 the
+		// writer may still be writing them, so the frame is left alone.
+		creq.RecycleFrame()
+	}
 	for i := range waits {
 		q := &waits[i]
 		res := plog.AppendResult{BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}

@@ -116,7 +116,7 @@ func (c *conn) serve() {
 			c.abort()
 			return
 		}
-		frame := make([]byte, size)
+		frame := getFrame(int(size))
 		if _, err := io.ReadFull(c.nc, frame); err != nil {
 			if !c.isStopping() {
 				c.log.Debug("connection closed mid-frame", "err", err)
@@ -130,6 +130,7 @@ func (c *conn) serve() {
 			return
 		}
 		req.Remote = c.nc.RemoteAddr()
+		req.frame = frame
 		req.ConnID = c.id
 		if c.s.cfg.OnRequest != nil {
 			c.s.cfg.OnRequest(req.Key)
@@ -169,6 +170,10 @@ func (c *conn) handle(sl *slot, prev, mine chan struct{}) {
 		}
 	}()
 	sl.resp = c.s.cfg.Handler.Handle(c.ctx, sl.req)
+	if sl.req.recycle {
+		putFrame(sl.req.frame)
+		sl.req.frame = nil
+	}
 }
 
 // writeLoop is the writer goroutine: it writes responses in request order.

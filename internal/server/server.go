@@ -52,7 +52,17 @@ type Request struct {
 	// orderDone, for a request of an Ordered key, lets the next ordered
 	// request of the connection start (see Sequenced).
 	orderDone func()
+
+	frame   []byte // the request's frame, from the frame pool
+	recycle bool   // the handler keeps no reference to frame after Handle
 }
+
+// RecycleFrame tells the server that once Handle returns, nothing refers to
+// the request's frame any more (nor to byte slices of the decoded Body,
+// which alias it), so its buffer can be reused for another request. Call it
+// only when that is true: Produce with acks != 0, whose records have been
+// written by the time Handle returns.
+func (r *Request) RecycleFrame() { r.recycle = r.frame != nil }
 
 // Sequenced tells the server that the order-sensitive part of an Ordered
 // request is done (for Produce: the batches are queued to the partition
