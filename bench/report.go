@@ -199,9 +199,10 @@ func PrintScenario(w io.Writer, s *Scenario) {
 	fmt.Fprintln(tw, "system\tround\tmode\toffered/s\trecords/s\tMB/s\tp50\tp90\tp99\tp99.9\tmax\tissued\tacked\terrors\tunfinished\tsend-lag p99\tgen cores\tbroker cores\tbroker s/GB\tloadavg\t")
 	for _, sr := range s.Systems {
 		for _, r := range sr.Raw {
+			l := r.Latency
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.2f\t%s\t%s\t%s\t\n",
 				r.System, r.Round, r.Mode, r.Offered, r.Throughput, r.MBps,
-				fmtMs(r.Latency.P50), fmtMs(r.Latency.P90), fmtMs(r.Latency.P99), fmtMs(r.Latency.P999), fmtMs(r.Latency.Max),
+				latMs(l, l.P50), latMs(l, l.P90), latMs(l, l.P99), latMs(l, l.P999), latMs(l, l.Max),
 				r.Issued, r.Acked, r.Errors, r.Unfinished, fmtMs(r.SendLag.P99), r.GeneratorCPU.Cores(),
 				cpuCores(r.BrokerCPU), cpuPerGB(r.BrokerCPUPerGB), r.LoadAfter)
 		}
@@ -229,6 +230,14 @@ func PrintScenario(w io.Writer, s *Scenario) {
 			fmt.Fprintf(w, "# WARNING: the generator used ≥90%% of its %d cores in a round against %s: those numbers describe the generator, not the broker\n", generatorCores(), sr.System)
 		}
 	}
+}
+
+// latMs prints a latency, or "-" where none was measured (consume).
+func latMs(l Latency, v float64) string {
+	if l.Count == 0 {
+		return "-"
+	}
+	return fmtMs(v)
 }
 
 func flag(b bool, s string) string {
