@@ -161,6 +161,29 @@ func CreateTopic(ctx context.Context, brokers, topic string, partitions int32) e
 	return nil
 }
 
+// DeleteTopic deletes topic; a topic that does not exist is fine. Benchmark
+// rounds write gigabytes each, so every round's topic is deleted after it
+// (sushka bench --keep-topics keeps them).
+func DeleteTopic(ctx context.Context, brokers, topic string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	resp, err := kadm.NewClient(cl).DeleteTopics(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("deleting topic %s on %s: %w", topic, brokers, err)
+	}
+	for _, r := range resp {
+		if r.Err != nil && !errors.Is(r.Err, kerr.UnknownTopicOrPartition) {
+			return fmt.Errorf("deleting topic %s on %s: %w", topic, brokers, r.Err)
+		}
+	}
+	return nil
+}
+
 // ProduceResult is one produce round.
 type ProduceResult struct {
 	Load  LoadResult `json:"load"`

@@ -45,9 +45,13 @@ type RoundResult struct {
 	GeneratorSaturated bool      `json:"generator_saturated"`
 	BrokerCPU          CPUSample `json:"broker_cpu"`
 	BrokerCPUPerGB     float64   `json:"broker_cpu_s_per_gb"`
-	LoadBefore         string    `json:"loadavg_before"`
-	LoadAfter          string    `json:"loadavg_after"`
-	Note               string    `json:"note,omitempty"`
+	// Cleanup, if set by the round function, runs after the round's CPU
+	// and time windows have closed (deleting the round's topic must not
+	// count as the round's broker work).
+	Cleanup    func() `json:"-"`
+	LoadBefore string `json:"loadavg_before"`
+	LoadAfter  string `json:"loadavg_after"`
+	Note       string `json:"note,omitempty"`
 }
 
 // FromLoad fills the load figures of r from l and bytes.
@@ -128,6 +132,10 @@ func (r *Runner) one(ctx context.Context, sys System, round int, fn RoundFunc) (
 		res.GeneratorCPU = gen.Stop()
 	}
 	res.BrokerCPU = brk.Stop()
+	if res.Cleanup != nil {
+		res.Cleanup()
+		res.Cleanup = nil
+	}
 	if err != nil {
 		return res, err
 	}

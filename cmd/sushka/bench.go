@@ -62,6 +62,7 @@ type benchFlags struct {
 	diskProbe   int64
 	topicPrefix string
 	noCalibrate bool
+	keepTopics  bool
 	w           bench.Workload
 	kind        string
 }
@@ -86,6 +87,7 @@ func (f *benchFlags) register(fs *pflag.FlagSet, kind string) {
 	fs.Int64Var(&f.diskProbe, "disk-probe-bytes", 64<<20, "size of the quick disk probe printed in the header (0: none)")
 	fs.StringVar(&f.topicPrefix, "topic-prefix", "sushka-bench", "each round writes to a fresh topic <prefix>-<kind>-<unix-nanos>")
 	fs.BoolVar(&f.noCalibrate, "no-calibration", false, "skip the discarded calibration round (smoke runs only)")
+	fs.BoolVar(&f.keepTopics, "keep-topics", false, "keep each round's topic instead of deleting it after the round (they add up to gigabytes)")
 	w := &f.w
 	fs.IntVar(&w.RecordSize, "record-size", 1024, "record value size in bytes (unique JSON with random filler)")
 	fs.BoolVar(&w.Keys, "keys", false, "give records keys (1024 distinct)")
@@ -225,6 +227,18 @@ func (s *session) topic(kind string) string {
 	return fmt.Sprintf("%s-%s-%d", s.f.topicPrefix, kind, time.Now().UnixNano())
 }
 
+// dropTopic deletes a round's topic once the round is measured, unless
+// --keep-topics: a saturation round writes gigabytes, and a session of them
+// fills the broker's disk otherwise.
+func (s *session) dropTopic(ctx context.Context, sys bench.System, topic string) {
+	if s.f.keepTopics || topic == "" {
+		return
+	}
+	if err := bench.DeleteTopic(ctx, sys.Brokers, topic); err != nil {
+		fmt.Fprintf(s.errw, "# warning: %v (the data stays on %s's disk)\n", err, sys.Name)
+	}
+}
+
 func (s *session) scenario(sc *bench.Scenario) {
 	s.doc.Scenarios = append(s.doc.Scenarios, sc)
 	bench.PrintScenario(s.out, sc)
@@ -265,14 +279,7 @@ func newBenchProduceCmd() *cobra.Command {
 				sc.Notes = append(sc.Notes, "open-loop: latency counts from the moment each record was due")
 			}
 			err = s.runner().Run(ctx, sc, func(ctx context.Context, sys bench.System, _ int) (bench.RoundResult, error) {
-				topic := s.topic("produce")
-				if err := bench.CreateTopic(ctx, sys.Brokers, topic, w.Partitions); err != nil {
-					return bench.RoundResult{}, err
-				}
-				p, err := bench.Produce(ctx, sys.Brokers, topic, w)
-				var r bench.RoundResult
-				r.FromLoad(p.Load, p.Bytes)
-				return r, err
+				return produceRound(ctx, s, sys, w)
 			})
 			if err != nil {
 				return err
@@ -315,6 +322,7 @@ func newBenchConsumeCmd() *cobra.Command {
 					return fmt.Errorf("filling %s on %s: %w", t, sys.Name, err)
 				}
 				topics[sys.Name] = t
+				defer s.dropTopic(ctx, sys, t)
 			}
 			sc := &bench.Scenario{Name: w.Label("consume"), Kind: "consume", Primary: "records_per_s", Unit: "records/s", Workload: w,
 				Notes: []string{"each round reads the whole topic from the start with a fresh client (no group); the window opens at the first record; the data was written just before, so it is likely in the page cache"}}
@@ -361,6 +369,7 @@ func newBenchE2ECmd() *cobra.Command {
 				}
 				e, err := bench.E2E(ctx, sys.Brokers, topic, w)
 				var r bench.RoundResult
+				r.Cleanup = func() { s.dropTopic(ctx, sys, topic) }
 				r.FromLoad(e.Produce, e.Produce.Acked*int64(w.RecordSize))
 				r.Mode = "e2e"
 				if e.Latency != nil {
@@ -415,7 +424,10 @@ the topic gained in the partition logs, from DescribeAllLogDirs.`,
 					sc := &bench.Scenario{Name: "matrix " + label, Kind: "matrix", Primary: "records_per_s", Unit: "records/s", Workload: w}
 					suffix := fmt.Sprintf("l%dms-%s", l.Milliseconds(), c)
 					err := s.runner().Run(ctx, sc, func(ctx context.Context, sys bench.System, _ int) (bench.RoundResult, error) {
-						return bench.MatrixCell(ctx, sys.Brokers, s.topic("matrix-"+suffix), w, records)
+						topic := s.topic("matrix-" + suffix)
+						r, err := bench.MatrixCell(ctx, sys.Brokers, topic, w, records)
+						r.Cleanup = func() { s.dropTopic(ctx, sys, topic) }
+						return r, err
 					})
 					if err != nil {
 						return err
@@ -561,6 +573,7 @@ func produceRound(ctx context.Context, s *session, sys bench.System, w bench.Wor
 	p, err := bench.Produce(ctx, sys.Brokers, topic, w)
 	var r bench.RoundResult
 	r.FromLoad(p.Load, p.Bytes)
+	r.Cleanup = func() { s.dropTopic(ctx, sys, topic) }
 	return r, err
 }
 

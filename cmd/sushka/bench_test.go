@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sushka-io/sushka/bench"
 	"github.com/sushka-io/sushka/test/testbroker"
@@ -88,6 +90,11 @@ func TestBenchSmoke(t *testing.T) {
 		}
 		if doc.Environment.Systems[0].PID == "" || !r.BrokerCPU.OK {
 			t.Errorf("the broker's pid should be found from its listening socket: %+v", doc.Environment.Systems[0])
+		}
+		// Each round's topic is deleted after the round (a session of
+		// saturation rounds would fill the disk otherwise).
+		if left := benchTopics(t, p.Addr); len(left) != 0 {
+			t.Errorf("bench left its topics behind: %v", left)
 		}
 	})
 
@@ -198,4 +205,27 @@ func isVolatileDir(dir string) (bool, error) {
 		return strings.Contains(st, "volatile"), nil
 	}
 	return false, nil
+}
+
+// benchTopics lists the topics named like sushka bench's on the broker.
+func benchTopics(t *testing.T, addr string) []string {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	topics, err := kadm.NewClient(cl).ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, name := range topics.Names() {
+		if strings.HasPrefix(name, "sushka-bench-") {
+			names = append(names, name)
+		}
+	}
+	return names
 }
