@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sushka-io/sushka/test/testbroker"
 )
 
 // runCLI runs the client commands in-process against brokers with a fresh
@@ -57,7 +59,7 @@ func rowWith(out, first string) []string {
 }
 
 func TestTopicCommands(t *testing.T) {
-	b := startCLIBroker(t)
+	b := testbroker.StartInProcess(t)
 
 	out := mustCLI(t, b, "", "topic", "create", "alpha", "beta", "-p", "3", "-r", "1", "-c", "retention.ms=3600000")
 	if f := rowWith(out, "alpha"); len(f) < 2 || f[1] != "OK" {
@@ -128,7 +130,7 @@ func TestTopicCommands(t *testing.T) {
 }
 
 func TestProduceConsume(t *testing.T) {
-	b := startCLIBroker(t)
+	b := testbroker.StartInProcess(t)
 	mustCLI(t, b, "", "topic", "create", "orders", "-p", "1", "-r", "1")
 
 	var in strings.Builder
@@ -253,7 +255,7 @@ func TestProduceConsume(t *testing.T) {
 }
 
 func TestProduceCodecsAndPartitions(t *testing.T) {
-	b := startCLIBroker(t)
+	b := testbroker.StartInProcess(t)
 	mustCLI(t, b, "", "topic", "create", "multi", "-p", "3", "-r", "1")
 	codecs := []string{"none", "gzip", "snappy", "lz4", "zstd"}
 	for p, codec := range codecs {
@@ -297,7 +299,7 @@ func TestProduceCodecsAndPartitions(t *testing.T) {
 }
 
 func TestConsumeErrors(t *testing.T) {
-	b := startCLIBroker(t)
+	b := testbroker.StartInProcess(t)
 	_, _, err := runCLI(t, b, "", "consume", "nope", "--offset", "start", "-e")
 	if err == nil || !strings.Contains(err.Error(), "UNKNOWN_TOPIC_OR_PARTITION") || !strings.Contains(err.Error(), "hint:") {
 		t.Fatalf("consume of a missing topic: %v", err)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sushka-io/sushka/test/testbroker"
 )
 
 func runGroupCLI(t *testing.T, brokers, stdin string, args ...string) string {
@@ -30,7 +32,7 @@ func runGroupCLI(t *testing.T, brokers, stdin string, args ...string) string {
 // TestGroupCommands: consume --group commits, group list/describe show the
 // group and its lag, seek moves it back, delete removes it.
 func TestGroupCommands(t *testing.T) {
-	b := startCLIBroker(t)
+	b := testbroker.StartInProcess(t)
 	runGroupCLI(t, b, "", "topic", "create", "gt", "-p", "1")
 	runGroupCLI(t, b, "m1\nm2\nm3\nm4\nm5\n", "produce", "gt")
 	if out := runGroupCLI(t, b, "", "consume", "gt", "--group", "cg", "-o", "start", "-n", "3"); out != "m1\nm2\nm3\n" {

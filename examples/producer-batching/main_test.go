@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sushka-io/sushka/test/testbroker"
 )
 
 // TestMatrix runs the lesson's full matrix with a small record count against
@@ -14,7 +16,7 @@ import (
 // every record, that the DISK column is filled and that the codecs shrink
 // the logs the way the lesson says they do.
 func TestMatrix(t *testing.T) {
-	brokers := startBroker(t)
+	brokers := testbroker.StartInProcess(t)
 	const n = 400
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -1,6 +1,7 @@
 // Package testbroker starts a real Sushka broker for tests: the sushka
 // binary built into a temporary directory and run as a child process on a
-// free 127.0.0.1 port, with its data directory in t.TempDir().
+// free 127.0.0.1 port, with its data directory in t.TempDir() (Start), or
+// the broker package served in the test's own process (StartInProcess).
 package testbroker
 
 import (

@@ -1,4 +1,4 @@
-package main
+package testbroker
 
 import (
 	"context"
@@ -12,9 +12,12 @@ import (
 	"github.com/sushka-io/sushka/broker"
 )
 
-// startCLIBroker starts a Sushka broker in-process on 127.0.0.1:0 with its
-// data in t.TempDir() and returns its address.
-func startCLIBroker(t *testing.T) string {
+// StartInProcess starts a Sushka broker in this process (broker.New, then
+// Serve on 127.0.0.1:0) with its data in t.TempDir() and its log discarded,
+// and returns its address. The broker shuts down when the test ends; a
+// failed shutdown or Serve error fails the test. Use Start instead to test
+// the sushka binary as users run it.
+func StartInProcess(t testing.TB) string {
 	t.Helper()
 	b, err := broker.New(broker.Config{
 		DataDir: t.TempDir(),
