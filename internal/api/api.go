@@ -184,8 +184,13 @@ func New(cfg Config) (*Handler, error) {
 		for p := int32(0); p < mt.Partitions; p++ {
 			l, err := h.openLog(mt, p)
 			if err != nil {
-				h.Close()
-				return nil, err
+				// One partition that cannot be opened (corruption in the
+				// middle of its log, an unreadable file) must not take the
+				// broker down: it answers KAFKA_STORAGE_ERROR until an
+				// operator repairs it; the others serve.
+				h.log.Error("partition refuses to serve: its log could not be opened; produce and fetch get KAFKA_STORAGE_ERROR until it is repaired",
+					"topic", mt.Name, "partition", p, "err", err)
+				l = plog.Failed(h.logConfig(mt, p), err)
 			}
 			t.parts = append(t.parts, l)
 		}

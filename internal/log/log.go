@@ -92,6 +92,25 @@ type Log struct {
 	w writer // owned by the writer goroutine
 
 	syncs atomic.Int64 // group fsyncs of the active segment, for stats
+
+	// broken is set, for its whole life, on a Log made by Failed: it has no
+	// segments and no writer, and refuses appends and reads with failed.
+	broken bool
+}
+
+// Failed returns a Log for a partition that could not be opened (err, for
+// example a *CorruptionError): every append and read fails with err, which
+// the server reports as KAFKA_STORAGE_ERROR, while the broker keeps serving
+// its other partitions. Nothing on disk is touched.
+func Failed(cfg Config, err error) *Log {
+	cfg.setDefaults()
+	done := make(chan struct{})
+	close(done)
+	return &Log{
+		cfg: cfg, fs: cfg.FS, dir: cfg.Dir, logger: cfg.Logger.With("dir", cfg.Dir),
+		stop: make(chan struct{}), done: done, waitCh: make(chan struct{}),
+		failed: err, broken: true,
+	}
 }
 
 // Syncs is the number of group fsyncs so far (each may acknowledge many
@@ -178,6 +197,9 @@ type Pending struct {
 // for them concurrently, and one fsync covers them all. The rules for
 // records are Append's.
 func (l *Log) Enqueue(records []byte, ack AckPolicy) (Pending, error) {
+	if l.broken {
+		return Pending{}, l.failed
+	}
 	maxBatch := l.config().MaxBatchBytes
 	if err := validateRecords(records, maxBatch); err != nil {
 		return Pending{}, err
@@ -251,6 +273,9 @@ func validateRecords(records []byte, maxBatch int) error {
 // outside [LogStartOffset, HighWatermark] gives ErrOffsetOutOfRange. The
 // ranges come from one segment; read again from the next offset for more.
 func (l *Log) Read(offset, maxBytes int64, atLeastOne bool) (ReadResult, error) {
+	if l.broken {
+		return ReadResult{HighWatermark: -1, LogStartOffset: -1}, l.failed
+	}
 	l.mu.RLock()
 	res := ReadResult{HighWatermark: l.hwm, LogStartOffset: l.logStart}
 	if offset < l.logStart || offset > l.hwm {
@@ -378,6 +403,9 @@ func (l *Log) Close() error {
 	}
 	l.closed = true
 	l.closeMu.Unlock()
+	if l.broken {
+		return nil
+	}
 	close(l.stop)
 	<-l.done
 	err := l.w.closeActive()

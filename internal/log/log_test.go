@@ -738,3 +738,30 @@ func TestEnqueuePipelinesInOrder(t *testing.T) {
 	}
 	t.Logf("%d pipelined forced appends, %d fsyncs", n, syncs)
 }
+
+func TestFailedLogRefusesEverything(t *testing.T) {
+	f := newFixture(t, WriteSyscall)
+	cause := &CorruptionError{File: "/data/topic-0/00000000000000000000.log", Pos: 61, Reason: "crc mismatch"}
+	l := Failed(f.cfg, cause)
+	if _, err := l.Append(mkBatch(1, 1, 0), AckForced); err != cause {
+		t.Fatalf("append: %v", err)
+	}
+	if _, err := l.Read(0, 100, true); err != cause {
+		t.Fatalf("read: %v", err)
+	}
+	if _, err := l.DeleteRecordsBefore(0); err != cause {
+		t.Fatalf("delete records: %v", err)
+	}
+	if _, _, _, err := l.OffsetForTimestamp(0); err != cause {
+		t.Fatalf("offset for timestamp: %v", err)
+	}
+	if l.Err() != cause || l.Size() != 0 || l.EnforceRetention() != nil {
+		t.Fatal("failed log state")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := f.fs.List(f.cfg.Dir); len(names) != 0 {
+		t.Fatalf("a failed log touched its directory: %v", names)
+	}
+}

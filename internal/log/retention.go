@@ -10,6 +10,9 @@ import (
 // OffsetForTimestamp returns the first offset whose record timestamp is >=
 // ts, with that timestamp; found is false when no record has one.
 func (l *Log) OffsetForTimestamp(ts int64) (offset, timestamp int64, found bool, err error) {
+	if l.broken {
+		return -1, -1, false, l.failed
+	}
 	l.mu.RLock()
 	var s *segment
 	var from, end int64
@@ -121,6 +124,9 @@ func (l *Log) MaxTimestamp() (offset, timestamp int64) {
 // DeleteRecords), persisting it, and deletes the segments wholly below it.
 // offset -1 means the high watermark.
 func (l *Log) DeleteRecordsBefore(offset int64) (logStart int64, err error) {
+	if l.broken {
+		return -1, l.failed
+	}
 	l.mu.Lock()
 	if offset == -1 {
 		offset = l.hwm
