@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -20,6 +21,18 @@ import (
 )
 
 const defaultBrokers = "127.0.0.1:9092"
+
+// newClientParentCmd returns a command (topic, group) whose subcommands
+// share one set of connection flags, registered as persistent flags.
+func newClientParentCmd(use, short string, subcommands ...func(*clientFlags) *cobra.Command) *cobra.Command {
+	cf := &clientFlags{}
+	cmd := &cobra.Command{Use: use, Short: short}
+	cf.register(cmd.PersistentFlags())
+	for _, newSub := range subcommands {
+		cmd.AddCommand(newSub(cf))
+	}
+	return cmd
+}
 
 // clientFlags are the connection flags every client command shares.
 type clientFlags struct {
@@ -85,6 +98,21 @@ func (f *clientFlags) newAdmin() (*kadm.Client, *kgo.Client, error) {
 // reqCtx bounds one admin round trip by --timeout.
 func (f *clientFlags) reqCtx(parent context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(parent, f.timeout)
+}
+
+// adminRequest connects an admin client for one command whose requests
+// are bounded together by --timeout; call done when the command ends to
+// cancel the context and close the client.
+func (f *clientFlags) adminRequest(parent context.Context) (ctx context.Context, adm *kadm.Client, done func(), err error) {
+	adm, cl, err := f.newAdmin()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := f.reqCtx(parent)
+	return ctx, adm, func() {
+		cancel()
+		cl.Close()
+	}, nil
 }
 
 // hints maps Kafka error names to what the user can do about them.

@@ -335,13 +335,11 @@ func runConsume(cmd *cobra.Command, cf *clientFlags, o *consumeOpts, topics []st
 // checkGroupSupport fails fast when the brokers serve no group coordinator
 // (FindCoordinator, JoinGroup, OffsetCommit), instead of retrying forever.
 func checkGroupSupport(ctx context.Context, cf *clientFlags) error {
-	adm, cl, err := cf.newAdmin()
+	rctx, adm, done, err := cf.adminRequest(ctx)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	rctx, cancel := cf.reqCtx(ctx)
-	defer cancel()
+	defer done()
 	vs, err := adm.ApiVersions(rctx)
 	if err != nil {
 		return cf.explain("api versions", err)

@@ -16,19 +16,12 @@ import (
 func init() { rootCmd.AddCommand(newGroupCmd()) }
 
 func newGroupCmd() *cobra.Command {
-	cf := &clientFlags{}
-	cmd := &cobra.Command{
-		Use:   "group",
-		Short: "List, describe, delete consumer groups and move their committed offsets",
-	}
-	cf.register(cmd.PersistentFlags())
-	cmd.AddCommand(
-		newGroupListCmd(cf),
-		newGroupDescribeCmd(cf),
-		newGroupDeleteCmd(cf),
-		newGroupSeekCmd(cf),
+	return newClientParentCmd("group", "List, describe, delete consumer groups and move their committed offsets",
+		newGroupListCmd,
+		newGroupDescribeCmd,
+		newGroupDeleteCmd,
+		newGroupSeekCmd,
 	)
-	return cmd
 }
 
 func newGroupListCmd(cf *clientFlags) *cobra.Command {
@@ -39,13 +32,11 @@ func newGroupListCmd(cf *clientFlags) *cobra.Command {
 		Short:   "List consumer groups with their state",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			adm, cl, err := cf.newAdmin()
+			ctx, adm, done, err := cf.adminRequest(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer cl.Close()
-			ctx, cancel := cf.reqCtx(cmd.Context())
-			defer cancel()
+			defer done()
 			groups, err := adm.ListGroups(ctx, states...)
 			if err != nil {
 				return cf.explain("list groups", err)
@@ -62,26 +53,17 @@ func newGroupListCmd(cf *clientFlags) *cobra.Command {
 	return cmd
 }
 
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
 func newGroupDescribeCmd(cf *clientFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "describe GROUP...",
 		Short: "Show a group's state, members, assignments and lag per partition",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			adm, cl, err := cf.newAdmin()
+			ctx, adm, done, err := cf.adminRequest(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer cl.Close()
-			ctx, cancel := cf.reqCtx(cmd.Context())
-			defer cancel()
+			defer done()
 			lags, err := adm.Lag(ctx, args...)
 			if err != nil {
 				return cf.explain("describe groups", err)
@@ -140,13 +122,11 @@ func newGroupDeleteCmd(cf *clientFlags) *cobra.Command {
 		Short: "Delete empty groups and their committed offsets",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			adm, cl, err := cf.newAdmin()
+			ctx, adm, done, err := cf.adminRequest(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer cl.Close()
-			ctx, cancel := cf.reqCtx(cmd.Context())
-			defer cancel()
+			defer done()
 			resps, err := adm.DeleteGroups(ctx, args...)
 			if err != nil {
 				return cf.explain("delete groups", err)
@@ -155,14 +135,7 @@ func newGroupDeleteCmd(cf *clientFlags) *cobra.Command {
 			fmt.Fprintln(tw, "GROUP\tSTATUS")
 			var firstErr error
 			for _, name := range args {
-				status := "OK"
-				if r := resps[name]; r.Err != nil {
-					status = describeErr(r.Err, "")
-					if firstErr == nil {
-						firstErr = r.Err
-					}
-				}
-				fmt.Fprintf(tw, "%s\t%s\n", name, status)
+				fmt.Fprintf(tw, "%s\t%s\n", name, statusCell(resps[name].Err, &firstErr))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -186,13 +159,11 @@ func newGroupSeekCmd(cf *clientFlags) *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			group := args[0]
-			adm, cl, err := cf.newAdmin()
+			ctx, adm, done, err := cf.adminRequest(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer cl.Close()
-			ctx, cancel := cf.reqCtx(cmd.Context())
-			defer cancel()
+			defer done()
 			var topics []string
 			if topicsFlag != "" {
 				topics = strings.Split(topicsFlag, ",")
@@ -250,14 +221,7 @@ func newGroupSeekCmd(cf *clientFlags) *cobra.Command {
 			fmt.Fprintln(tw, "TOPIC\tPARTITION\tOFFSET\tSTATUS")
 			var firstErr error
 			resps.Each(func(r kadm.OffsetResponse) {
-				status := "OK"
-				if r.Err != nil {
-					status = describeErr(r.Err, "")
-					if firstErr == nil {
-						firstErr = r.Err
-					}
-				}
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", r.Topic, r.Partition, r.At, status)
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", r.Topic, r.Partition, r.At, statusCell(r.Err, &firstErr))
 			})
 			if err := tw.Flush(); err != nil {
 				return err

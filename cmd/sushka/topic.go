@@ -10,7 +10,6 @@ import (
 	"io"
 	"sort"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -21,24 +20,13 @@ import (
 func init() { rootCmd.AddCommand(newTopicCmd()) }
 
 func newTopicCmd() *cobra.Command {
-	cf := &clientFlags{}
-	cmd := &cobra.Command{
-		Use:   "topic",
-		Short: "Create, list, describe, alter and delete topics",
-	}
-	cf.register(cmd.PersistentFlags())
-	cmd.AddCommand(
-		newTopicCreateCmd(cf),
-		newTopicListCmd(cf),
-		newTopicDescribeCmd(cf),
-		newTopicDeleteCmd(cf),
-		newTopicAlterConfigCmd(cf),
+	return newClientParentCmd("topic", "Create, list, describe, alter and delete topics",
+		newTopicCreateCmd,
+		newTopicListCmd,
+		newTopicDescribeCmd,
+		newTopicDeleteCmd,
+		newTopicAlterConfigCmd,
 	)
-	return cmd
-}
-
-func newTabWriter(w io.Writer) *tabwriter.Writer {
-	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 }
 
 // statusRows prints "TOPIC STATUS" rows and returns an error naming the
@@ -99,13 +87,11 @@ func newTopicCreateCmd(cf *clientFlags) *cobra.Command {
 				}
 				cfgs[k] = &v
 			}
-			adm, cl, err := cf.newAdmin()
+			ctx, adm, done, err := cf.adminRequest(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer cl.Close()
-			ctx, cancel := cf.reqCtx(cmd.Context())
-			defer cancel()
+			defer done()
 			resp, err := adm.CreateTopics(ctx, partitions, replicas, cfgs, args...)
 			if err != nil {
 				return cf.explain("create topics", err)
@@ -137,13 +123,11 @@ func newTopicListCmd(cf *clientFlags) *cobra.Command {
 		Short:   "List topics",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			adm, cl, err := cf.newAdmin()
+			ctx, adm, done, err := cf.adminRequest(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer cl.Close()
-			ctx, cancel := cf.reqCtx(cmd.Context())
-			defer cancel()
+			defer done()
 			var tds kadm.TopicDetails
 			if internal {
 				tds, err = adm.ListTopicsWithInternal(ctx)
@@ -311,13 +295,11 @@ func newTopicDeleteCmd(cf *clientFlags) *cobra.Command {
 		Short:   "Delete topics",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			adm, cl, err := cf.newAdmin()
+			ctx, adm, done, err := cf.adminRequest(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer cl.Close()
-			ctx, cancel := cf.reqCtx(cmd.Context())
-			defer cancel()
+			defer done()
 			resp, err := adm.DeleteTopics(ctx, args...)
 			if err != nil {
 				return cf.explain("delete topics", err)
@@ -359,13 +341,11 @@ func newTopicAlterConfigCmd(cf *clientFlags) *cobra.Command {
 			for _, k := range dels {
 				alters = append(alters, kadm.AlterConfig{Op: kadm.DeleteConfig, Name: k})
 			}
-			adm, cl, err := cf.newAdmin()
+			ctx, adm, done, err := cf.adminRequest(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer cl.Close()
-			ctx, cancel := cf.reqCtx(cmd.Context())
-			defer cancel()
+			defer done()
 			resp, err := adm.AlterTopicConfigs(ctx, alters, args...)
 			if err != nil {
 				return cf.explain("alter configs", err)
