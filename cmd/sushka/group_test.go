@@ -1,32 +1,15 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"strings"
 	"testing"
-	"time"
-
-	"github.com/spf13/cobra"
 
 	"github.com/sushka-io/sushka/test/testbroker"
 )
 
+// runGroupCLI is mustCLI with --timeout 10s (runCLI defaults to 5s).
 func runGroupCLI(t *testing.T, brokers, stdin string, args ...string) string {
 	t.Helper()
-	root := &cobra.Command{Use: "sushka", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(newTopicCmd(), newProduceCmd(), newConsumeCmd(), newGroupCmd())
-	root.SetArgs(append(append([]string{}, args...), "--brokers", brokers, "--timeout", "10s"))
-	var out, errb bytes.Buffer
-	root.SetIn(strings.NewReader(stdin))
-	root.SetOut(&out)
-	root.SetErr(&errb)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := root.ExecuteContext(ctx); err != nil {
-		t.Fatalf("sushka %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out.String(), errb.String())
-	}
-	return out.String()
+	return mustCLI(t, brokers, stdin, append(append([]string{}, args...), "--timeout", "10s")...)
 }
 
 // TestGroupCommands: consume --group commits, group list/describe show the
