@@ -1,11 +1,6 @@
 package api
 
-import (
-	"fmt"
-
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
-)
+import "github.com/twmb/franz-go/pkg/kmsg"
 
 // AlterConfigs: v0-2
 //
@@ -41,14 +36,8 @@ func (h *Handler) handleAlterConfigs(req *kmsg.AlterConfigsRequest) kmsg.Respons
 				configs[c.Name] = *c.Value
 			}
 			sr.ErrorCode, err = h.alterTopicConfigsLocked(rr.ResourceName, configs, req.ValidateOnly)
-		case resourceBroker:
-			sr.ErrorCode = kerr.InvalidRequest.Code
-			if err = h.checkBrokerResource(rr.ResourceName); err == nil {
-				err = fmt.Errorf("broker configs cannot be changed while the broker runs; restart it with new flags")
-			}
 		default:
-			sr.ErrorCode = kerr.InvalidRequest.Code
-			err = fmt.Errorf("resource type %v is not supported", rr.ResourceType)
+			sr.ErrorCode, err = h.rejectConfigAlter(rr.ResourceType, rr.ResourceName)
 		}
 		sr.ErrorMessage = errMessage(err)
 		resp.Resources = append(resp.Resources, sr)

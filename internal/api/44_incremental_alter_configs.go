@@ -43,14 +43,8 @@ func (h *Handler) handleIncrementalAlterConfigs(req *kmsg.IncrementalAlterConfig
 				break
 			}
 			sr.ErrorCode, err = h.alterTopicConfigsLocked(rr.ResourceName, next, req.ValidateOnly)
-		case resourceBroker:
-			sr.ErrorCode = kerr.InvalidRequest.Code
-			if err = h.checkBrokerResource(rr.ResourceName); err == nil {
-				err = fmt.Errorf("broker configs cannot be changed while the broker runs; restart it with new flags")
-			}
 		default:
-			sr.ErrorCode = kerr.InvalidRequest.Code
-			err = fmt.Errorf("resource type %v is not supported", rr.ResourceType)
+			sr.ErrorCode, err = h.rejectConfigAlter(rr.ResourceType, rr.ResourceName)
 		}
 		sr.ErrorMessage = errMessage(err)
 		resp.Resources = append(resp.Resources, sr)

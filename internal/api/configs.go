@@ -120,6 +120,20 @@ func (h *Handler) checkBrokerResource(name string) error {
 	return fmt.Errorf("unexpected broker id, expected %d or empty string, but received %s", h.cfg.NodeID, name)
 }
 
+// rejectConfigAlter answers AlterConfigs and IncrementalAlterConfigs for a
+// resource that is not a topic, always INVALID_REQUEST: broker configs
+// cannot change while the broker runs (Kafka's answer for non-dynamic
+// configs), and other resource types are not supported.
+func (h *Handler) rejectConfigAlter(resourceType kmsg.ConfigResourceType, name string) (int16, error) {
+	if resourceType != resourceBroker {
+		return kerr.InvalidRequest.Code, fmt.Errorf("resource type %v is not supported", resourceType)
+	}
+	if err := h.checkBrokerResource(name); err != nil {
+		return kerr.InvalidRequest.Code, err
+	}
+	return kerr.InvalidRequest.Code, fmt.Errorf("broker configs cannot be changed while the broker runs; restart it with new flags")
+}
+
 // alterTopicConfigsLocked validates and applies a topic's new override set:
 // catalogue first (durable), then the partition logs, then the published
 // topic value. adminMu must be held.
