@@ -32,11 +32,7 @@ func init() { regKey(19, 0, 7) }
 
 func (h *Handler) handleCreateTopics(req *kmsg.CreateTopicsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
-	seen := map[string]int{}
-	for _, rt := range req.Topics {
-		seen[rt.Topic]++
-	}
-
+	twice := topicsNamedTwice(req.Topics, func(rt kmsg.CreateTopicsRequestTopic) string { return rt.Topic })
 	h.adminMu.Lock()
 	defer h.adminMu.Unlock()
 	for _, rt := range req.Topics {
@@ -50,8 +46,8 @@ func (h *Handler) handleCreateTopics(req *kmsg.CreateTopicsRequest) kmsg.Respons
 			st.NumPartitions, st.ReplicationFactor = -1, -1
 			resp.Topics = append(resp.Topics, st)
 		}
-		if seen[rt.Topic] > 1 {
-			fail(kerr.InvalidRequest.Code, fmt.Errorf("topic %q is named more than once in the request", rt.Topic))
+		if twice[rt.Topic] {
+			fail(kerr.InvalidRequest.Code, errNamedTwice(rt.Topic))
 			continue
 		}
 		partitions, rf := rt.NumPartitions, rt.ReplicationFactor

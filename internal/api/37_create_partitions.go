@@ -24,19 +24,16 @@ func init() { regKey(37, 0, 3) }
 
 func (h *Handler) handleCreatePartitions(req *kmsg.CreatePartitionsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.CreatePartitionsResponse)
-	seen := map[string]int{}
-	for _, rt := range req.Topics {
-		seen[rt.Topic]++
-	}
+	twice := topicsNamedTwice(req.Topics, func(rt kmsg.CreatePartitionsRequestTopic) string { return rt.Topic })
 	h.adminMu.Lock()
 	defer h.adminMu.Unlock()
 	for _, rt := range req.Topics {
 		st := kmsg.NewCreatePartitionsResponseTopic()
 		st.Topic = rt.Topic
 		err := func() error {
-			if seen[rt.Topic] > 1 {
+			if twice[rt.Topic] {
 				st.ErrorCode = kerr.InvalidRequest.Code
-				return fmt.Errorf("topic %q is named more than once in the request", rt.Topic)
+				return errNamedTwice(rt.Topic)
 			}
 			for _, a := range rt.Assignment {
 				if len(a.Replicas) != 1 || a.Replicas[0] != h.cfg.NodeID {

@@ -204,6 +204,28 @@ func New(cfg Config) (*Handler, error) {
 	return h, nil
 }
 
+// topicsNamedTwice returns the topics that items (a request's topic list)
+// name more than once. CreateTopics and CreatePartitions answer each such
+// entry INVALID_REQUEST (errNamedTwice), as Kafka does, and act on none.
+func topicsNamedTwice[T any](items []T, topic func(T) string) map[string]bool {
+	seen := make(map[string]int, len(items))
+	for _, it := range items {
+		seen[topic(it)]++
+	}
+	twice := map[string]bool{}
+	for name, n := range seen {
+		if n > 1 {
+			twice[name] = true
+		}
+	}
+	return twice
+}
+
+// errNamedTwice is the error message for a topic topicsNamedTwice found.
+func errNamedTwice(topic string) error {
+	return fmt.Errorf("topic %q is named more than once in the request", topic)
+}
+
 // checkPartitionLimit refuses partition counts above the configured bound.
 func (h *Handler) checkPartitionLimit(n int32) error {
 	if n > h.cfg.MaxPartitionsPerTopic {
