@@ -79,16 +79,29 @@ func Codec(name string) (kgo.CompressionCodec, error) {
 	return kgo.NoCompression(), fmt.Errorf("unknown codec %q (none, gzip, snappy, lz4, zstd)", name)
 }
 
-func acksOpt(a string) ([]kgo.Opt, error) {
-	switch a {
+// Acks parses a required-acks name (all or -1, 1, 0) and says whether the
+// producer may stay idempotent: franz-go requires acks=all for that.
+func Acks(name string) (acks kgo.Acks, idempotent bool, err error) {
+	switch name {
 	case "all", "-1":
-		return []kgo.Opt{kgo.RequiredAcks(kgo.AllISRAcks())}, nil
+		return kgo.AllISRAcks(), true, nil
 	case "1":
-		return []kgo.Opt{kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite()}, nil
+		return kgo.LeaderAck(), false, nil
 	case "0":
-		return []kgo.Opt{kgo.RequiredAcks(kgo.NoAck()), kgo.DisableIdempotentWrite()}, nil
+		return kgo.NoAck(), false, nil
 	}
-	return nil, fmt.Errorf("unknown acks %q (all, 1, 0)", a)
+	return kgo.Acks{}, false, fmt.Errorf("unknown acks %q (all, 1, 0)", name)
+}
+
+func acksOpt(name string) ([]kgo.Opt, error) {
+	acks, idempotent, err := Acks(name)
+	if err != nil {
+		return nil, err
+	}
+	if !idempotent {
+		return []kgo.Opt{kgo.RequiredAcks(acks), kgo.DisableIdempotentWrite()}, nil
+	}
+	return []kgo.Opt{kgo.RequiredAcks(acks)}, nil
 }
 
 // Payloads makes n distinct JSON records of about size bytes: a fixed

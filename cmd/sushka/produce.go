@@ -20,6 +20,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sushka-io/sushka/bench"
 )
 
 func init() { rootCmd.AddCommand(newProduceCmd()) }
@@ -62,32 +64,30 @@ func newProduceCmd() *cobra.Command {
 	return cmd
 }
 
+// parseAcks is bench.Acks for --acks, which also takes any case and the
+// names leader (1) and none (0).
 func parseAcks(s string) (kgo.Acks, bool, error) {
-	switch strings.ToLower(s) {
-	case "all", "-1":
-		return kgo.AllISRAcks(), true, nil
-	case "1", "leader":
-		return kgo.LeaderAck(), false, nil
-	case "0", "none":
-		return kgo.NoAck(), false, nil
+	name := strings.ToLower(s)
+	switch name {
+	case "leader":
+		name = "1"
+	case "none":
+		name = "0"
 	}
-	return kgo.Acks{}, false, fmt.Errorf("--acks %q: want all, 1 or 0", s)
+	acks, idempotent, err := bench.Acks(name)
+	if err != nil {
+		return kgo.Acks{}, false, fmt.Errorf("--acks %q: want all, 1 or 0", s)
+	}
+	return acks, idempotent, nil
 }
 
+// parseCodec is bench.Codec for --compression, which takes any case.
 func parseCodec(s string) (kgo.CompressionCodec, error) {
-	switch strings.ToLower(s) {
-	case "", "none":
-		return kgo.NoCompression(), nil
-	case "gzip":
-		return kgo.GzipCompression(), nil
-	case "snappy":
-		return kgo.SnappyCompression(), nil
-	case "lz4":
-		return kgo.Lz4Compression(), nil
-	case "zstd":
-		return kgo.ZstdCompression(), nil
+	codec, err := bench.Codec(strings.ToLower(s))
+	if err != nil {
+		return kgo.CompressionCodec{}, fmt.Errorf("--compression %q: want none, gzip, snappy, lz4 or zstd", s)
 	}
-	return kgo.CompressionCodec{}, fmt.Errorf("--compression %q: want none, gzip, snappy, lz4 or zstd", s)
+	return codec, nil
 }
 
 func runProduce(cmd *cobra.Command, cf *clientFlags, o *produceOpts, topic string) error {
