@@ -3,10 +3,7 @@
 package cli_test
 
 import (
-	"bytes"
-	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -16,24 +13,15 @@ import (
 	"github.com/sushka-io/sushka/test/testbroker"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testbroker.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbroker.Main(m) }
 
 func run(t *testing.T, bin, stdin string, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Stdin = strings.NewReader(stdin)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("sushka %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errOut.String())
+	out, errOut, err := testbroker.RunCommand(stdin, bin, args...)
+	if err != nil {
+		t.Fatalf("sushka %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
 	}
-	return out.String()
+	return out
 }
 
 // TestRoundTripAndInterrupt produces and consumes through the binary and

@@ -7,24 +7,17 @@
 package kcat_test
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sushka-io/sushka/test/testbroker"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testbroker.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbroker.Main(m) }
 
 // kcatPath returns kcat's path, or skips (fails on CI) when it is missing.
 func kcatPath(t *testing.T) string {
@@ -67,17 +60,7 @@ func (e *env) run(stdin, name string, args ...string) string {
 }
 
 func (e *env) try(stdin, name string, args ...string) (string, string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Stdin = strings.NewReader(stdin)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		err = fmt.Errorf("timed out after a minute: %w", err)
-	}
-	return out.String(), errOut.String(), err
+	return testbroker.RunCommand(stdin, name, args...)
 }
 
 func (e *env) kc(stdin string, args ...string) string {
