@@ -97,14 +97,20 @@ func (h *Handler) metadataTopic(t *topic) kmsg.MetadataResponseTopic {
 	st.Topic = &name
 	st.TopicID = t.meta.ID
 	for p := range t.parts {
-		sp := kmsg.NewMetadataResponseTopicPartition()
-		sp.Partition = int32(p)
-		sp.Leader = h.cfg.NodeID
-		sp.LeaderEpoch = LeaderEpoch
-		sp.Replicas = []int32{h.cfg.NodeID}
-		sp.ISR = []int32{h.cfg.NodeID}
-		sp.OfflineReplicas = []int32{}
-		st.Partitions = append(st.Partitions, sp)
+		st.Partitions = append(st.Partitions, h.metadataPartition(int32(p)))
 	}
 	return st
+}
+
+// metadataPartition is partition p as Metadata shows every partition of a
+// single node: this node leads it and is its only (in-sync) replica.
+func (h *Handler) metadataPartition(p int32) kmsg.MetadataResponseTopicPartition {
+	sp := kmsg.NewMetadataResponseTopicPartition()
+	sp.Partition = p
+	sp.Leader = h.cfg.NodeID
+	sp.LeaderEpoch = LeaderEpoch
+	sp.Replicas = []int32{h.cfg.NodeID}
+	sp.ISR = []int32{h.cfg.NodeID}
+	sp.OfflineReplicas = []int32{}
+	return sp
 }

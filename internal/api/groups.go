@@ -120,14 +120,7 @@ func (h *Handler) offsetsTopicMetadata() (kmsg.MetadataResponseTopic, bool) {
 	st.TopicID = h.offsetsTopicID()
 	st.IsInternal = true
 	for p := int32(0); p < svc.Store().Partitions(); p++ {
-		sp := kmsg.NewMetadataResponseTopicPartition()
-		sp.Partition = p
-		sp.Leader = h.cfg.NodeID
-		sp.LeaderEpoch = LeaderEpoch
-		sp.Replicas = []int32{h.cfg.NodeID}
-		sp.ISR = []int32{h.cfg.NodeID}
-		sp.OfflineReplicas = []int32{}
-		st.Partitions = append(st.Partitions, sp)
+		st.Partitions = append(st.Partitions, h.metadataPartition(p))
 	}
 	return st, true
 }
