@@ -11,8 +11,12 @@ package api
 //   (by the owned Topics) before they go to another member.
 // * A wrong member epoch: FENCED_MEMBER_EPOCH; an unknown member:
 //   UNKNOWN_MEMBER_ID. Session timeout 45s, heartbeat interval 5s.
-// * Not served: SubscribedTopicRegex (INVALID_REQUEST); KIP-848 group
-//   state is not persisted (members rejoin after a restart; offsets stay).
+// * SubscribedTopicRegex (v1) matches whole topic names, internal topics
+//   included, as Kafka's RE2/J does; it is resolved again on every
+//   heartbeat, so a new matching topic bumps the group epoch. An invalid
+//   one: INVALID_REGULAR_EXPRESSION.
+// * Not served: KIP-848 group state is not persisted (members rejoin after
+//   a restart; offsets stay).
 //
 // Version notes:
 // * v1: SubscribedTopicRegex, client-generated member IDs (KIP-1082)

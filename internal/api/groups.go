@@ -54,10 +54,14 @@ func (h *Handler) closeGroups() error {
 // Groups is the group coordinator service (tests, admin).
 func (h *Handler) Groups() *group.Service { return h.groups }
 
-// groupTopics shows the coordinator the open topics.
+// groupTopics shows the coordinator the open topics and __consumer_offsets
+// (KIP-848 regex subscriptions match internal topics too, as in Kafka).
 type groupTopics struct{ h *Handler }
 
 func (g groupTopics) Partitions(name string) ([16]byte, int32, bool) {
+	if name == group.OffsetsTopic {
+		return g.h.offsetsTopicID(), g.offsetsPartitions(), true
+	}
 	t := g.h.lookup(name)
 	if t == nil {
 		return [16]byte{}, 0, false
@@ -68,9 +72,33 @@ func (g groupTopics) Partitions(name string) ([16]byte, int32, bool) {
 func (g groupTopics) TopicByID(id [16]byte) (string, int32, bool) {
 	t := g.h.lookupID(id)
 	if t == nil {
+		if id == g.h.offsetsTopicID() {
+			return group.OffsetsTopic, g.offsetsPartitions(), true
+		}
 		return "", 0, false
 	}
 	return t.meta.Name, int32(len(t.parts)), true
+}
+
+// TopicNames implements group.TopicLister.
+func (g groupTopics) TopicNames() []string {
+	g.h.mu.RLock()
+	names := make([]string, 0, len(g.h.topics)+1)
+	for name := range g.h.topics {
+		names = append(names, name)
+	}
+	g.h.mu.RUnlock()
+	return append(names, group.OffsetsTopic)
+}
+
+// offsetsPartitions is the partition count of __consumer_offsets. The
+// coordinator asks from its own goroutine, which only runs while the
+// service (set before the first request) is open.
+func (g groupTopics) offsetsPartitions() int32 {
+	if svc := g.h.groups; svc != nil {
+		return svc.Store().Partitions()
+	}
+	return 1
 }
 
 // handleGroup hands a group request to the coordinator and waits for its

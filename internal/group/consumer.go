@@ -2,6 +2,7 @@ package group
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -54,6 +55,8 @@ type cmember struct {
 	epoch            int32
 	rebalanceTimeout time.Duration
 	subscribed       []string
+	regex            string         // SubscribedTopicRegex, "" for none
+	re               *regexp.Regexp // regex anchored at both ends, nil for none
 	assignor         string
 
 	target   partitions // what the coordinator wants the member to own
@@ -112,12 +115,14 @@ func (c *Coordinator) consumerHeartbeat(r Request, req *kmsg.ConsumerGroupHeartb
 	if req.ServerAssignor != nil && *req.ServerAssignor != assignorUniform && *req.ServerAssignor != assignorRange {
 		return fail(kerr.UnsupportedAssignor.Code, "ServerAssignor "+*req.ServerAssignor+" is not supported. Supported assignors: uniform, range.")
 	}
-	if req.SubscribedTopicRegex != nil {
-		return fail(kerr.InvalidRequest.Code, "SubscribedTopicRegex is not supported by this broker yet: subscribe by topic names.")
+	if req.SubscribedTopicRegex != nil && *req.SubscribedTopicRegex != "" {
+		if _, err := compileTopicRegex(*req.SubscribedTopicRegex); err != nil {
+			return fail(kerr.InvalidRegularExpression.Code, "SubscribedTopicRegex `"+*req.SubscribedTopicRegex+"` is not a valid regular expression: "+err.Error()+".")
+		}
 	}
 	g := c.groups[req.Group]
 	if req.MemberEpoch == 0 {
-		if req.RebalanceTimeoutMillis <= 0 && req.RebalanceTimeoutMillis != -1 || req.SubscribedTopicNames == nil {
+		if req.RebalanceTimeoutMillis <= 0 && req.RebalanceTimeoutMillis != -1 || req.SubscribedTopicNames == nil && req.SubscribedTopicRegex == nil {
 			return fail(kerr.InvalidRequest.Code, "RebalanceTimeoutMs and SubscribedTopicNames must be set in the first heartbeat.")
 		}
 		if g == nil {
@@ -230,7 +235,67 @@ func (c *Coordinator) updateSubscription(g *group, m *cmember, req *kmsg.Consume
 			changed = true
 		}
 	}
+	if req.SubscribedTopicRegex != nil && *req.SubscribedTopicRegex != m.regex {
+		m.regex, m.re = *req.SubscribedTopicRegex, nil
+		if m.regex != "" {
+			m.re, _ = compileTopicRegex(m.regex) // validated by consumerHeartbeat
+		}
+		changed = true
+	}
 	return changed
+}
+
+// compileTopicRegex compiles a SubscribedTopicRegex. Kafka (RE2/J) matches
+// it against whole topic names; Go's regexp is RE2 too.
+func compileTopicRegex(expr string) (*regexp.Regexp, error) {
+	return regexp.Compile(`^(?:` + expr + `)$`)
+}
+
+// TopicLister is implemented by a Topics that can list every topic, the
+// internal ones included: KIP-848 regex subscriptions are resolved against
+// it (without it, a regex matches nothing).
+type TopicLister interface {
+	TopicNames() []string
+}
+
+// topicNames lists the topics when a member of g subscribes by regex (nil
+// otherwise, without asking the catalogue).
+func (c *Coordinator) topicNames(g *group) []string {
+	for _, m := range g.cmembers {
+		if m.re != nil {
+			if l, ok := c.cfg.Topics.(TopicLister); ok {
+				return l.TopicNames()
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// memberTopics is what m subscribes to: its topic names and the topics of
+// names its regex matches, sorted.
+func (m *cmember) memberTopics(names []string) []string {
+	if m.re == nil {
+		return m.subscribed
+	}
+	topics := slices.Clone(m.subscribed)
+	for _, t := range names {
+		if m.re.MatchString(t) {
+			topics = append(topics, t)
+		}
+	}
+	sort.Strings(topics)
+	return slices.Compact(topics)
+}
+
+// regexSubscribes reports whether a member's regex matches topic.
+func (g *group) regexSubscribes(topic string) bool {
+	for _, m := range g.cmembers {
+		if m.re != nil && m.re.MatchString(topic) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Coordinator) bumpGroupEpoch(g *group) {
@@ -252,7 +317,7 @@ func (c *Coordinator) removeConsumerMember(g *group, m *cmember) {
 // topic: when it changes (a topic created or grown) the target changes.
 func (c *Coordinator) subscriptionSig(g *group) string {
 	var b strings.Builder
-	for _, t := range g.subscribedTopicList() {
+	for _, t := range g.subscribedTopicList(c.topicNames(g)) {
 		n := int32(-1)
 		if c.cfg.Topics != nil {
 			if _, parts, ok := c.cfg.Topics.Partitions(t); ok {
@@ -264,10 +329,10 @@ func (c *Coordinator) subscriptionSig(g *group) string {
 	return b.String()
 }
 
-func (g *group) subscribedTopicList() []string {
+func (g *group) subscribedTopicList(names []string) []string {
 	var all []string
 	for _, m := range g.cmembers {
-		all = append(all, m.subscribed...)
+		all = append(all, m.memberTopics(names)...)
 	}
 	sort.Strings(all)
 	return slices.Compact(all)
@@ -289,8 +354,9 @@ func (c *Coordinator) computeTarget(g *group) {
 		p     int32
 	}
 	subscribers := map[string][]*cmember{}
+	names := c.topicNames(g)
 	for _, m := range g.cmembers {
-		for _, t := range m.subscribed {
+		for _, t := range m.memberTopics(names) {
 			subscribers[t] = append(subscribers[t], m)
 		}
 	}
@@ -526,6 +592,9 @@ func (c *Coordinator) consumerDescribe(req *kmsg.ConsumerGroupDescribeRequest) *
 			dm.MemberID, dm.InstanceID, dm.RackID, dm.MemberEpoch = m.id, m.instanceID, m.rackID, m.epoch
 			dm.ClientID, dm.ClientHost = m.clientID, m.clientHost
 			dm.SubscribedTopics = slices.Clone(m.subscribed)
+			if m.regex != "" {
+				dm.SubscribedTopicRegex = kmsg.StringPtr(m.regex)
+			}
 			dm.Assignment = c.describeAssignment(m.assigned)
 			dm.TargetAssignment = c.describeAssignment(m.target)
 			d.Members = append(d.Members, dm)

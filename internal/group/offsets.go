@@ -312,7 +312,7 @@ func (c *Coordinator) offsetDelete(req *kmsg.OffsetDeleteRequest) *kmsg.OffsetDe
 			switch {
 			case !known || partitions >= 0 && (p.Partition < 0 || p.Partition >= partitions):
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-			case subscribed[t.Topic]:
+			case subscribed[t.Topic] || subscribed != nil && g.regexSubscribes(t.Topic):
 				sp.ErrorCode = kerr.GroupSubscribedToTopic.Code
 			default:
 				tp := topicPartition{t.Topic, p.Partition}
