@@ -1,0 +1,123 @@
+#!/usr/bin/env node
+// kafkajs driven by test/compat/kafkajs_test.go:
+//
+//   node client.js BOOTSTRAP admin TOPIC PARTITIONS
+//   node client.js BOOTSTRAP produce TOPIC PREFIX N CODEC   (CODEC: none, gzip, snappy)
+//   node client.js BOOTSTRAP consume TOPIC GROUP MAX SECONDS
+//   node client.js BOOTSTRAP groups TOPIC GROUP
+//
+// Every command prints JSON lines on stdout (kafkajs logs go to stderr);
+// consume prints the records it got, commits them and disconnects. Any
+// error exits non-zero.
+'use strict'
+
+const { Kafka, CompressionTypes, CompressionCodecs, logLevel } = require('kafkajs')
+const SnappyCodec = require('kafkajs-snappy')
+
+CompressionCodecs[CompressionTypes.Snappy] = SnappyCodec
+
+const [bootstrap, cmd, ...args] = process.argv.slice(2)
+
+const kafka = new Kafka({
+  clientId: 'sushka-compat',
+  brokers: [bootstrap],
+  logLevel: logLevel.WARN,
+  logCreator: () => ({ namespace, level, label, log }) => {
+    process.stderr.write(`${label} ${namespace} ${JSON.stringify(log)}\n`)
+  },
+  retry: { retries: 5, initialRetryTime: 100 },
+})
+
+const out = (doc) => process.stdout.write(JSON.stringify(doc) + '\n')
+const value = (prefix, i) => `${prefix} value ${i} ${'x'.repeat(i % 40)}`
+
+async function admin (topic, partitions) {
+  const a = kafka.admin()
+  await a.connect()
+  try {
+    const created = await a.createTopics({ topics: [{ topic, numPartitions: Number(partitions), replicationFactor: 1 }], waitForLeaders: true })
+    const again = await a.createTopics({ topics: [{ topic, numPartitions: 1, replicationFactor: 1 }] })
+    const md = await a.fetchTopicMetadata({ topics: [topic] })
+    const topics = await a.listTopics()
+    const cluster = await a.describeCluster()
+    out({ created, again, partitions: md.topics[0].partitions.length, listed: topics.includes(topic), brokers: cluster.brokers.length })
+  } finally {
+    await a.disconnect()
+  }
+}
+
+async function produce (topic, prefix, n, codec) {
+  const compression = { none: CompressionTypes.None, gzip: CompressionTypes.GZIP, snappy: CompressionTypes.Snappy }[codec]
+  if (compression === undefined) throw new Error(`codec ${codec}`)
+  const p = kafka.producer({ idempotent: true, maxInFlightRequests: 1 })
+  await p.connect()
+  try {
+    const messages = []
+    for (let i = 0; i < Number(n); i++) messages.push({ key: `${prefix}-k${i}`, value: value(prefix, i) })
+    let delivered = 0
+    for (let i = 0; i < messages.length; i += 50) {
+      const res = await p.send({ topic, acks: -1, compression, messages: messages.slice(i, i + 50) })
+      for (const r of res) {
+        if (r.errorCode !== 0) throw new Error(`produce: ${JSON.stringify(r)}`)
+      }
+      delivered += messages.slice(i, i + 50).length
+    }
+    out({ delivered })
+  } finally {
+    await p.disconnect()
+  }
+}
+
+async function consume (topic, group, max, seconds) {
+  max = Number(max)
+  const c = kafka.consumer({ groupId: group, sessionTimeout: 10000, heartbeatInterval: 1000, maxWaitTimeInMs: 200 })
+  await c.connect()
+  let got = 0
+  const next = {} // partition -> next offset to commit
+  let done
+  const finished = new Promise((resolve) => { done = resolve })
+  const timer = setTimeout(() => done(new Error(`consumed ${got} records in ${seconds}s, want ${max}`)), Number(seconds) * 1000)
+  await c.subscribe({ topics: [topic], fromBeginning: true })
+  await c.run({
+    autoCommit: false,
+    eachMessage: async ({ topic, partition, message }) => {
+      if (got >= max) return // not committed: the next consumer of the group gets it
+      out({ topic, partition, offset: Number(message.offset), key: message.key.toString(), value: message.value.toString() })
+      next[partition] = (BigInt(message.offset) + 1n).toString()
+      got++
+      if (got === max) {
+        await c.commitOffsets(Object.entries(next).map(([p, offset]) => ({ topic, partition: Number(p), offset })))
+        done(null)
+      }
+    },
+  })
+  const err = await finished
+  clearTimeout(timer)
+  await c.disconnect()
+  if (err) throw err
+}
+
+async function groups (topic, group) {
+  const a = kafka.admin()
+  await a.connect()
+  try {
+    const offsets = await a.fetchOffsets({ groupId: group, topics: [topic] })
+    const listed = await a.listGroups()
+    const described = await a.describeGroups([group])
+    const ends = await a.fetchTopicOffsets(topic)
+    out({
+      committed: offsets[0].partitions.map((p) => ({ partition: p.partition, offset: Number(p.offset) })),
+      ends: ends.map((p) => ({ partition: p.partition, offset: Number(p.high) })),
+      listed: listed.groups.filter((g) => g.groupId === group).map((g) => g.protocolType),
+      state: described.groups[0].state,
+    })
+  } finally {
+    await a.disconnect()
+  }
+}
+
+const cmds = { admin, produce, consume, groups }
+cmds[cmd](...args).then(() => process.exit(0), (err) => {
+  process.stderr.write(`${err.stack || err}\n`)
+  process.exit(1)
+})
