@@ -32,6 +32,11 @@ type ServiceConfig struct {
 	Clock       clock.Clock // default clock.Real{}
 	Logger      *slog.Logger
 	WritePath   plog.WritePath
+
+	// CompactAfterBytes and OffsetsSegmentBytes tune the
+	// __consumer_offsets store (StoreConfig); zero takes the defaults.
+	CompactAfterBytes   int64
+	OffsetsSegmentBytes int64
 }
 
 // Service is the driver: the one goroutine that owns a Coordinator and the
@@ -84,6 +89,9 @@ func Start(cfg ServiceConfig) (*Service, error) {
 		Clock:      cfg.Clock,
 		Logger:     cfg.Logger,
 		WritePath:  cfg.WritePath,
+
+		CompactAfterBytes: cfg.CompactAfterBytes,
+		SegmentBytes:      cfg.OffsetsSegmentBytes,
 	})
 	if err != nil {
 		return nil, err
@@ -265,5 +273,12 @@ func (s *Service) flush() {
 			continue
 		}
 		c.reply <- r.Body
+	}
+	if len(rd.Records) > 0 && s.failed == nil {
+		// After the responses: compaction's appends delay no one's ack.
+		if err := s.store.MaybeCompact(); err != nil {
+			s.failed = err
+			s.log.Error("group coordinator: compacting __consumer_offsets failed; groups unavailable until restart", "err", err)
+		}
 	}
 }
