@@ -16,11 +16,12 @@ const OffsetsTopic = "__consumer_offsets"
 
 // Kafka's broker defaults for groups.
 const (
-	DefaultMinSessionTimeout      = 6 * time.Second  // group.min.session.timeout.ms
-	DefaultMaxSessionTimeout      = 30 * time.Minute // group.max.session.timeout.ms
-	DefaultOffsetMetadataMaxSize  = 4096             // offset.metadata.max.bytes
-	DefaultConsumerSessionTimeout = 45 * time.Second // group.consumer.session.timeout.ms
-	DefaultConsumerHeartbeat      = 5 * time.Second  // group.consumer.heartbeat.interval.ms
+	DefaultMinSessionTimeout      = 6 * time.Second    // group.min.session.timeout.ms
+	DefaultMaxSessionTimeout      = 30 * time.Minute   // group.max.session.timeout.ms
+	DefaultOffsetMetadataMaxSize  = 4096               // offset.metadata.max.bytes
+	DefaultConsumerSessionTimeout = 45 * time.Second   // group.consumer.session.timeout.ms
+	DefaultConsumerHeartbeat      = 5 * time.Second    // group.consumer.heartbeat.interval.ms
+	DefaultOffsetsRetention       = 7 * 24 * time.Hour // offsets.retention.minutes (10080)
 )
 
 // Topics tells the coordinator which topics exist (Kafka's API layer
@@ -60,6 +61,11 @@ type Config struct {
 	ConsumerSessionTimeout    time.Duration
 	ConsumerHeartbeatInterval time.Duration
 
+	// OffsetsRetention is offsets.retention.minutes: the committed offsets
+	// of a group with no members expire this long after their commit
+	// (KIP-211), and the group with them. Negative: never.
+	OffsetsRetention time.Duration
+
 	// Topics is the topic catalogue; nil means every partition exists and
 	// no KIP-848 assignment is possible.
 	Topics Topics
@@ -87,6 +93,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ConsumerHeartbeatInterval == 0 {
 		c.ConsumerHeartbeatInterval = DefaultConsumerHeartbeat
+	}
+	if c.OffsetsRetention == 0 {
+		c.OffsetsRetention = DefaultOffsetsRetention
 	}
 	if c.NewID == nil {
 		c.NewID = randomUUID
@@ -283,6 +292,37 @@ func (c *Coordinator) Tick(now time.Time) {
 			continue
 		}
 		c.tickClassic(g)
+	}
+	c.expireOffsets()
+}
+
+// expireOffsets drops the committed offsets that are older than
+// OffsetsRetention in groups with no members (KIP-211: a live group's
+// offsets never expire), writing tombstones as DeleteGroups does; a group
+// left with no offsets by this goes too. Kafka checks every
+// offsets.retention.check.interval.ms (10 min); the driver ticks at least
+// that often.
+func (c *Coordinator) expireOffsets() {
+	if c.cfg.OffsetsRetention < 0 {
+		return
+	}
+	cutoff := c.now.Add(-c.cfg.OffsetsRetention).UnixMilli()
+	for _, g := range c.sortedGroups() {
+		if !g.empty() || g.kind == kindClassic && g.state != stateEmpty || len(g.offsets) == 0 {
+			continue
+		}
+		expired := 0
+		for _, tp := range g.sortedOffsets() {
+			if g.offsets[tp].commitTimestamp <= cutoff {
+				c.persist(c.offsetRecord(g.name, tp, nil))
+				delete(g.offsets, tp)
+				expired++
+			}
+		}
+		if expired > 0 && len(g.offsets) == 0 {
+			c.persist(c.groupRecord(g.name, nil))
+			delete(c.groups, g.name)
+		}
 	}
 }
 

@@ -216,6 +216,10 @@ func (s *Service) run() {
 	}
 }
 
+// idleTick is the longest the driver goes without a Tick: Kafka's
+// offsets.retention.check.interval.ms, so expired offsets go on time.
+const idleTick = 10 * time.Minute
+
 func (s *Service) resetTimer(t *time.Timer) {
 	if !t.Stop() {
 		select {
@@ -223,8 +227,8 @@ func (s *Service) resetTimer(t *time.Timer) {
 		default:
 		}
 	}
-	d := time.Hour
-	if next := s.c.NextDeadline(); !next.IsZero() {
+	d := idleTick
+	if next := s.c.NextDeadline(); !next.IsZero() && next.Sub(s.clock.Now()) < d {
 		d = max(next.Sub(s.clock.Now()), time.Millisecond)
 	}
 	t.Reset(d)
