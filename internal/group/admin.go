@@ -172,10 +172,9 @@ func (c *Coordinator) deleteGroups(req *kmsg.DeleteGroupsRequest) *kmsg.DeleteGr
 			// Tombstones for every offset and the group itself; the
 			// response waits for them (the Ready contract).
 			for _, tp := range g.sortedOffsets() {
-				c.persist(c.offsetRecord(name, tp, nil))
+				c.dropOffset(g, tp)
 			}
-			c.persist(c.groupRecord(name, nil))
-			delete(c.groups, name)
+			c.dropGroup(g)
 		}
 		resp.Groups = append(resp.Groups, dg)
 	}

@@ -314,16 +314,28 @@ func (c *Coordinator) expireOffsets() {
 		expired := 0
 		for _, tp := range g.sortedOffsets() {
 			if g.offsets[tp].commitTimestamp <= cutoff {
-				c.persist(c.offsetRecord(g.name, tp, nil))
-				delete(g.offsets, tp)
+				c.dropOffset(g, tp)
 				expired++
 			}
 		}
 		if expired > 0 && len(g.offsets) == 0 {
-			c.persist(c.groupRecord(g.name, nil))
-			delete(c.groups, g.name)
+			c.dropGroup(g)
 		}
 	}
+}
+
+// dropOffset forgets a committed offset and persists its tombstone.
+func (c *Coordinator) dropOffset(g *group, tp topicPartition) {
+	c.persist(c.offsetRecord(g.name, tp, nil))
+	delete(g.offsets, tp)
+}
+
+// dropGroup forgets a group and persists its tombstone; its offsets must
+// have been dropped first (replay deletes them only by their own
+// tombstones).
+func (c *Coordinator) dropGroup(g *group) {
+	c.persist(c.groupRecord(g.name, nil))
+	delete(c.groups, g.name)
 }
 
 // NextDeadline is the earliest time a Tick has something to do; zero if
