@@ -7,7 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sushka-io/sushka/internal/log/batch"
+	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/server"
 )
 

@@ -11,7 +11,7 @@ rounds=${1:-3}
 regex=${2:-'BenchmarkAppend|BenchmarkGroupCommit'}
 benchtime=${3:-1s}
 out=$(mktemp -d)
-go test -c -o "$out/log.test" ./internal/log
+go test -c -o "$out/log.test" ./internal/plog
 echo "# $(go version); GOMAXPROCS=${GOMAXPROCS:-$(nproc)} GOGC=${GOGC:-100} GOMEMLIMIT=${GOMEMLIMIT:-unset}"
 echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, kernel $(uname -r)"
 echo "# storage: $(df -T "${SUSHKA_BENCH_DIR:-${TMPDIR:-/tmp}}" | awk 'NR==2{print $2" on "$1}')"

@@ -7,8 +7,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	plog "github.com/sushka-io/sushka/internal/log"
-	"github.com/sushka-io/sushka/internal/log/batch"
+	"github.com/sushka-io/sushka/internal/plog"
+	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/server"
 )
 

@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	plog "github.com/sushka-io/sushka/internal/log"
+	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/server"
 )
 

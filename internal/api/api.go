@@ -3,7 +3,7 @@
 // on what each version changed. The directory listing is the coverage table.
 //
 // The Handler holds the broker's topics: the catalogue (internal/meta) and
-// one open partition log (internal/log) per partition, stored under
+// one open partition log (internal/plog) per partition, stored under
 // DATA/<topic>-<partition>/ like Kafka. Admin changes (create, delete,
 // alter, grow) are serialised by one lock; produce and fetch look partitions
 // up under a read lock and then work on the partition log alone.
@@ -28,8 +28,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sushka-io/sushka/internal/group"
-	plog "github.com/sushka-io/sushka/internal/log"
 	"github.com/sushka-io/sushka/internal/meta"
+	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/server"
 	"github.com/sushka-io/sushka/internal/vfs"
 )

@@ -42,7 +42,7 @@
 // directory could be read by Kafka's tools. Single node, one partition.
 //
 // The Store (store.go) keeps the partition logs under
-// DATA/__consumer_offsets-N/ with internal/log, appends with AckForced and
+// DATA/__consumer_offsets-N/ with internal/plog, appends with AckForced and
 // replays them, and compacts them by snapshot (the live records appended
 // again, then the log start advanced past the history); the Service (driver.go) is the single goroutine that owns
 // a Coordinator and a Store.

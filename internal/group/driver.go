@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sushka-io/sushka/internal/clock"
-	plog "github.com/sushka-io/sushka/internal/log"
+	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 

@@ -7,7 +7,7 @@ import (
 	"sort"
 
 	"github.com/sushka-io/sushka/internal/clock"
-	plog "github.com/sushka-io/sushka/internal/log"
+	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 

@@ -1,6 +1,6 @@
 // Package vfs is the filesystem seen by Sushka's storage packages.
 //
-// Core packages (internal/log, internal/group) never call os.* directly: they
+// Core packages (internal/plog, internal/group) never call os.* directly: they
 // take an FS, so tests can run them on an in-memory filesystem that forgets
 // unsynced data at a simulated crash (NewMem, (*MemFS).Crash) or on one that
 // injects I/O errors by operation (NewErrorFS). Default (OS()) is the real

@@ -1,4 +1,4 @@
-package log
+package plog
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/sushka-io/sushka/internal/log/batch"
+	"github.com/sushka-io/sushka/internal/plog/batch"
 )
 
 // maxGroup bounds how many appends one group commit takes, so one writev

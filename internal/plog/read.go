@@ -1,11 +1,11 @@
-package log
+package plog
 
 import (
 	"fmt"
 	"io"
 	"sync"
 
-	"github.com/sushka-io/sushka/internal/log/batch"
+	"github.com/sushka-io/sushka/internal/plog/batch"
 )
 
 // scanBufSize is how much a reader reads at once while walking batch

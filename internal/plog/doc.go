@@ -1,4 +1,4 @@
-// Package log is Sushka's partition log: durable, segmented storage of Kafka
+// Package plog is Sushka's partition log: durable, segmented storage of Kafka
 // record batches with group commit (design D2–D4, D8).
 //
 // # Directory
@@ -17,7 +17,7 @@
 // A segment is a concatenation of whole record batches exactly as the
 // producers sent them, with only the base offset patched (and, on
 // LogAppendTime topics, the max timestamp and CRC); the batch layout is
-// specified in internal/log/batch. There is no file header, no footer and
+// specified in internal/plog/batch. There is no file header, no footer and
 // no index file:
 //
 //	+-------------------+-------------------+-----+-------------------+.........+
@@ -56,4 +56,4 @@
 //
 // Core code takes its filesystem (internal/vfs) and clock (internal/clock)
 // from Config, so tests crash it on an in-memory filesystem.
-package log
+package plog

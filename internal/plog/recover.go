@@ -1,4 +1,4 @@
-package log
+package plog
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/sushka-io/sushka/internal/log/batch"
+	"github.com/sushka-io/sushka/internal/plog/batch"
 )
 
 // recoverBufSize is the read size of the recovery scan: large sequential

@@ -1,4 +1,4 @@
-package log
+package plog
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/sushka-io/sushka/internal/log/batch"
+	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 

@@ -1,10 +1,10 @@
-package log
+package plog
 
 import (
 	"fmt"
 	"sort"
 
-	"github.com/sushka-io/sushka/internal/log/batch"
+	"github.com/sushka-io/sushka/internal/plog/batch"
 )
 
 // OffsetForTimestamp returns the first offset whose record timestamp is >=

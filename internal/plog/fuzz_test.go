@@ -1,10 +1,10 @@
-package log
+package plog
 
 import (
 	"path"
 	"testing"
 
-	"github.com/sushka-io/sushka/internal/log/batch"
+	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 

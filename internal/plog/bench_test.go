@@ -1,4 +1,4 @@
-package log
+package plog
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sushka-io/sushka/internal/log/batch"
+	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 

@@ -1,4 +1,4 @@
-package log
+package plog
 
 import (
 	"context"
@@ -15,15 +15,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sushka-io/sushka/internal/diskprobe"
-	"github.com/sushka-io/sushka/internal/log/batch"
+	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
 // Long storage measurements, kept out of CI behind flags (commands in
 // docs/benchmarks.md):
 //
-//	go test ./internal/log -run TestSustainedWrite -sustained 60s -v
-//	go test ./internal/log -run TestRecoverySpeed -recovery-gb 4 -v
+//	go test ./internal/plog -run TestSustainedWrite -sustained 60s -v
+//	go test ./internal/plog -run TestRecoverySpeed -recovery-gb 4 -v
 var (
 	sustained  = flag.Duration("sustained", 0, "run TestSustainedWrite for this long (0 skips it)")
 	recoveryGB = flag.Float64("recovery-gb", 0, "size of the log TestRecoverySpeed writes then recovers (0 skips it)")

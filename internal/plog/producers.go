@@ -1,9 +1,9 @@
-package log
+package plog
 
 import (
 	"math"
 
-	"github.com/sushka-io/sushka/internal/log/batch"
+	"github.com/sushka-io/sushka/internal/plog/batch"
 )
 
 // producerWindow is how many recent batches per producer are remembered for

@@ -1,4 +1,4 @@
-package log
+package plog
 
 import (
 	"bufio"
@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sushka-io/sushka/internal/log/batch"
+	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 

@@ -1,4 +1,4 @@
-package log
+package plog
 
 import (
 	"errors"
@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sushka-io/sushka/internal/clock"
-	"github.com/sushka-io/sushka/internal/log/batch"
+	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
