@@ -65,11 +65,15 @@ func Cleanup() {
 // Proc is a running broker process.
 type Proc struct {
 	Addr    string // host:port of the Kafka listener
+	Admin   string // host:port of the admin HTTP listener (/metrics, /healthz)
 	DataDir string
 	cmd     *exec.Cmd
 	log     *SyncBuffer
 	done    chan struct{}
 }
+
+// Pid is the broker process's id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
 // Log returns what the broker printed so far.
 func (p *Proc) Log() string { return p.log.String() }
@@ -95,7 +99,7 @@ func Start(t testing.TB, bin string, extraArgs ...string) *Proc {
 	for attempt := 0; attempt < 3; attempt++ {
 		addr := "127.0.0.1:" + strconv.Itoa(FreePort(t))
 		admin := "127.0.0.1:" + strconv.Itoa(FreePort(t))
-		p := &Proc{Addr: addr, DataDir: dataDir, log: &SyncBuffer{}, done: make(chan struct{})}
+		p := &Proc{Addr: addr, Admin: admin, DataDir: dataDir, log: &SyncBuffer{}, done: make(chan struct{})}
 		args := append([]string{"serve", "--data-dir", dataDir, "--listen", addr, "--admin-listen", admin}, extraArgs...)
 		p.cmd = exec.Command(bin, args...)
 		p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
