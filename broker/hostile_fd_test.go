@@ -110,8 +110,17 @@ func TestHostileFileDescriptorExhaustion(t *testing.T) {
 		}
 		conns = append(conns, nc)
 	}
-	if !waitFor(10*time.Second, func() bool { return strings.Contains(stderr.String(), "too many open files") }) {
+	var printed []string
+	if !waitFor(10*time.Second, func() bool {
+		printed = append(printed, drain(lines)...)
+		return strings.Contains(stderr.String(), "too many open files") || strings.Contains(strings.Join(printed, "\n"), "SERVE ")
+	}) {
 		t.Fatalf("the broker never ran out of descriptors; stderr:\n%s", stderr.String())
+	}
+	for _, line := range printed {
+		if strings.HasPrefix(line, "SERVE ") {
+			t.Fatalf("Serve returned on descriptor exhaustion: %s", line)
+		}
 	}
 	time.Sleep(300 * time.Millisecond) // a few backoff rounds
 	for _, line := range drain(lines) {
