@@ -143,6 +143,17 @@ func TestHostileAnnouncedFramesCostNothing(t *testing.T) {
 	expectServed(t, tb.AdvertisedAddr())
 }
 
+// TestHostileFrameAboveBudgetRefused: a frame larger than the whole memory
+// budget could never be reserved; it is refused like an oversized frame,
+// closing only its connection.
+func TestHostileFrameAboveBudgetRefused(t *testing.T) {
+	tb := startBroker(t, withLimits(Config{}, limits{requestMemory: 1 * mib}))
+	c := dialRaw(t, tb.AdvertisedAddr())
+	c.send(frameHeader(2 * mib))
+	c.expectClosed()
+	expectServed(t, tb.AdvertisedAddr())
+}
+
 // TestHostileFullFramesWaitForBudget: many connections sending large frames
 // at once are read at most a budget's worth at a time; the others wait
 // (their sends block) instead of each getting its frame allocated.
@@ -383,9 +394,13 @@ func TestHostileIdleAndStalledConnections(t *testing.T) {
 	})
 	t.Run("long poll is not idle", func(t *testing.T) {
 		c := dialRaw(t, addr)
+		start := time.Now()
 		c.send(paddedFetch("idle", 1, 900*time.Millisecond, 2, 0))
 		if _, corr, err := c.readResponse(); err != nil || corr != 2 {
 			t.Fatalf("a long poll longer than the idle timeout was cut: %d %v", corr, err)
+		}
+		if d := time.Since(start); d < 800*time.Millisecond {
+			t.Fatalf("a long poll of 900ms was answered after %v: cut as idle", d)
 		}
 	})
 	for name, prefix := range map[string][]byte{

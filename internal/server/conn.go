@@ -45,8 +45,11 @@ type conn struct {
 	// sends on it and closes it; only the writer receives.
 	queue chan *slot
 
-	// lastWriteNanos is when the writer last finished a response
-	// (UnixNano); the reader reads it to tell an idle connection.
+	// inFlight counts requests read and not yet answered (or dropped) by
+	// the writer, and lastWriteNanos is when the writer last finished a
+	// response (UnixNano): the reader reads both to tell an idle
+	// connection.
+	inFlight       atomic.Int32
 	lastWriteNanos atomic.Int64
 
 	mu       sync.Mutex
@@ -182,9 +185,11 @@ func (c *conn) serve() {
 		}
 
 		sl := &slot{req: req, done: make(chan struct{})}
+		c.inFlight.Add(1)
 		select {
 		case c.queue <- sl: // blocks while MaxInFlight responses are pending
 		case <-c.readCtx.Done():
+			c.inFlight.Add(-1)
 			req.releaseFrame()
 			return
 		}
@@ -237,7 +242,7 @@ func (c *conn) readSize(buf *[4]byte) (int32, error) {
 		// Not idle while requests are in flight (a long poll) or since the
 		// last response.
 		now := time.Now()
-		if len(c.queue) > 0 {
+		if c.inFlight.Load() > 0 {
 			c.nc.SetReadDeadline(now.Add(idle))
 			continue
 		}
@@ -293,7 +298,6 @@ func (c *conn) writeLoop() {
 		if !failed && !r.None {
 			var err error
 			hdr, err = c.write(hdr[:0], sl.req, r)
-			c.lastWriteNanos.Store(time.Now().UnixNano())
 			if err != nil {
 				if !c.isStopping() {
 					if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -313,6 +317,8 @@ func (c *conn) writeLoop() {
 			failed = true
 			c.abort()
 		}
+		c.lastWriteNanos.Store(time.Now().UnixNano())
+		c.inFlight.Add(-1)
 	}
 }
 

@@ -116,8 +116,9 @@ func (r *Request) releaseFrame() {
 // RecycleFrame tells the server that once Handle returns, nothing refers to
 // the request's frame any more (nor to byte slices of the decoded Body,
 // which alias it), so its buffer can be reused for another request. Call it
-// only when that is true: Produce with acks != 0, whose records have been
-// written by the time Handle returns.
+// only when that is true: Produce, whose records have been written by the
+// time Handle returns (acks=0 included). Bodies without byte fields need no
+// call: the server lets go of their frames right after decoding.
 func (r *Request) RecycleFrame() { r.recycle = r.frame != nil }
 
 // Sequenced tells the server that the order-sensitive part of an Ordered
