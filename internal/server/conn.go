@@ -342,7 +342,8 @@ func (c *conn) write(buf []byte, req *Request, r Response) ([]byte, error) {
 	if r.Body != nil {
 		buf = r.Body.AppendTo(buf)
 		binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
-		return buf, w.writeBuffers(net.Buffers{buf})
+		_, err := w.Write(buf)
+		return buf, err
 	}
 	if r.Frame == nil {
 		return buf, nil
@@ -380,12 +381,17 @@ func (w progressWriter) writeBuffers(bufs net.Buffers) error {
 	}
 }
 
-// Write writes p in full (io.Writer for copyRange).
+// Write writes p in full, re-arming the deadline as writeBuffers does.
 func (w progressWriter) Write(p []byte) (int, error) {
-	if err := w.writeBuffers(net.Buffers{p}); err != nil {
-		return 0, err
+	written := 0
+	for {
+		w.arm()
+		n, err := w.nc.Write(p[written:])
+		written += n
+		if err == nil || n == 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return written, err
+		}
 	}
-	return len(p), nil
 }
 
 // writeFrame writes head then the frame's pieces: runs of byte pieces with
