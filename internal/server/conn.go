@@ -141,7 +141,7 @@ func (c *conn) serve() {
 			return
 		}
 		if size < 0 || int64(size) > maxFrame {
-			c.s.frameLog.warn(c.log, "closing connection: request frame too large", "client", c.nc.RemoteAddr().String(), "size", size,
+			c.s.frameLog.warn(c.log, "closing connection: request frame too large", "size", size,
 				"max_request_bytes", c.s.cfg.MaxRequestBytes, "max_request_memory", c.s.cfg.MaxRequestMemory)
 			c.abort()
 			return
@@ -167,7 +167,7 @@ func (c *conn) serve() {
 		if err != nil {
 			putFrame(frame)
 			c.s.budget.release(reserved)
-			c.log.Warn("closing connection: bad request", "err", err)
+			c.s.frameLog.warn(c.log, "closing connection: bad request", "err", err)
 			c.abort()
 			return
 		}
@@ -215,7 +215,7 @@ func (c *conn) readFailed(err error, what string) {
 	case errors.Is(err, errIdle):
 		c.log.Debug("closing idle connection", "idle_timeout", c.s.cfg.IdleTimeout)
 	case errors.Is(err, errFrameTimeout):
-		c.s.frameLog.warn(c.log, "closing connection: request frame stalled", "client", c.nc.RemoteAddr().String(), "frame_read_timeout", c.s.cfg.FrameReadTimeout)
+		c.s.frameLog.warn(c.log, "closing connection: request frame stalled", "frame_read_timeout", c.s.cfg.FrameReadTimeout)
 	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
 	default:
 		c.log.Debug(what, "err", err)
@@ -301,7 +301,7 @@ func (c *conn) writeLoop() {
 			if err != nil {
 				if !c.isStopping() {
 					if errors.Is(err, os.ErrDeadlineExceeded) {
-						c.s.frameLog.warn(c.log, "closing connection: the client stopped reading its responses", "client", c.nc.RemoteAddr().String(), "write_timeout", c.s.cfg.WriteTimeout)
+						c.s.frameLog.warn(c.log, "closing connection: the client stopped reading its responses", "write_timeout", c.s.cfg.WriteTimeout)
 					} else {
 						c.log.Debug("connection write failed", "err", err)
 					}

@@ -6,13 +6,11 @@ import (
 	"time"
 )
 
-// rateLimitedLog logs one kind of event at most once per interval, so a
+// rateLimitedLog logs one kind of event at most once per logInterval, so a
 // flood of hostile connections (or a descriptor shortage that fails every
 // accept) cannot flood the log; the next message says how many were
-// suppressed in between.
+// suppressed in between. The zero value is ready to use.
 type rateLimitedLog struct {
-	interval time.Duration
-
 	mu         sync.Mutex
 	next       time.Time // no message before this
 	suppressed int
@@ -21,7 +19,7 @@ type rateLimitedLog struct {
 const logInterval = time.Second
 
 // warn logs msg with args unless a message of this kind was logged less
-// than the interval ago.
+// than logInterval ago.
 func (r *rateLimitedLog) warn(l *slog.Logger, msg string, args ...any) {
 	now := time.Now()
 	r.mu.Lock()
@@ -30,11 +28,7 @@ func (r *rateLimitedLog) warn(l *slog.Logger, msg string, args ...any) {
 		r.mu.Unlock()
 		return
 	}
-	interval := r.interval
-	if interval <= 0 {
-		interval = logInterval
-	}
-	r.next = now.Add(interval)
+	r.next = now.Add(logInterval)
 	suppressed := r.suppressed
 	r.suppressed = 0
 	r.mu.Unlock()

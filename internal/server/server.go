@@ -275,7 +275,7 @@ type Server struct {
 
 	acceptLog rateLimitedLog // accept failures
 	rejectLog rateLimitedLog // connections over a limit
-	frameLog  rateLimitedLog // stalled frames, oversized frames, stuck writes
+	frameLog  rateLimitedLog // bad, oversized or stalled frames, stuck writes
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
