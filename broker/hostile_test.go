@@ -521,3 +521,76 @@ func TestHostileServeFailureFreesThePort(t *testing.T) {
 		t.Fatal("the broker's listener is still in LISTEN after Shutdown")
 	}
 }
+
+// joinGroup sends a JoinGroup v5 for group as memberID and returns the
+// response.
+func joinGroup(t *testing.T, c *rawConn, group, memberID string, corr int32) *kmsg.JoinGroupResponse {
+	t.Helper()
+	c.send(encodeRequest(joinGroupRequest(group, memberID), corr))
+	body, got, err := c.readResponse()
+	if err != nil || got != corr {
+		t.Fatalf("JoinGroup: correlation id %d, %v", got, err)
+	}
+	resp := kmsg.NewPtrJoinGroupResponse()
+	resp.Version = 5
+	if err := resp.ReadFrom(body); err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// joinGroupRequest is a consumer's JoinGroup v5 with a 60 s rebalance
+// timeout.
+func joinGroupRequest(group, memberID string) *kmsg.JoinGroupRequest {
+	req := kmsg.NewPtrJoinGroupRequest()
+	req.Version = 5
+	req.Group, req.MemberID, req.ProtocolType = group, memberID, "consumer"
+	req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = 30000, 60000
+	p := kmsg.NewJoinGroupRequestProtocol()
+	p.Name, p.Metadata = "range", []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	req.Protocols = append(req.Protocols, p)
+	return req
+}
+
+// TestHostileJoinGroupWaitEndsWithConnection: a member whose JoinGroup is
+// waiting for a rebalance (the other member never rejoins) and that closes
+// its connection does not keep the connection's handler until the rebalance
+// times out.
+func TestHostileJoinGroupWaitEndsWithConnection(t *testing.T) {
+	tb := startBroker(t, Config{})
+	a := dialRaw(t, tb.AdvertisedAddr())
+	ja := joinGroup(t, a, "hostile-g", "", 1) // MEMBER_ID_REQUIRED
+	ja = joinGroup(t, a, "hostile-g", ja.MemberID, 2)
+	if ja.ErrorCode != 0 {
+		t.Fatalf("first member's join: error %d", ja.ErrorCode)
+	}
+	sync := kmsg.NewPtrSyncGroupRequest()
+	sync.Version = 3
+	sync.Group, sync.Generation, sync.MemberID = "hostile-g", ja.Generation, ja.MemberID
+	as := kmsg.NewSyncGroupRequestGroupAssignment()
+	as.MemberID = ja.MemberID
+	sync.GroupAssignment = append(sync.GroupAssignment, as)
+	a.send(encodeRequest(sync, 3))
+	if _, _, err := a.readResponse(); err != nil {
+		t.Fatal(err)
+	}
+
+	b := dialRaw(t, tb.AdvertisedAddr())
+	jb := joinGroup(t, b, "hostile-g", "", 4)
+	b.send(encodeRequest(joinGroupRequest("hostile-g", jb.MemberID), 5)) // waits: member a has not rejoined
+	time.Sleep(200 * time.Millisecond)
+	b.nc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	var one [1]byte
+	if _, err := b.nc.Read(one[:]); !isTimeout(err) {
+		t.Fatalf("the second join did not wait: %v", err)
+	}
+	if got := metricValue(t, tb.Registry(), "sushka_connections"); got != 2 {
+		t.Fatalf("%v connections, want 2", got)
+	}
+	b.nc.Close()
+	start := time.Now()
+	if !waitFor(3*time.Second, func() bool { return metricValue(t, tb.Registry(), "sushka_connections") == 1 }) {
+		t.Fatalf("the closed connection's JoinGroup still holds it after %v (rebalance timeout 60s)", time.Since(start))
+	}
+	t.Logf("connection gone %v after the client closed it", time.Since(start))
+}
