@@ -310,8 +310,10 @@ func (b *Broker) CloseClientConnections() { b.srv.CloseConnections() }
 // Shutdown closes the listeners first, lets in-flight requests finish
 // (waiting fetches are answered at once), then syncs and closes every
 // partition log. Every wait honours ctx: when it ends, connections are
-// dropped at once and Shutdown stops waiting for them (and for a retention
-// pass in progress); the logs are still closed.
+// dropped at once and Shutdown stops waiting for them, for a retention pass
+// in progress and for the logs, which are still synced and closed in the
+// background (written data is in the page cache either way); it then
+// returns an error wrapping ctx's.
 func (b *Broker) Shutdown(ctx context.Context) error {
 	b.mu.Lock()
 	if b.shutdown {
@@ -328,7 +330,17 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		bgErr = fmt.Errorf("broker: retention still running at shutdown: %w", ctx.Err())
 	}
-	closeErr := b.handler.Close()
+	closed := make(chan error, 1)
+	go func() {
+		<-b.bgDone // retention must not run on closed logs
+		closed <- b.handler.Close()
+	}()
+	var closeErr error
+	select {
+	case closeErr = <-closed:
+	case <-ctx.Done():
+		closeErr = fmt.Errorf("broker: partition logs still closing at shutdown: %w", ctx.Err())
+	}
 	return errors.Join(srvErr, bgErr, closeErr)
 }
 

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -593,4 +594,36 @@ func TestHostileJoinGroupWaitEndsWithConnection(t *testing.T) {
 		t.Fatalf("the closed connection's JoinGroup still holds it after %v (rebalance timeout 60s)", time.Since(start))
 	}
 	t.Logf("connection gone %v after the client closed it", time.Since(start))
+}
+
+// TestHostileShutdownBoundedBySlowDisk: partition logs that take long to
+// sync at close do not keep Shutdown past its deadline.
+func TestHostileShutdownBoundedBySlowDisk(t *testing.T) {
+	var slow atomic.Bool
+	fs := vfs.NewErrorFS(vfs.Default, vfs.InjectorFunc(func(op vfs.Op, path string) error {
+		if slow.Load() && (op == vfs.OpSync || op == vfs.OpSyncDir) {
+			time.Sleep(time.Second)
+		}
+		return nil
+	}))
+	tb := startBroker(t, Config{FS: fs})
+	// The logs finish closing in the background: let them before the data
+	// directory is removed.
+	t.Cleanup(func() { slow.Store(false); time.Sleep(1500 * time.Millisecond) })
+	cl := tb.client(kgo.AllowAutoTopicCreation(), kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())
+	produceN(t, cl, "slow-close", 10, "x")
+	cl.Close()
+	slow.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := tb.Shutdown(ctx)
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("Shutdown with a 200ms deadline took %v (err %v)", d, err)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown past its deadline returned %v", err)
+	}
+	<-tb.done
+	tb.Broker = nil
 }
