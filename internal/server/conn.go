@@ -102,6 +102,16 @@ func (c *conn) abort() {
 	c.nc.Close()
 }
 
+// setReadDeadline sets the read deadline unless the reader was told to stop,
+// whose deadline in the past must not be overwritten (stopReading cancels
+// readCtx before setting it, so checking after setting ours is enough).
+func (c *conn) setReadDeadline(t time.Time) {
+	c.nc.SetReadDeadline(t)
+	if c.readCtx.Err() != nil {
+		c.nc.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
 func (c *conn) isStopping() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -134,7 +144,7 @@ func (c *conn) serve() {
 		lastOrdered chan struct{} // done channel of the previous ordered request
 	)
 	maxFrame := c.s.cfg.MaxFrameBytes()
-	for {
+	for c.readCtx.Err() == nil { // until told to stop (or aborted)
 		size, err := c.readSize(&sizeBuf)
 		if err != nil {
 			c.readFailed(err, "connection read failed")
@@ -153,7 +163,7 @@ func (c *conn) serve() {
 			return
 		}
 		reserved := int64(size)
-		c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.FrameReadTimeout))
+		c.setReadDeadline(time.Now().Add(c.s.cfg.FrameReadTimeout))
 		frame, err := readFrame(c.nc, int(size))
 		if err != nil {
 			c.s.budget.release(reserved)
@@ -228,7 +238,7 @@ func (c *conn) readFailed(err error, what string) {
 // arrived, the rest must come within FrameReadTimeout (errFrameTimeout).
 func (c *conn) readSize(buf *[4]byte) (int32, error) {
 	idle := c.s.cfg.IdleTimeout
-	c.nc.SetReadDeadline(time.Now().Add(idle))
+	c.setReadDeadline(time.Now().Add(idle))
 	n := 0
 	for n == 0 {
 		m, err := c.nc.Read(buf[:])
@@ -243,17 +253,17 @@ func (c *conn) readSize(buf *[4]byte) (int32, error) {
 		// last response.
 		now := time.Now()
 		if c.inFlight.Load() > 0 {
-			c.nc.SetReadDeadline(now.Add(idle))
+			c.setReadDeadline(now.Add(idle))
 			continue
 		}
 		if last := time.Unix(0, c.lastWriteNanos.Load()); now.Sub(last) < idle {
-			c.nc.SetReadDeadline(last.Add(idle))
+			c.setReadDeadline(last.Add(idle))
 			continue
 		}
 		return 0, errIdle
 	}
 	if n < len(buf) {
-		c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.FrameReadTimeout))
+		c.setReadDeadline(time.Now().Add(c.s.cfg.FrameReadTimeout))
 		if _, err := io.ReadFull(c.nc, buf[n:]); err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) && !c.isStopping() {
 				err = errFrameTimeout

@@ -207,3 +207,36 @@ func TestHostileAcceptErrorsBackOff(t *testing.T) {
 		t.Fatalf("Serve returned %v", err)
 	}
 }
+
+// TestGracefulShutdownUnderLoad: connections streaming requests while
+// Shutdown starts still stop reading (the stop deadline is not overwritten
+// by the reader's own deadlines), so a graceful Shutdown finishes quickly.
+func TestGracefulShutdownUnderLoad(t *testing.T) {
+	for round := range 10 {
+		s, addr := startServer(t, &stubHandler{})
+		frame := frameOf(&kmsg.ApiVersionsRequest{Version: 0}, 1)
+		for range 8 {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			go io.Copy(io.Discard, c)
+			go func() {
+				for {
+					if _, err := c.Write(frame); err != nil {
+						return
+					}
+				}
+			}()
+		}
+		time.Sleep(20 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		start := time.Now()
+		err := s.Shutdown(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: graceful Shutdown under load: %v after %v", round, err, time.Since(start))
+		}
+	}
+}
