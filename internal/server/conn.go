@@ -143,7 +143,7 @@ func (c *conn) serve() {
 		sizeBuf     [4]byte
 		lastOrdered chan struct{} // done channel of the previous ordered request
 	)
-	maxFrame := c.s.cfg.MaxFrameBytes()
+	maxFrame := c.s.cfg.maxFrameBytes()
 	for c.readCtx.Err() == nil { // until told to stop (or aborted)
 		size, err := c.readSize(&sizeBuf)
 		if err != nil {

@@ -254,9 +254,9 @@ func (cfg *Config) setDefaults() {
 	}
 }
 
-// MaxFrameBytes is the largest request frame a server with cfg accepts:
+// maxFrameBytes is the largest request frame a server with cfg accepts:
 // MaxRequestBytes, or the memory budget if that is smaller.
-func (cfg Config) MaxFrameBytes() int64 {
+func (cfg Config) maxFrameBytes() int64 {
 	c := cfg
 	c.setDefaults()
 	return min(int64(c.MaxRequestBytes), c.MaxRequestMemory)
