@@ -58,6 +58,26 @@ type Config struct {
 	MaxRequestBytes int32
 	// MaxInFlight bounds unanswered requests per connection. Default 16.
 	MaxInFlight int
+	// MaxRequestMemory is the budget of request bytes held in memory by
+	// all connections together (Kafka's queued.max.request.bytes): a
+	// connection reserves a frame's size before reading it and stops
+	// reading while the budget is short. A frame larger than the budget is
+	// refused like one above MaxRequestBytes. Default 256 MiB.
+	MaxRequestMemory int64
+	// MaxConnections and MaxConnectionsPerIP bound open client connections
+	// (max.connections, max.connections.per.ip); a connection over a limit
+	// is accepted and closed at once. Defaults 10000 and 1000.
+	MaxConnections      int
+	MaxConnectionsPerIP int
+	// IdleTimeout closes connections with nothing in flight and no
+	// traffic for that long (connections.max.idle.ms). Default 10 minutes.
+	IdleTimeout time.Duration
+	// FrameReadTimeout closes a connection whose request frame, once its
+	// first byte arrived, is not complete within it. Default 30 s.
+	FrameReadTimeout time.Duration
+	// WriteTimeout closes a connection whose response makes no progress
+	// for that long (a client that stopped reading). Default 30 s.
+	WriteTimeout time.Duration
 	// FS is the filesystem. Default the OS.
 	FS vfs.FS
 	// Logger receives structured logs. Default slog.Default().
@@ -153,13 +173,21 @@ func New(cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("broker: %w", err)
 	}
 	b.srv = server.New(server.Config{
-		Handler:         b.handler,
-		MaxRequestBytes: cfg.MaxRequestBytes,
-		MaxInFlight:     cfg.MaxInFlight,
-		Logger:          cfg.Logger,
-		OnConnection:    b.metrics.connection,
-		OnRequest:       b.metrics.request,
+		Handler:              b.handler,
+		MaxRequestBytes:      cfg.MaxRequestBytes,
+		MaxInFlight:          cfg.MaxInFlight,
+		MaxRequestMemory:     cfg.MaxRequestMemory,
+		MaxConnections:       cfg.MaxConnections,
+		MaxConnectionsPerIP:  cfg.MaxConnectionsPerIP,
+		IdleTimeout:          cfg.IdleTimeout,
+		FrameReadTimeout:     cfg.FrameReadTimeout,
+		WriteTimeout:         cfg.WriteTimeout,
+		Logger:               cfg.Logger,
+		OnConnection:         b.metrics.connection,
+		OnConnectionRejected: b.metrics.connectionRejected,
+		OnRequest:            b.metrics.request,
 	})
+	b.metrics.watchServer(cfg.Registry, b.srv)
 	go b.background()
 	return b, nil
 }
@@ -208,11 +236,14 @@ func defaults(cfg Config) api.Defaults {
 }
 
 // Serve serves the Kafka protocol on l until Shutdown, then returns
-// server.ErrServerClosed (ErrServerClosed).
+// server.ErrServerClosed (ErrServerClosed). It always returns a non-nil
+// error, and l is closed when it returns: a broker that cannot serve does
+// not keep its port in LISTEN.
 func (b *Broker) Serve(l net.Listener) error {
 	b.mu.Lock()
 	if b.shutdown {
 		b.mu.Unlock()
+		l.Close()
 		return ErrServerClosed
 	}
 	if !b.started {
@@ -225,15 +256,18 @@ func (b *Broker) Serve(l net.Listener) error {
 		host, portStr, err := net.SplitHostPort(adv)
 		if err != nil {
 			b.mu.Unlock()
+			l.Close()
 			return fmt.Errorf("broker: advertised address %q: %w", adv, err)
 		}
 		port, err := strconv.Atoi(portStr)
 		if err != nil || port <= 0 || port > 65535 {
 			b.mu.Unlock()
+			l.Close()
 			return fmt.Errorf("broker: advertised address %q has no usable port", adv)
 		}
 		if host == "" || host == "0.0.0.0" || host == "::" {
 			b.mu.Unlock()
+			l.Close()
 			return fmt.Errorf("broker: advertised address %q is not reachable by clients; set AdvertisedAddr", adv)
 		}
 		b.advertised = net.JoinHostPort(host, portStr)
@@ -273,10 +307,13 @@ func (b *Broker) DataDir() string { return b.cfg.DataDir }
 // network failure would (tests use it to exercise client retries).
 func (b *Broker) CloseClientConnections() { b.srv.CloseConnections() }
 
-// Shutdown stops accepting connections, lets in-flight requests finish
+// Shutdown closes the listeners first, lets in-flight requests finish
 // (waiting fetches are answered at once), then syncs and closes every
-// partition log. If ctx ends first, connections are dropped; the logs are
-// still closed.
+// partition log. Every wait honours ctx: when it ends, connections are
+// dropped at once and Shutdown stops waiting for them, for a retention pass
+// in progress and for the logs, which are still synced and closed in the
+// background (written data is in the page cache either way); it then
+// returns an error wrapping ctx's.
 func (b *Broker) Shutdown(ctx context.Context) error {
 	b.mu.Lock()
 	if b.shutdown {
@@ -287,9 +324,24 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	b.mu.Unlock()
 	srvErr := b.srv.Shutdown(ctx)
 	close(b.stopBG)
-	<-b.bgDone
-	closeErr := b.handler.Close()
-	return errors.Join(srvErr, closeErr)
+	var bgErr error
+	select {
+	case <-b.bgDone:
+	case <-ctx.Done():
+		bgErr = fmt.Errorf("broker: retention still running at shutdown: %w", ctx.Err())
+	}
+	closed := make(chan error, 1)
+	go func() {
+		<-b.bgDone // retention must not run on closed logs
+		closed <- b.handler.Close()
+	}()
+	var closeErr error
+	select {
+	case closeErr = <-closed:
+	case <-ctx.Done():
+		closeErr = fmt.Errorf("broker: partition logs still closing at shutdown: %w", ctx.Err())
+	}
+	return errors.Join(srvErr, bgErr, closeErr)
 }
 
 // background enforces retention periodically.

@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // metrics are the broker's Prometheus metrics, registered on its own
@@ -18,6 +20,7 @@ type metrics struct {
 	appendLatency prometheus.Histogram
 	connections   prometheus.Gauge
 	connsTotal    prometheus.Counter
+	connsRejected *prometheus.CounterVec
 	byKey         [128]atomic.Int64 // requests by key, for RequestCount
 }
 
@@ -43,10 +46,27 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		connsTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sushka_connections_total", Help: "Client connections accepted.",
 		}),
+		connsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sushka_connections_rejected_total", Help: "Client connections closed at once because a limit was reached, by limit.",
+		}, []string{"limit"}),
 	}
-	reg.MustRegister(m.requests, m.producedBytes, m.fetchedBytes, m.appendLatency, m.connections, m.connsTotal)
+	reg.MustRegister(m.requests, m.producedBytes, m.fetchedBytes, m.appendLatency, m.connections, m.connsTotal, m.connsRejected)
 	return m
 }
+
+// watchServer registers the gauges read from the server itself.
+func (m *metrics) watchServer(reg *prometheus.Registry, srv *server.Server) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sushka_request_memory_bytes", Help: "Bytes of the request memory budget reserved by frames being read or handled.",
+		}, func() float64 { return float64(srv.RequestMemoryInUse()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sushka_request_memory_limit_bytes", Help: "The request memory budget (max request memory).",
+		}, func() float64 { return float64(srv.RequestMemoryLimit()) }),
+	)
+}
+
+func (m *metrics) connectionRejected(limit string) { m.connsRejected.WithLabelValues(limit).Inc() }
 
 func (m *metrics) request(key int16) {
 	if key >= 0 && int(key) < len(m.byKey) {

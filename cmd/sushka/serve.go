@@ -27,6 +27,7 @@ import (
 
 	"github.com/sushka-io/sushka/broker"
 	"github.com/sushka-io/sushka/internal/diskprobe"
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // serveFlags are `sushka serve`'s flags; each can also be set with the
@@ -41,6 +42,14 @@ type serveFlags struct {
 	nodeID            int32
 	maxPartitions     int32
 	maxRequestBytes   int32
+	maxRequestMemory  int64
+	maxConnections    int
+	maxConnsPerIP     int
+	idleTimeout       time.Duration
+	frameReadTimeout  time.Duration
+	writeTimeout      time.Duration
+	adminAllowRemote  bool
+	adminPprof        bool
 	logLevel          string
 	logFormat         string
 	retention         time.Duration
@@ -69,12 +78,20 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.StringVar(&f.dataDir, "data-dir", "./sushka-data", "data directory (partition logs and metadata)")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:9092", "Kafka protocol listener host:port")
 	fl.StringVar(&f.advertisedAddr, "advertised-addr", "", "host:port clients are told to connect to (default: the listen address, with the real port when :0)")
-	fl.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9644", `admin HTTP listener (/metrics, /healthz, /debug/pprof/, /v1/runtime); "" disables it`)
+	fl.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9644", `admin HTTP listener (/metrics, /healthz, /v1/runtime; /debug/pprof/ with --admin-pprof), unauthenticated: loopback only unless --admin-allow-remote; "" disables it`)
+	fl.BoolVar(&f.adminAllowRemote, "admin-allow-remote", false, "allow --admin-listen on a non-loopback address (the admin port has no authentication)")
+	fl.BoolVar(&f.adminPprof, "admin-pprof", false, "serve /debug/pprof/ on the admin listener (profiles, goroutine stacks, the command line)")
 	fl.BoolVar(&f.autoCreateTopics, "auto-create-topics", true, "create unknown topics named in metadata requests")
 	fl.Int32Var(&f.defaultPartitions, "default-partitions", 1, "partition count of auto-created topics")
 	fl.Int32Var(&f.nodeID, "node-id", 0, "this broker's node ID")
 	fl.Int32Var(&f.maxPartitions, "max-partitions-per-topic", 10000, "largest partition count a topic may have")
-	fl.Int32Var(&f.maxRequestBytes, "max-request-bytes", 100<<20, "largest request accepted; larger frames close the connection")
+	fl.Int32Var(&f.maxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request accepted; larger frames close the connection (socket.request.max.bytes)")
+	fl.Int64Var(&f.maxRequestMemory, "max-request-memory", server.DefaultMaxRequestMemory, "request bytes all connections may hold in memory together; a connection waits (stops reading) while it is used up (queued.max.request.bytes)")
+	fl.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections, "open client connections; more are accepted and closed at once (max.connections)")
+	fl.IntVar(&f.maxConnsPerIP, "max-connections-per-ip", server.DefaultMaxConnectionsPerIP, "open client connections from one IP (max.connections.per.ip)")
+	fl.DurationVar(&f.idleTimeout, "connections-max-idle", server.DefaultIdleTimeout, "close connections with nothing in flight and no traffic for this long (connections.max.idle.ms)")
+	fl.DurationVar(&f.frameReadTimeout, "frame-read-timeout", server.DefaultFrameReadTimeout, "close a connection whose request, once started, has not fully arrived within this")
+	fl.DurationVar(&f.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "close a connection whose response makes no progress for this long (a client that stopped reading)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	fl.DurationVar(&f.retention, "log-retention", 0, "default retention time of topics (log.retention.ms; 0: Kafka's 7 days, negative: unlimited)")
@@ -119,10 +136,63 @@ func newLogger(level, format string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
 
+// checkAdminListen refuses a non-loopback admin address unless allowed:
+// the admin port serves metrics and runtime details (and, with
+// --admin-pprof, profiles) without authentication. It returns whether the
+// address is exposed beyond this host.
+func checkAdminListen(addr string, allowRemote bool) (remote bool, err error) {
+	if addr == "" {
+		return false, nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, fmt.Errorf("--admin-listen %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return false, nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return false, nil
+	}
+	if !allowRemote {
+		return true, fmt.Errorf("--admin-listen %s is not a loopback address, and the admin port has no authentication: use 127.0.0.1:PORT, or pass --admin-allow-remote to expose it anyway", addr)
+	}
+	return true, nil
+}
+
+// raiseOpenFileLimit raises RLIMIT_NOFILE's soft limit to the hard limit
+// (every connection and segment is a descriptor; Go does this too since
+// 1.19, but a broker must not depend on it silently) and returns the limits
+// in force for the banner.
+func raiseOpenFileLimit() (soft, hard uint64, err error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, 0, err
+	}
+	if lim.Cur < lim.Max {
+		raised := lim
+		raised.Cur = raised.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised); err == nil {
+			lim = raised
+		}
+	}
+	return lim.Cur, lim.Max, nil
+}
+
 func runServe(ctx context.Context, f serveFlags) error {
 	logger, err := newLogger(f.logLevel, f.logFormat)
 	if err != nil {
 		return err
+	}
+	adminRemote, err := checkAdminListen(f.adminListen, f.adminAllowRemote)
+	if err != nil {
+		return err
+	}
+	openFiles := "unknown"
+	if soft, hard, err := raiseOpenFileLimit(); err == nil {
+		openFiles = fmt.Sprintf("%d (hard limit %d)", soft, hard)
+	} else {
+		logger.Warn("cannot read the open file limit", "err", err)
 	}
 	if err := os.MkdirAll(f.dataDir, 0o755); err != nil {
 		return fmt.Errorf("creating the data directory: %w", err)
@@ -161,6 +231,12 @@ func runServe(ctx context.Context, f serveFlags) error {
 		NodeID:                f.nodeID,
 		MaxPartitionsPerTopic: f.maxPartitions,
 		MaxRequestBytes:       f.maxRequestBytes,
+		MaxRequestMemory:      f.maxRequestMemory,
+		MaxConnections:        f.maxConnections,
+		MaxConnectionsPerIP:   f.maxConnsPerIP,
+		IdleTimeout:           f.idleTimeout,
+		FrameReadTimeout:      f.frameReadTimeout,
+		WriteTimeout:          f.writeTimeout,
 		Logger:                logger,
 		Registry:              reg,
 		RetentionTime:         f.retention,
@@ -172,12 +248,19 @@ func runServe(ctx context.Context, f serveFlags) error {
 	}
 	recovered := time.Since(start)
 
+	// Every shutdown, on an error path too, is bounded: a client that
+	// stopped reading must not keep a failed broker around.
+	shutdown := func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
+		defer cancel()
+		return b.Shutdown(sctx)
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- b.Serve(l) }()
 	for b.AdvertisedAddr() == "" {
 		select {
 		case err := <-serveErr:
-			b.Shutdown(context.Background())
+			shutdown()
 			return err
 		case <-time.After(time.Millisecond):
 		}
@@ -188,11 +271,17 @@ func runServe(ctx context.Context, f serveFlags) error {
 	if f.adminListen != "" {
 		al, err := net.Listen("tcp", f.adminListen)
 		if err != nil {
-			b.Shutdown(context.Background())
+			shutdown()
 			return fmt.Errorf("admin listener on %s: %w (choose another --admin-listen, or \"\" to disable)", f.adminListen, err)
 		}
 		adminAddr = al.Addr().String()
-		adminSrv = &http.Server{Handler: adminMux(b, reg, dataDir, storageDesc), ReadHeaderTimeout: 10 * time.Second}
+		if f.adminPprof {
+			adminAddr += ", with /debug/pprof/"
+		}
+		if adminRemote {
+			adminAddr += " — WARNING: reachable from other hosts, without authentication (--admin-allow-remote)"
+		}
+		adminSrv = &http.Server{Handler: adminMux(b, reg, dataDir, storageDesc, f.adminPprof), ReadHeaderTimeout: 10 * time.Second}
 		go adminSrv.Serve(al)
 	}
 
@@ -200,12 +289,22 @@ func runServe(ctx context.Context, f serveFlags) error {
   kafka listener   %s (advertised %s)
   admin listener   %s
   data directory   %s (%s)
-  durability       acks=all → fdatasync before ack; acks=1 → page cache; acks=0 → queued
+  durability       acks=all → fdatasync before ack; acks=1 → page cache; acks=0 → page cache, no answer
+  limits           request memory %s, request %s; connections %d (%d per IP); idle %s, frame read %s, write %s
+  open files       %s
   cluster id       %s, node %d; recovered in %s
 `, version, runtime.Version(), runtime.GOMAXPROCS(0), l.Addr(), b.AdvertisedAddr(), adminAddr, dataDir, storageDesc,
+		humanBytes(f.maxRequestMemory), humanBytes(int64(f.maxRequestBytes)), f.maxConnections, f.maxConnsPerIP,
+		f.idleTimeout, f.frameReadTimeout, f.writeTimeout, openFiles,
 		b.ClusterID(), f.nodeID, recovered.Round(time.Millisecond))
 	if storage.Volatile {
 		logger.Warn("the data directory is on a volatile filesystem: acknowledged data is lost at reboot", "storage", storageDesc)
+	}
+	if adminRemote {
+		logger.Warn("the admin listener is reachable from other hosts and has no authentication", "admin_listen", adminAddr)
+	}
+	if int64(f.maxRequestBytes) > f.maxRequestMemory {
+		logger.Warn("--max-request-bytes is above --max-request-memory: requests larger than the memory budget are refused", "max_request_bytes", f.maxRequestBytes, "max_request_memory", f.maxRequestMemory)
 	}
 
 	sigs := make(chan os.Signal, 2)
@@ -214,7 +313,7 @@ func runServe(ctx context.Context, f serveFlags) error {
 	case sig := <-sigs:
 		logger.Info("shutting down gracefully; send the signal again to exit at once", "signal", sig.String())
 	case err := <-serveErr:
-		b.Shutdown(context.Background())
+		shutdown()
 		return fmt.Errorf("serving: %w", err)
 	case <-ctxDone(ctx):
 	}
@@ -267,17 +366,21 @@ func currentGOGC() string {
 	return strconv.Itoa(pct)
 }
 
-func adminMux(b *broker.Broker, reg *prometheus.Registry, dataDir, storage string) *http.ServeMux {
+// adminMux serves the admin endpoints; /debug/pprof/ only with withPprof
+// (it exposes the command line, goroutine stacks and CPU time on demand).
+func adminMux(b *broker.Broker, reg *prometheus.Registry, dataDir, storage string, withPprof bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if withPprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("/v1/runtime", func(w http.ResponseWriter, _ *http.Request) {
 		limit := debug.SetMemoryLimit(-1)
 		memLimit := "unlimited"

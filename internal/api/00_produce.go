@@ -18,9 +18,11 @@ import (
 // * Record batches (magic 2) only, hence v3+. The bytes are appended as
 //   sent; the log validates the CRC, assigns offsets and checks idempotent
 //   sequences (design D2, D10).
-// * acks 0/1/-1 → AckNone/AckWritten/AckForced (design D4). acks=0 gets no
-//   response; if any partition failed, the connection is closed so the
-//   client notices, as Kafka does.
+// * acks 0/1/-1 → AckWritten/AckWritten/AckForced (design D4). acks=0 gets
+//   no response; if any partition failed, the connection is closed so the
+//   client notices, as Kafka does. It is still waited for internally, so
+//   the request stays within the in-flight and memory bounds until its
+//   records are written.
 // * The partitions of one request are queued to their logs together, so one
 //   fdatasync per log covers them (group commit). Requests on one connection
 //   are queued in arrival order (Handler.Ordered), and the next one is
@@ -45,7 +47,11 @@ func (h *Handler) handleProduce(creq *server.Request, req *kmsg.ProduceRequest) 
 	badAcks := false
 	switch req.Acks {
 	case 0:
-		ack = plog.AckNone
+		// No answer, but the request is held (its frame, its share of the
+		// memory budget, its in-flight slot) until the records are
+		// written, as Kafka does: otherwise acks=0 producers escape every
+		// bound while the writer still refers to their frames.
+		ack = plog.AckWritten
 	case 1:
 		ack = plog.AckWritten
 	case -1:
@@ -126,13 +132,10 @@ func (h *Handler) handleProduce(creq *server.Request, req *kmsg.ProduceRequest) 
 		waits[i].pending, waits[i].err = j.log.Enqueue(j.records, ack)
 	}
 	creq.Sequenced()
-	if ack != plog.AckNone {
-		// Every append below is waited for, so once this handler returns
-		// the records (which alias the request frame) are on disk or in the
-		// page cache and nothing refers to the frame: with acks=0 the
-		// writer may still be writing them, so the frame is left alone.
-		creq.RecycleFrame()
-	}
+	// Every append below is waited for (acks=0 included), so once this
+	// handler returns the records (which alias the request frame) are on
+	// disk or in the page cache and nothing refers to the frame.
+	creq.RecycleFrame()
 	for i := range waits {
 		q := &waits[i]
 		res := plog.AppendResult{BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,17 +24,33 @@ import (
 // conn is one client connection: a reader goroutine (serve) and a writer
 // goroutine (writeLoop), joined by the queue of pending responses.
 type conn struct {
-	s      *Server
-	nc     net.Conn
-	id     uint64
-	log    *slog.Logger
+	s   *Server
+	nc  net.Conn
+	id  uint64
+	ip  string // key of the per-IP limit
+	log *slog.Logger
+
+	// ctx is the handlers' context: it ends when the connection is aborted,
+	// when the reader sees the client go (EOF, a read error, a limit), or
+	// when the server shuts down.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// readCtx, a child of ctx, also ends when the reader is told to stop
+	// (graceful shutdown): it bounds the reader's own waits (budget, queue).
+	readCtx  context.Context
+	stopRead context.CancelFunc
 
 	// queue holds one slot per request read and not yet answered, in
 	// request order; its capacity is the in-flight bound. Only the reader
 	// sends on it and closes it; only the writer receives.
 	queue chan *slot
+
+	// inFlight counts requests read and not yet answered (or dropped) by
+	// the writer, and lastWriteNanos is when the writer last finished a
+	// response (UnixNano): the reader reads both to tell an idle
+	// connection.
+	inFlight       atomic.Int32
+	lastWriteNanos atomic.Int64
 
 	mu       sync.Mutex
 	stopping bool // graceful: stop reading, finish what was read
@@ -47,17 +64,23 @@ type slot struct {
 	resp Response
 }
 
-func newConn(s *Server, nc net.Conn, id uint64) *conn {
+func newConn(s *Server, nc net.Conn, id uint64, ip string) *conn {
 	ctx, cancel := context.WithCancel(s.baseCtx)
-	return &conn{
-		s:      s,
-		nc:     nc,
-		id:     id,
-		log:    s.log.With("client", nc.RemoteAddr().String()),
-		ctx:    ctx,
-		cancel: cancel,
-		queue:  make(chan *slot, s.cfg.MaxInFlight),
+	readCtx, stopRead := context.WithCancel(ctx)
+	c := &conn{
+		s:        s,
+		nc:       nc,
+		id:       id,
+		ip:       ip,
+		log:      s.log.With("client", nc.RemoteAddr().String()),
+		ctx:      ctx,
+		cancel:   cancel,
+		readCtx:  readCtx,
+		stopRead: stopRead,
+		queue:    make(chan *slot, s.cfg.MaxInFlight),
 	}
+	c.lastWriteNanos.Store(time.Now().UnixNano())
+	return c
 }
 
 // stopReading makes the reader stop after the frame it is reading (used by
@@ -66,6 +89,7 @@ func (c *conn) stopReading() {
 	c.mu.Lock()
 	c.stopping = true
 	c.mu.Unlock()
+	c.stopRead()
 	c.nc.SetReadDeadline(time.Unix(1, 0))
 }
 
@@ -78,11 +102,27 @@ func (c *conn) abort() {
 	c.nc.Close()
 }
 
+// setReadDeadline sets the read deadline unless the reader was told to stop,
+// whose deadline in the past must not be overwritten (stopReading cancels
+// readCtx before setting it, so checking after setting ours is enough).
+func (c *conn) setReadDeadline(t time.Time) {
+	c.nc.SetReadDeadline(t)
+	if c.readCtx.Err() != nil {
+		c.nc.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
 func (c *conn) isStopping() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.stopping || c.aborted
 }
+
+// errIdle and errFrameTimeout are the reader's own reasons to close.
+var (
+	errIdle         = errors.New("connection idle")
+	errFrameTimeout = errors.New("frame did not arrive in time")
+)
 
 // serve is the reader goroutine.
 func (c *conn) serve() {
@@ -103,43 +143,64 @@ func (c *conn) serve() {
 		sizeBuf     [4]byte
 		lastOrdered chan struct{} // done channel of the previous ordered request
 	)
-	for {
-		if _, err := io.ReadFull(c.nc, sizeBuf[:]); err != nil {
-			if !c.isStopping() && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				c.log.Debug("connection read failed", "err", err)
-			}
+	maxFrame := c.s.cfg.maxFrameBytes()
+	for c.readCtx.Err() == nil { // until told to stop (or aborted)
+		size, err := c.readSize(&sizeBuf)
+		if err != nil {
+			c.readFailed(err, "connection read failed")
 			return
 		}
-		size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
-		if size < 0 || size > c.s.cfg.MaxRequestBytes {
-			c.log.Warn("closing connection: request frame too large", "size", size, "max_request_bytes", c.s.cfg.MaxRequestBytes)
+		if size < 0 || int64(size) > maxFrame {
+			c.s.frameLog.warn(c.log, "closing connection: request frame too large", "size", size,
+				"max_request_bytes", c.s.cfg.MaxRequestBytes, "max_request_memory", c.s.cfg.MaxRequestMemory)
 			c.abort()
 			return
 		}
-		frame := getFrame(int(size))
-		if _, err := io.ReadFull(c.nc, frame); err != nil {
-			if !c.isStopping() {
-				c.log.Debug("connection closed mid-frame", "err", err)
+		// Reserve before reading: while the budget is short this
+		// connection reads nothing more (backpressure), and the frame
+		// deadline starts only once we are ready to read.
+		if err := c.s.budget.acquire(c.readCtx, int64(size)); err != nil {
+			return
+		}
+		reserved := int64(size)
+		c.setReadDeadline(time.Now().Add(c.s.cfg.FrameReadTimeout))
+		frame, err := readFrame(c.nc, int(size))
+		if err != nil {
+			c.s.budget.release(reserved)
+			if errors.Is(err, os.ErrDeadlineExceeded) && !c.isStopping() {
+				err = errFrameTimeout
 			}
+			c.readFailed(err, "connection closed mid-frame")
 			return
 		}
 		req, err := ParseRequest(frame, c.s.cfg.Handler)
 		if err != nil {
-			c.log.Warn("closing connection: bad request", "err", err)
+			putFrame(frame)
+			c.s.budget.release(reserved)
+			c.s.frameLog.warn(c.log, "closing connection: bad request", "err", err)
 			c.abort()
 			return
 		}
 		req.Remote = c.nc.RemoteAddr()
-		req.frame = frame
+		req.frame, req.reserved, req.budget = frame, reserved, c.s.budget
 		req.ConnID = c.id
+		if releaseBodyFromFrame(req) {
+			// Nothing refers to the frame any more: a request that waits
+			// (long-poll fetch) holds no request bytes while it waits.
+			req.recycle = true
+			req.releaseFrame()
+		}
 		if c.s.cfg.OnRequest != nil {
 			c.s.cfg.OnRequest(req.Key)
 		}
 
 		sl := &slot{req: req, done: make(chan struct{})}
+		c.inFlight.Add(1)
 		select {
 		case c.queue <- sl: // blocks while MaxInFlight responses are pending
-		case <-c.ctx.Done():
+		case <-c.readCtx.Done():
+			c.inFlight.Add(-1)
+			req.releaseFrame()
 			return
 		}
 		var prev, mine chan struct{}
@@ -149,6 +210,68 @@ func (c *conn) serve() {
 		}
 		go c.handle(sl, prev, mine)
 	}
+}
+
+// readFailed ends the reader after err. Unless the server told it to stop
+// (graceful shutdown), the client is gone or cut off: the handlers'
+// context ends at once so long waits (fetch, JoinGroup) do not outlive the
+// connection.
+func (c *conn) readFailed(err error, what string) {
+	if c.isStopping() {
+		return
+	}
+	c.cancel()
+	switch {
+	case errors.Is(err, errIdle):
+		c.log.Debug("closing idle connection", "idle_timeout", c.s.cfg.IdleTimeout)
+	case errors.Is(err, errFrameTimeout):
+		c.s.frameLog.warn(c.log, "closing connection: request frame stalled", "frame_read_timeout", c.s.cfg.FrameReadTimeout)
+	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+	default:
+		c.log.Debug(what, "err", err)
+	}
+}
+
+// readSize reads the next frame's size prefix. Waiting for its first byte
+// the connection may be idle: with nothing in flight and no response
+// written for IdleTimeout it is closed (errIdle). Once the first byte has
+// arrived, the rest must come within FrameReadTimeout (errFrameTimeout).
+func (c *conn) readSize(buf *[4]byte) (int32, error) {
+	idle := c.s.cfg.IdleTimeout
+	c.setReadDeadline(time.Now().Add(idle))
+	n := 0
+	for n == 0 {
+		m, err := c.nc.Read(buf[:])
+		n += m
+		if err == nil || n > 0 {
+			continue
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) || c.isStopping() {
+			return 0, err
+		}
+		// Not idle while requests are in flight (a long poll) or since the
+		// last response.
+		now := time.Now()
+		if c.inFlight.Load() > 0 {
+			c.setReadDeadline(now.Add(idle))
+			continue
+		}
+		if last := time.Unix(0, c.lastWriteNanos.Load()); now.Sub(last) < idle {
+			c.setReadDeadline(last.Add(idle))
+			continue
+		}
+		return 0, errIdle
+	}
+	if n < len(buf) {
+		c.setReadDeadline(time.Now().Add(c.s.cfg.FrameReadTimeout))
+		if _, err := io.ReadFull(c.nc, buf[n:]); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && !c.isStopping() {
+				err = errFrameTimeout
+			}
+			return 0, err
+		}
+	}
+	return int32(binary.BigEndian.Uint32(buf[:])), nil
 }
 
 func (c *conn) handle(sl *slot, prev, mine chan struct{}) {
@@ -163,17 +286,16 @@ func (c *conn) handle(sl *slot, prev, mine chan struct{}) {
 		sl.req.Sequenced()
 		close(sl.done)
 	}()
+	// Runs before the slot is marked done, panic or not.
+	defer sl.req.releaseFrame()
 	defer func() {
 		if r := recover(); r != nil {
 			c.log.Error("handler panicked; closing connection", "key", kmsg.NameForKey(sl.req.Key), "version", sl.req.Version, "panic", fmt.Sprint(r))
 			sl.resp = Response{None: true, Close: true}
+			sl.req.recycle = false // the handler may have left references
 		}
 	}()
 	sl.resp = c.s.cfg.Handler.Handle(c.ctx, sl.req)
-	if sl.req.recycle {
-		putFrame(sl.req.frame)
-		sl.req.frame = nil
-	}
 }
 
 // writeLoop is the writer goroutine: it writes responses in request order.
@@ -188,7 +310,11 @@ func (c *conn) writeLoop() {
 			hdr, err = c.write(hdr[:0], sl.req, r)
 			if err != nil {
 				if !c.isStopping() {
-					c.log.Debug("connection write failed", "err", err)
+					if errors.Is(err, os.ErrDeadlineExceeded) {
+						c.s.frameLog.warn(c.log, "closing connection: the client stopped reading its responses", "write_timeout", c.s.cfg.WriteTimeout)
+					} else {
+						c.log.Debug("connection write failed", "err", err)
+					}
 				}
 				failed = true
 				c.abort()
@@ -201,6 +327,8 @@ func (c *conn) writeLoop() {
 			failed = true
 			c.abort()
 		}
+		c.lastWriteNanos.Store(time.Now().UnixNano())
+		c.inFlight.Add(-1)
 	}
 }
 
@@ -220,22 +348,65 @@ func (c *conn) write(buf []byte, req *Request, r Response) ([]byte, error) {
 	if responseHeaderFlexible(req) {
 		buf = append(buf, 0) // no tagged fields
 	}
+	w := progressWriter{nc: c.nc, timeout: c.s.cfg.WriteTimeout}
 	if r.Body != nil {
 		buf = r.Body.AppendTo(buf)
 		binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
-		_, err := c.nc.Write(buf)
+		_, err := w.Write(buf)
 		return buf, err
 	}
 	if r.Frame == nil {
 		return buf, nil
 	}
 	binary.BigEndian.PutUint32(buf, uint32(int64(len(buf)-4)+r.Frame.Len()))
-	return buf, writeFrame(c.nc, buf, r.Frame)
+	return buf, writeFrame(w, buf, r.Frame)
+}
+
+// progressWriter writes to a connection with a write timeout measured from
+// the last progress: a response may take any time in total (a large fetch
+// to a slow consumer), but a client that stops reading is cut off after
+// timeout, and with it the segment references its response holds. A zero
+// timeout means none.
+type progressWriter struct {
+	nc      net.Conn
+	timeout time.Duration
+}
+
+// arm sets the write deadline timeout from now.
+func (w progressWriter) arm() {
+	if w.timeout > 0 {
+		w.nc.SetWriteDeadline(time.Now().Add(w.timeout))
+	}
+}
+
+// writeBuffers writes bufs (consuming them), re-arming the deadline each
+// time a write timed out after making progress.
+func (w progressWriter) writeBuffers(bufs net.Buffers) error {
+	for {
+		w.arm()
+		n, err := bufs.WriteTo(w.nc)
+		if err == nil || n == 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+	}
+}
+
+// Write writes p in full, re-arming the deadline as writeBuffers does.
+func (w progressWriter) Write(p []byte) (int, error) {
+	written := 0
+	for {
+		w.arm()
+		n, err := w.nc.Write(p[written:])
+		written += n
+		if err == nil || n == 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return written, err
+		}
+	}
 }
 
 // writeFrame writes head then the frame's pieces: runs of byte pieces with
 // one writev, file pieces with sendfile when both ends allow it.
-func writeFrame(nc net.Conn, head []byte, f *Frame) error {
+func writeFrame(w progressWriter, head []byte, f *Frame) error {
 	bufs := net.Buffers{head}
 	for _, p := range f.Pieces {
 		if p.File == nil {
@@ -245,18 +416,17 @@ func writeFrame(nc net.Conn, head []byte, f *Frame) error {
 			continue
 		}
 		if len(bufs) > 0 {
-			if _, err := bufs.WriteTo(nc); err != nil {
+			if err := w.writeBuffers(bufs); err != nil {
 				return err
 			}
 			bufs = bufs[:0]
 		}
-		if err := sendFileRange(nc, p.File, p.Pos, p.Len); err != nil {
+		if err := sendFileRange(w, p.File, p.Pos, p.Len); err != nil {
 			return err
 		}
 	}
 	if len(bufs) > 0 {
-		_, err := bufs.WriteTo(nc)
-		return err
+		return w.writeBuffers(bufs)
 	}
 	return nil
 }
@@ -265,16 +435,16 @@ func writeFrame(nc net.Conn, head []byte, f *Frame) error {
 // file it uses sendfile(2) with an explicit offset (never the shared file
 // position: many connections read the same segment); otherwise it copies
 // with pread and write.
-func sendFileRange(nc net.Conn, f io.ReaderAt, pos, n int64) error {
+func sendFileRange(w progressWriter, f io.ReaderAt, pos, n int64) error {
 	if n <= 0 {
 		return nil
 	}
-	if tc, ok := nc.(*net.TCPConn); ok {
+	if tc, ok := w.nc.(*net.TCPConn); ok {
 		if of, ok := f.(vfs.OSFile); ok {
-			return sendfile(tc, of.OS(), pos, n)
+			return sendfile(w, tc, of.OS(), pos, n)
 		}
 	}
-	return copyRange(nc, f, pos, n)
+	return copyRange(w, f, pos, n)
 }
 
 var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
@@ -301,18 +471,23 @@ func copyRange(w io.Writer, f io.ReaderAt, pos, n int64) error {
 	return nil
 }
 
-func sendfile(tc *net.TCPConn, f *os.File, pos, n int64) error {
+func sendfile(w progressWriter, tc *net.TCPConn, f *os.File, pos, n int64) error {
 	sc, err := tc.SyscallConn()
 	if err != nil {
 		return err
 	}
 	fc, err := f.SyscallConn()
 	if err != nil {
-		return copyRange(tc, f, pos, n)
+		return copyRange(w, f, pos, n)
 	}
 	var sendErr error
 	ctlErr := fc.Control(func(filefd uintptr) {
 		for n > 0 && sendErr == nil {
+			// The deadline counts from the last progress: each pass
+			// below returns as soon as the socket is full after having
+			// sent something, and the next pass re-arms it.
+			w.arm()
+			progressed := false
 			werr := sc.Write(func(sockfd uintptr) bool {
 				for n > 0 {
 					off := pos
@@ -320,10 +495,13 @@ func sendfile(tc *net.TCPConn, f *os.File, pos, n int64) error {
 					if m > 0 {
 						pos += int64(m)
 						n -= int64(m)
+						progressed = true
 					}
 					switch {
 					case err == unix.EAGAIN:
-						return false // wait until writable
+						// Wait until writable, under a fresh deadline if
+						// this pass made progress.
+						return progressed
 					case err == unix.EINTR:
 						continue
 					case err != nil:

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"errors"
+	"io"
 	"math/bits"
 	"sync"
 )
@@ -32,12 +34,12 @@ func frameClass(size int) int {
 
 // getFrame returns a buffer of exactly size bytes (contents undefined).
 func getFrame(size int) []byte {
+	if b := pooledFrame(size); b != nil {
+		return b
+	}
 	c := frameClass(size)
 	if c > maxFrameClass {
 		return make([]byte, size)
-	}
-	if p, _ := framePools[c].Get().(*[]byte); p != nil {
-		return (*p)[:size]
 	}
 	return make([]byte, size, 1<<c)
 }
@@ -50,4 +52,58 @@ func putFrame(b []byte) {
 	}
 	b = b[:cap(b)]
 	framePools[c].Put(&b)
+}
+
+// firstChunkBytes is how much of a frame is allocated before its bytes
+// arrive when no pooled buffer of its size is free; the buffer then doubles
+// as bytes arrive. A declared size that never arrives costs at most this.
+const firstChunkBytes = 64 << 10
+
+// readFrame reads a frame body of size bytes from r. A free pooled buffer of
+// the frame's class is used at once (it costs no new memory: the common
+// case of a connection streaming requests of similar sizes); otherwise the
+// buffer starts at firstChunkBytes and doubles as bytes arrive, so a
+// client announcing a large frame and sending nothing holds no more than
+// that. On error the buffer is recycled and nil returned.
+func readFrame(r io.Reader, size int) ([]byte, error) {
+	buf := pooledFrame(size)
+	if buf == nil {
+		buf = getFrame(min(size, firstChunkBytes))
+	}
+	n := 0
+	for n < size {
+		if n == len(buf) {
+			if c := min(cap(buf), size); c > len(buf) {
+				buf = buf[:c]
+			} else {
+				grown := getFrame(min(size, 2*cap(buf)))
+				copy(grown, buf[:n])
+				putFrame(buf)
+				buf = grown
+			}
+		}
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil && n < size {
+			putFrame(buf)
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	return buf, nil
+}
+
+// pooledFrame returns a pooled buffer of exactly size bytes, or nil if the
+// pool of its class is empty.
+func pooledFrame(size int) []byte {
+	c := frameClass(size)
+	if c > maxFrameClass {
+		return nil
+	}
+	if p, _ := framePools[c].Get().(*[]byte); p != nil {
+		return (*p)[:size]
+	}
+	return nil
 }

@@ -15,6 +15,23 @@
 // version (except ApiVersions, answered per KIP-511) or a body that does not
 // decode is logged with the client's address and closes that connection
 // only.
+//
+// Everything a client can make the server hold is bounded (design D13):
+//   - request bytes in memory: one budget for the whole server
+//     (MaxRequestMemory), reserved for a frame's declared size before its
+//     body is read and released when nothing refers to the frame; a reader
+//     short of budget stops reading (backpressure). Bodies are read
+//     incrementally, so a size announced and never sent costs nothing.
+//   - connections: in total and per client IP (over the limit a
+//     connection is accepted and closed at once, as Kafka does), idle
+//     connections (IdleTimeout), a frame that started to arrive and stalls
+//     (FrameReadTimeout), a response the client stops reading
+//     (WriteTimeout, measured from the last progress);
+//   - a connection that closes cancels its handlers' context at once.
+//
+// Accept errors that can pass (EMFILE, ENFILE, ...) are retried with
+// exponential backoff, as net/http does; Serve returns only for a closed
+// or broken listener, and closes it.
 package server
 
 import (
@@ -24,6 +41,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -34,6 +52,26 @@ const DefaultMaxRequestBytes = 100 << 20
 
 // DefaultMaxInFlight bounds unanswered requests per connection.
 const DefaultMaxInFlight = 16
+
+// Defaults of the connection and memory limits (Config).
+const (
+	// DefaultMaxRequestMemory is the budget of request bytes held in memory
+	// by all connections together (queued.max.request.bytes).
+	DefaultMaxRequestMemory = 256 << 20
+	// DefaultMaxConnections bounds open client connections.
+	DefaultMaxConnections = 10_000
+	// DefaultMaxConnectionsPerIP bounds open connections from one client IP.
+	DefaultMaxConnectionsPerIP = 1_000
+	// DefaultIdleTimeout is Kafka's connections.max.idle.ms.
+	DefaultIdleTimeout = 10 * time.Minute
+	// DefaultFrameReadTimeout bounds how long the rest of a frame may take
+	// to arrive once its first byte did (and the budget for it was
+	// reserved).
+	DefaultFrameReadTimeout = 30 * time.Second
+	// DefaultWriteTimeout bounds how long a response write may go without
+	// progress (a client that stops reading).
+	DefaultWriteTimeout = 30 * time.Second
+)
 
 // Request is one decoded request.
 type Request struct {
@@ -53,15 +91,34 @@ type Request struct {
 	// request of the connection start (see Sequenced).
 	orderDone func()
 
-	frame   []byte // the request's frame, from the frame pool
-	recycle bool   // the handler keeps no reference to frame after Handle
+	frame    []byte // the request's frame, from the frame pool; nil once let go
+	recycle  bool   // the handler keeps no reference to frame after Handle
+	reserved int64  // bytes of the memory budget held for frame
+	budget   *memoryBudget
+}
+
+// releaseFrame lets go of the request's frame: recycled if recycle says
+// nothing refers to it, and its reservation returned to the budget either
+// way (a frame the handler still refers to is the garbage collector's;
+// handlers must not keep body bytes beyond Handle except by copying them).
+// It is idempotent.
+func (r *Request) releaseFrame() {
+	if r.frame != nil && r.recycle {
+		putFrame(r.frame)
+	}
+	r.frame = nil
+	if r.reserved != 0 {
+		r.budget.release(r.reserved)
+		r.reserved = 0
+	}
 }
 
 // RecycleFrame tells the server that once Handle returns, nothing refers to
 // the request's frame any more (nor to byte slices of the decoded Body,
 // which alias it), so its buffer can be reused for another request. Call it
-// only when that is true: Produce with acks != 0, whose records have been
-// written by the time Handle returns.
+// only when that is true: Produce, whose records have been written by the
+// time Handle returns (acks=0 included). Bodies without byte fields need no
+// call: the server lets go of their frames right after decoding.
 func (r *Request) RecycleFrame() { r.recycle = r.frame != nil }
 
 // Sequenced tells the server that the order-sensitive part of an Ordered
@@ -126,37 +183,104 @@ type Handler interface {
 	// started one after the other in arrival order: the next one starts
 	// when the previous one returns or calls Request.Sequenced.
 	Ordered(key int16) bool
-	// Handle serves one request. ctx ends when the connection closes or the
-	// server shuts down; long waits (fetch) must end with it.
+	// Handle serves one request. ctx ends as soon as the connection closes
+	// (the reader sees EOF or an error), is cut by a limit, or the server
+	// shuts down; long waits (fetch, JoinGroup) must end with it.
 	Handle(ctx context.Context, req *Request) Response
 }
 
-// Config configures a Server.
+// Config configures a Server. Zero values mean the defaults.
 type Config struct {
 	Handler         Handler
 	MaxRequestBytes int32 // default DefaultMaxRequestBytes
 	MaxInFlight     int   // default DefaultMaxInFlight
-	Logger          *slog.Logger
+	// MaxRequestMemory is the budget of request bytes in memory for all
+	// connections together (default DefaultMaxRequestMemory); a frame
+	// larger than the budget is refused like one above MaxRequestBytes.
+	MaxRequestMemory int64
+	// MaxConnections and MaxConnectionsPerIP bound open connections
+	// (defaults DefaultMaxConnections, DefaultMaxConnectionsPerIP).
+	MaxConnections      int
+	MaxConnectionsPerIP int
+	// IdleTimeout closes a connection with nothing in flight that has
+	// neither sent a request nor been sent a response for that long
+	// (default DefaultIdleTimeout).
+	IdleTimeout time.Duration
+	// FrameReadTimeout closes a connection whose frame, once started, has
+	// not fully arrived within it (default DefaultFrameReadTimeout).
+	FrameReadTimeout time.Duration
+	// WriteTimeout closes a connection whose response write makes no
+	// progress for that long (default DefaultWriteTimeout).
+	WriteTimeout time.Duration
+	Logger       *slog.Logger
 	// OnConnection is called with +1 when a connection opens and -1 when it
 	// closes (metrics).
 	OnConnection func(delta int)
+	// OnConnectionRejected is called for a connection closed at once
+	// because of a limit: "max_connections" or "max_connections_per_ip".
+	OnConnectionRejected func(reason string)
 	// OnRequest is called for every decoded request (metrics).
 	OnRequest func(key int16)
 }
 
+// setDefaults gives every zero field its default.
+func (cfg *Config) setDefaults() {
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
+	if cfg.MaxRequestMemory <= 0 {
+		cfg.MaxRequestMemory = DefaultMaxRequestMemory
+	}
+	if cfg.MaxConnections <= 0 {
+		cfg.MaxConnections = DefaultMaxConnections
+	}
+	if cfg.MaxConnectionsPerIP <= 0 {
+		cfg.MaxConnectionsPerIP = DefaultMaxConnectionsPerIP
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.FrameReadTimeout <= 0 {
+		cfg.FrameReadTimeout = DefaultFrameReadTimeout
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+}
+
+// maxFrameBytes is the largest request frame a server with cfg accepts:
+// MaxRequestBytes, or the memory budget if that is smaller.
+func (cfg Config) maxFrameBytes() int64 {
+	c := cfg
+	c.setDefaults()
+	return min(int64(c.MaxRequestBytes), c.MaxRequestMemory)
+}
+
 // Server serves Kafka-protocol connections.
 type Server struct {
-	cfg Config
-	log *slog.Logger
+	cfg    Config
+	log    *slog.Logger
+	budget *memoryBudget
 
 	// baseCtx is the parent of every connection context; cancelled at the
 	// end of Shutdown so waiting handlers return.
 	baseCtx    context.Context
 	cancelBase context.CancelFunc
 
+	acceptLog rateLimitedLog // accept failures
+	rejectLog rateLimitedLog // connections over a limit
+	frameLog  rateLimitedLog // bad, oversized or stalled frames, stuck writes
+
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
+	perIP     map[string]int // open connections by client IP
 	nextID    uint64
 	closing   bool
 	connsWG   sync.WaitGroup
@@ -167,29 +291,35 @@ var ErrServerClosed = errors.New("server: closed")
 
 // New returns a server; cfg.Handler is required.
 func New(cfg Config) *Server {
-	if cfg.MaxRequestBytes <= 0 {
-		cfg.MaxRequestBytes = DefaultMaxRequestBytes
-	}
-	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = DefaultMaxInFlight
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.setDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{
 		cfg:        cfg,
 		log:        cfg.Logger,
+		budget:     newMemoryBudget(cfg.MaxRequestMemory),
 		baseCtx:    ctx,
 		cancelBase: cancel,
 		listeners:  make(map[net.Listener]struct{}),
 		conns:      make(map[*conn]struct{}),
+		perIP:      make(map[string]int),
 	}
 }
 
+// RequestMemoryInUse is how many bytes of the request memory budget are
+// reserved now (a gauge).
+func (s *Server) RequestMemoryInUse() int64 { return s.budget.inUse.Load() }
+
+// RequestMemoryLimit is the request memory budget.
+func (s *Server) RequestMemoryLimit() int64 { return s.budget.limit }
+
 // Serve accepts connections on l until Shutdown; it always returns a non-nil
-// error, ErrServerClosed after Shutdown.
+// error, ErrServerClosed after Shutdown, and l is closed when it returns.
+// Accept errors that can pass (a shortage of file descriptors, a
+// connection reset before it was accepted) are retried with exponential
+// backoff from 5 ms to 1 s and logged at most once a second; any other
+// error is returned.
 func (s *Server) Serve(l net.Listener) error {
+	defer l.Close()
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -207,43 +337,111 @@ func (s *Server) Serve(l net.Listener) error {
 	for {
 		nc, err := l.Accept()
 		if err != nil {
-			s.mu.Lock()
-			closing := s.closing
-			s.mu.Unlock()
-			if closing {
+			if s.isClosing() {
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				s.log.Warn("accept failed; retrying", "err", err, "retry_in", backoff)
-				time.Sleep(backoff)
-				continue
+			if !retryableAcceptError(err) {
+				return err
 			}
-			return err
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.acceptLog.warn(s.log, "accept failed; retrying", "err", err, "retry_in", backoff)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-s.baseCtx.Done():
+				t.Stop()
+			}
+			continue
 		}
 		backoff = 0
-		s.mu.Lock()
-		if s.closing {
-			s.mu.Unlock()
-			nc.Close()
-			return ErrServerClosed
-		}
-		s.nextID++
-		c := newConn(s, nc, s.nextID)
-		s.conns[c] = struct{}{}
-		s.connsWG.Add(1)
-		s.mu.Unlock()
-		if s.cfg.OnConnection != nil {
-			s.cfg.OnConnection(+1)
-		}
-		go c.serve()
+		s.accept(nc)
 	}
+}
+
+// retryableAcceptError reports whether an accept error can pass: timeouts,
+// errors the runtime calls temporary, and running out of descriptors or
+// kernel memory (EMFILE, ENFILE, ENOBUFS, ENOMEM), which end when
+// connections close.
+func retryableAcceptError(err error) bool {
+	if errors.Is(err, net.ErrClosed) {
+		return false
+	}
+	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED, syscall.EINTR} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	var te interface{ Temporary() bool }
+	return errors.As(err, &te) && te.Temporary()
+}
+
+func (s *Server) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
+// accept starts serving nc, or closes it at once if a connection limit is
+// reached.
+func (s *Server) accept(nc net.Conn) {
+	ip := clientIP(nc.RemoteAddr())
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
+	reason := ""
+	switch {
+	case len(s.conns) >= s.cfg.MaxConnections:
+		reason = "max_connections"
+	case s.perIP[ip] >= s.cfg.MaxConnectionsPerIP:
+		reason = "max_connections_per_ip"
+	}
+	if reason != "" {
+		open, openIP := len(s.conns), s.perIP[ip]
+		s.mu.Unlock()
+		nc.Close()
+		s.rejectLog.warn(s.log, "connection refused: limit reached", "client", nc.RemoteAddr().String(), "limit", reason,
+			"open", open, "open_from_ip", openIP, "max_connections", s.cfg.MaxConnections, "max_connections_per_ip", s.cfg.MaxConnectionsPerIP)
+		if s.cfg.OnConnectionRejected != nil {
+			s.cfg.OnConnectionRejected(reason)
+		}
+		return
+	}
+	s.nextID++
+	c := newConn(s, nc, s.nextID, ip)
+	s.conns[c] = struct{}{}
+	s.perIP[ip]++
+	s.connsWG.Add(1)
+	s.mu.Unlock()
+	if s.cfg.OnConnection != nil {
+		s.cfg.OnConnection(+1)
+	}
+	go c.serve()
+}
+
+// clientIP is the key of the per-IP connection limit.
+func clientIP(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	if host, _, err := net.SplitHostPort(a.String()); err == nil {
+		return host
+	}
+	return a.String()
 }
 
 func (s *Server) removeConn(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
+	if s.perIP[c.ip]--; s.perIP[c.ip] <= 0 {
+		delete(s.perIP, c.ip)
+	}
 	s.mu.Unlock()
 	if s.cfg.OnConnection != nil {
 		s.cfg.OnConnection(-1)
@@ -251,10 +449,11 @@ func (s *Server) removeConn(c *conn) {
 	s.connsWG.Done()
 }
 
-// Shutdown stops accepting, stops reading new requests, lets requests
-// already read finish and their responses be written, then closes the
-// connections. Waiting fetches are cut short. If ctx ends first, the
-// connections are closed at once and ctx's error returned.
+// Shutdown closes the listeners first, stops reading new requests, lets
+// requests already read finish and their responses be written, then closes
+// the connections. Waiting fetches are cut short. If ctx ends first, the
+// connections are closed at once and ctx's error returned without waiting
+// any longer (a handler that ignores its context may still be returning).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
@@ -275,7 +474,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		s.CloseConnections()
-		<-done
 		return ctx.Err()
 	}
 }

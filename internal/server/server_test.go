@@ -192,7 +192,7 @@ func TestSendFileRange(t *testing.T) {
 		}
 		go func() {
 			defer server.Close()
-			if err := sendFileRange(server, f, pos, n); err != nil {
+			if err := sendFileRange(progressWriter{nc: server}, f, pos, n); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -202,7 +202,7 @@ func TestSendFileRange(t *testing.T) {
 	a, b := net.Pipe()
 	go func() {
 		defer a.Close()
-		if err := sendFileRange(a, f, 5, 100_000); err != nil {
+		if err := sendFileRange(progressWriter{nc: a}, f, 5, 100_000); err != nil {
 			t.Error(err)
 		}
 	}()
@@ -213,7 +213,7 @@ func TestSendFileRange(t *testing.T) {
 	// A range past the end of the file fails instead of spinning.
 	c, s := net.Pipe()
 	go io.Copy(io.Discard, s)
-	if err := sendFileRange(c, f, int64(len(content))-10, 100); err == nil {
+	if err := sendFileRange(progressWriter{nc: c}, f, int64(len(content))-10, 100); err == nil {
 		t.Fatal("short file accepted")
 	}
 	c.Close()
