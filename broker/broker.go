@@ -66,14 +66,18 @@ type Config struct {
 	// per-broker registry (see Broker.Registry).
 	Registry *prometheus.Registry
 	// Log defaults for topics without overrides (Kafka's log.* broker
-	// configs). Zero: Kafka's defaults (7 days, unlimited bytes, 1 GiB
-	// segments, 1 MiB + 12 batches, CreateTime).
-	RetentionTime   time.Duration // log.retention.ms; negative: unlimited
-	RetentionBytes  int64         // log.retention.bytes; 0: unlimited
-	SegmentBytes    int64         // log.segment.bytes
-	SegmentMaxAge   time.Duration // log.roll.ms
-	MaxMessageBytes int32         // message.max.bytes
-	LogAppendTime   bool          // log.message.timestamp.type=LogAppendTime
+	// configs). Nil: Kafka's defaults (7 days, unlimited bytes, 1 GiB
+	// segments, 1 MiB + 12 batches). Set, each is used as it is with
+	// Kafka's meaning, zero included (retention 0: segments are deleted
+	// once rolled; retention bytes 0: only the active segment is kept), and
+	// New refuses values Kafka refuses (segment bytes below 1 MiB, ...).
+	// Ptr makes the pointers.
+	RetentionTime   *time.Duration // log.retention.ms; negative: unlimited
+	RetentionBytes  *int64         // log.retention.bytes; negative: unlimited
+	SegmentBytes    *int64         // log.segment.bytes
+	SegmentMaxAge   *time.Duration // log.roll.ms
+	MaxMessageBytes *int32         // message.max.bytes
+	LogAppendTime   bool           // log.message.timestamp.type=LogAppendTime
 	// RetentionCheckInterval is how often retention is enforced. Default
 	// 30 s.
 	RetentionCheckInterval time.Duration
@@ -99,6 +103,9 @@ type Broker struct {
 
 // Bool returns a pointer to b, for Config.AutoCreateTopics.
 func Bool(b bool) *bool { return &b }
+
+// Ptr returns a pointer to v, for the optional fields of Config.
+func Ptr[T any](v T) *T { return &v }
 
 // New opens (or creates) the data directory: the catalogue and every
 // partition log, recovering them.
@@ -168,27 +175,27 @@ func defaults(cfg Config) api.Defaults {
 	d := api.KafkaDefaults()
 	d.Explicit = map[string]bool{}
 	set := func(name string) { d.Explicit[name] = true }
-	if cfg.RetentionTime != 0 {
+	if cfg.RetentionTime != nil {
 		d.RetentionMs = cfg.RetentionTime.Milliseconds()
-		if cfg.RetentionTime < 0 {
+		if *cfg.RetentionTime < 0 {
 			d.RetentionMs = -1
 		}
 		set("log.retention.ms")
 	}
-	if cfg.RetentionBytes != 0 {
-		d.RetentionBytes = cfg.RetentionBytes
+	if cfg.RetentionBytes != nil {
+		d.RetentionBytes = *cfg.RetentionBytes
 		set("log.retention.bytes")
 	}
-	if cfg.SegmentBytes != 0 {
-		d.SegmentBytes = cfg.SegmentBytes
+	if cfg.SegmentBytes != nil {
+		d.SegmentBytes = *cfg.SegmentBytes
 		set("log.segment.bytes")
 	}
-	if cfg.SegmentMaxAge != 0 {
+	if cfg.SegmentMaxAge != nil {
 		d.SegmentMs = cfg.SegmentMaxAge.Milliseconds()
 		set("log.roll.ms")
 	}
-	if cfg.MaxMessageBytes != 0 {
-		d.MaxMessageBytes = cfg.MaxMessageBytes
+	if cfg.MaxMessageBytes != nil {
+		d.MaxMessageBytes = *cfg.MaxMessageBytes
 		set("message.max.bytes")
 	}
 	if cfg.LogAppendTime {

@@ -46,6 +46,11 @@ type serveFlags struct {
 	retention         time.Duration
 	retentionBytes    int64
 	segmentBytes      int64
+	// The log defaults given on the command line or in the environment
+	// (nil: not given, the broker's default).
+	retentionSet      *time.Duration
+	retentionBytesSet *int64
+	segmentBytesSet   *int64
 	shutdownTimeout   time.Duration
 }
 
@@ -63,7 +68,19 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			return flagsFromEnv(cmd.Flags())
 		},
-		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fl := cmd.Flags()
+			if fl.Changed("log-retention") {
+				f.retentionSet = &f.retention
+			}
+			if fl.Changed("log-retention-bytes") {
+				f.retentionBytesSet = &f.retentionBytes
+			}
+			if fl.Changed("log-segment-bytes") {
+				f.segmentBytesSet = &f.segmentBytes
+			}
+			return runServe(cmd.Context(), f)
+		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.dataDir, "data-dir", "./sushka-data", "data directory (partition logs and metadata)")
@@ -77,9 +94,11 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.Int32Var(&f.maxRequestBytes, "max-request-bytes", 100<<20, "largest request accepted; larger frames close the connection")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
-	fl.DurationVar(&f.retention, "log-retention", 0, "default retention time of topics (log.retention.ms; 0: Kafka's 7 days, negative: unlimited)")
-	fl.Int64Var(&f.retentionBytes, "log-retention-bytes", 0, "default retention bytes per partition (log.retention.bytes; 0: unlimited)")
-	fl.Int64Var(&f.segmentBytes, "log-segment-bytes", 0, "default segment size (log.segment.bytes; 0: 1 GiB)")
+	// The defaults shown are Kafka's; a flag not given leaves the broker's
+	// default (reported as DEFAULT_CONFIG), a flag given is used as it is.
+	fl.DurationVar(&f.retention, "log-retention", 168*time.Hour, "default retention time of topics (log.retention.ms; negative: unlimited; 0: segments are deleted once rolled)")
+	fl.Int64Var(&f.retentionBytes, "log-retention-bytes", -1, "default retention bytes per partition (log.retention.bytes; negative: unlimited; 0: only the active segment is kept)")
+	fl.Int64Var(&f.segmentBytes, "log-segment-bytes", 1<<30, "default segment size (log.segment.bytes; at least 1 MiB)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take before connections are dropped")
 	return cmd
 }
@@ -163,9 +182,9 @@ func runServe(ctx context.Context, f serveFlags) error {
 		MaxRequestBytes:       f.maxRequestBytes,
 		Logger:                logger,
 		Registry:              reg,
-		RetentionTime:         f.retention,
-		RetentionBytes:        f.retentionBytes,
-		SegmentBytes:          f.segmentBytes,
+		RetentionTime:         f.retentionSet,
+		RetentionBytes:        f.retentionBytesSet,
+		SegmentBytes:          f.segmentBytesSet,
 	})
 	if err != nil {
 		return err

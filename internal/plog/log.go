@@ -1,7 +1,6 @@
 package plog
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"path"
@@ -10,56 +9,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/sushka-io/sushka/internal/clock"
 	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
-const (
-	defaultSegmentBytes  = 1 << 30
-	defaultSegmentMaxAge = 7 * 24 * time.Hour
-	defaultRetentionTime = 7 * 24 * time.Hour
-	defaultMaxBatchBytes = 1<<20 + 12 // Kafka's max.message.bytes default
-	defaultIndexInterval = 4096
-	defaultQueueDepth    = 1024
-
-	logStartFile = "log-start-offset"
-)
-
-// DefaultWritePath is the write path chosen by measurement (docs/benchmarks.md).
-var DefaultWritePath = WriteSyscall
-
-func (c *Config) setDefaults() {
-	if c.Clock == nil {
-		c.Clock = clock.Real{}
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.SegmentBytes <= 0 {
-		c.SegmentBytes = defaultSegmentBytes
-	}
-	if c.SegmentMaxAge <= 0 {
-		c.SegmentMaxAge = defaultSegmentMaxAge
-	}
-	if c.RetentionBytes == 0 {
-		c.RetentionBytes = -1
-	}
-	if c.RetentionTime == 0 {
-		c.RetentionTime = defaultRetentionTime
-	}
-	if c.MaxBatchBytes <= 0 {
-		c.MaxBatchBytes = defaultMaxBatchBytes
-	}
-	if c.IndexInterval <= 0 {
-		c.IndexInterval = defaultIndexInterval
-	}
-	if c.QueueDepth <= 0 {
-		c.QueueDepth = defaultQueueDepth
-	}
-}
+const logStartFile = "log-start-offset"
 
 // Log is one partition's log: a directory of segments, one writer goroutine
 // that owns the active segment (group commit), and readers that take file
@@ -103,7 +58,7 @@ type Log struct {
 // the server reports as KAFKA_STORAGE_ERROR, while the broker keeps serving
 // its other partitions. Nothing on disk is touched.
 func Failed(cfg Config, err error) *Log {
-	cfg.setDefaults()
+	cfg.setNilDefaults()
 	done := make(chan struct{})
 	close(done)
 	return &Log{
@@ -119,10 +74,10 @@ func (l *Log) Syncs() int64 { return l.syncs.Load() }
 
 // Open opens (recovering) or creates the partition log in cfg.Dir.
 func Open(cfg Config) (*Log, error) {
-	if cfg.FS == nil || cfg.Dir == "" {
-		return nil, errors.New("log: Config.FS and Config.Dir are required")
+	cfg.setNilDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	cfg.setDefaults()
 	l := &Log{
 		cfg:    cfg,
 		fs:     cfg.FS,
@@ -156,15 +111,19 @@ func (l *Log) config() Config {
 }
 
 // SetConfig changes the dynamic settings (retention, segment size and age,
-// max batch bytes, timestamp type). FS, Dir, Clock, WritePath and QueueDepth
-// are kept.
-func (l *Log) SetConfig(cfg Config) {
+// max batch bytes, index interval, timestamp type). FS, Dir, Clock, Logger,
+// WritePath and QueueDepth are kept. An invalid cfg (Validate) changes
+// nothing.
+func (l *Log) SetConfig(cfg Config) error {
 	l.cfgMu.Lock()
 	defer l.cfgMu.Unlock()
 	cfg.FS, cfg.Dir, cfg.Clock, cfg.Logger = l.cfg.FS, l.cfg.Dir, l.cfg.Clock, l.cfg.Logger
 	cfg.WritePath, cfg.QueueDepth = l.cfg.WritePath, l.cfg.QueueDepth
-	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
 	l.cfg = cfg
+	return nil
 }
 
 // Append validates records (one or more whole v2 batches back to back),

@@ -40,7 +40,8 @@ type fixture struct {
 
 func newFixture(t testing.TB, wp WritePath) *fixture {
 	f := &fixture{fs: vfs.NewMem(), clock: clock.NewManual(t0)}
-	f.cfg = Config{FS: f.fs, Clock: f.clock, Dir: "/data/topic-0", WritePath: wp, SegmentBytes: 64 << 10, IndexInterval: 512, Logger: quietLogger}
+	f.cfg = DefaultConfig(f.fs, "/data/topic-0")
+	f.cfg.Clock, f.cfg.WritePath, f.cfg.SegmentBytes, f.cfg.IndexInterval, f.cfg.Logger = f.clock, wp, 64<<10, 512, quietLogger
 	return f
 }
 
@@ -681,7 +682,7 @@ func TestAppendAllocations(t *testing.T) {
 }
 
 func ExampleLog() {
-	l, err := Open(Config{FS: vfs.NewMem(), Dir: "/data/orders-0"})
+	l, err := Open(DefaultConfig(vfs.NewMem(), "/data/orders-0"))
 	if err != nil {
 		panic(err)
 	}

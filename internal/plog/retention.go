@@ -156,8 +156,11 @@ func (l *Log) DeleteRecordsBefore(offset int64) (logStart int64, err error) {
 
 // EnforceRetention deletes the oldest sealed segments past retention.ms
 // (judged by the largest timestamp in the segment, as Kafka does) or while
-// the log is larger than retention.bytes. The active segment is never
-// deleted; segment.ms rolls happen on the next append.
+// the log without them would still hold retention.bytes. With Kafka's
+// meanings: a negative limit is unlimited, retention.ms 0 makes a segment
+// deletable as soon as it is rolled, retention.bytes 0 keeps only the
+// active segment. The active segment is never deleted; segment.ms rolls
+// happen on the next append.
 func (l *Log) EnforceRetention() error {
 	cfg := l.config()
 	nowMs := cfg.Clock.Now().UnixMilli()
@@ -167,7 +170,13 @@ func (l *Log) EnforceRetention() error {
 		total += s.size
 	}
 	victims := l.removeSegmentsLocked(func(s, next *segment) bool {
-		expired := cfg.RetentionTime > 0 && s.maxTs >= 0 && nowMs-s.maxTs > cfg.RetentionTime.Milliseconds()
+		newest := s.maxTs
+		if newest < 0 {
+			// No record has a timestamp: judge by the segment's age, as
+			// Kafka falls back to the file's modification time.
+			newest = s.created.UnixMilli()
+		}
+		expired := cfg.RetentionTime >= 0 && nowMs-newest > cfg.RetentionTime.Milliseconds()
 		tooBig := cfg.RetentionBytes >= 0 && total-s.size >= cfg.RetentionBytes
 		if expired || tooBig {
 			total -= s.size
