@@ -196,7 +196,8 @@ func (p Pending) Wait() (AppendResult, error) {
 	return res, err
 }
 
-// validateRecords checks the framing and CRC of every batch and the size
+// validateRecords checks every batch (framing, CRC, the records,
+// decompressed within a budget derived from max.message.bytes) and the size
 // limit; nothing is written when it fails.
 func validateRecords(records []byte, maxBatch int) error {
 	if len(records) == 0 {
@@ -218,7 +219,7 @@ func validateRecords(records []byte, maxBatch int) error {
 		if size < batch.HeaderSize || size > len(rest) {
 			return fmt.Errorf("%w: batch length %d at %d runs past the %d bytes sent", batch.ErrCorrupt, size, off, len(records))
 		}
-		if _, err := batch.Validate(rest[:size]); err != nil {
+		if _, err := batch.ValidateWithin(rest[:size], batch.DecompressBudget(maxBatch)); err != nil {
 			return err
 		}
 		off += size

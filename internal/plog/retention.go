@@ -3,6 +3,7 @@ package plog
 import (
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/sushka-io/sushka/internal/plog/batch"
 )
@@ -52,6 +53,12 @@ func (l *Log) OffsetForTimestamp(ts int64) (offset, timestamp int64, found bool,
 	return -1, -1, false, nil
 }
 
+// batchBufs holds the buffers recordAtOrAfter reads a batch into; a batch
+// above maxPooledBatchBuf (max.message.bytes raised far) is not kept.
+var batchBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledBatchBuf = 2 << 20
+
 // recordAtOrAfter finds, within the batch at pos, the first record at or
 // after logStart whose timestamp is >= ts.
 func recordAtOrAfter(s *segment, pos int64, h *batch.Header, ts, logStart int64) (int64, int64, bool, error) {
@@ -60,10 +67,21 @@ func recordAtOrAfter(s *segment, pos int64, h *batch.Header, ts, logStart int64)
 		off := max(h.BaseOffset, logStart)
 		return off, h.MaxTimestamp, true, nil
 	}
-	b := make([]byte, h.Size())
+	bp := batchBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= maxPooledBatchBuf {
+			batchBufs.Put(bp)
+		}
+	}()
+	if cap(*bp) < h.Size() {
+		*bp = make([]byte, h.Size())
+	}
+	b := (*bp)[:h.Size()]
 	if _, err := s.file.ReadAt(b, pos); err != nil {
 		return -1, -1, false, &IOError{Op: fmt.Sprintf("read %s at %d", s.path, pos), Err: err}
 	}
+	// ForEachRecord decompresses within the broker-wide bounds (at most
+	// batch.DecompressSlots at once, streams never held whole).
 	offset, timestamp := int64(-1), int64(-1)
 	err := batch.ForEachRecord(b, func(delta int32, t int64) bool {
 		o := h.BaseOffset + int64(delta)
