@@ -29,6 +29,7 @@ import (
 
 	"github.com/sushka-io/sushka/internal/api"
 	"github.com/sushka-io/sushka/internal/meta"
+	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/server"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
@@ -81,7 +82,15 @@ type Config struct {
 	// RetentionCheckInterval is how often retention is enforced. Default
 	// 30 s.
 	RetentionCheckInterval time.Duration
+	// MaxOpenSegmentFiles bounds the sealed segment files kept open across
+	// all partitions (opened on read, least recently used closed first;
+	// each partition's active segment stays open besides). Default
+	// DefaultMaxOpenSegmentFiles.
+	MaxOpenSegmentFiles int
 }
+
+// DefaultMaxOpenSegmentFiles is the default of Config.MaxOpenSegmentFiles.
+const DefaultMaxOpenSegmentFiles = plog.DefaultMaxOpenSegmentFiles
 
 // Broker is a running broker.
 type Broker struct {
@@ -131,6 +140,9 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.RetentionCheckInterval <= 0 {
 		cfg.RetentionCheckInterval = 30 * time.Second
 	}
+	if cfg.MaxOpenSegmentFiles <= 0 {
+		cfg.MaxOpenSegmentFiles = DefaultMaxOpenSegmentFiles
+	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
@@ -155,6 +167,7 @@ func New(cfg Config) (*Broker, error) {
 		MaxPartitionsPerTopic: cfg.MaxPartitionsPerTopic,
 		MaxRequestBytes:       cfg.MaxRequestBytes,
 		Defaults:              defaults(cfg),
+		FileCache:             plog.NewFileCache(cfg.MaxOpenSegmentFiles),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("broker: %w", err)

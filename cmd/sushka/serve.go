@@ -48,10 +48,11 @@ type serveFlags struct {
 	segmentBytes      int64
 	// The log defaults given on the command line or in the environment
 	// (nil: not given, the broker's default).
-	retentionSet      *time.Duration
-	retentionBytesSet *int64
-	segmentBytesSet   *int64
-	shutdownTimeout   time.Duration
+	retentionSet        *time.Duration
+	retentionBytesSet   *int64
+	segmentBytesSet     *int64
+	shutdownTimeout     time.Duration
+	maxOpenSegmentFiles int
 }
 
 func newServeCmd() *cobra.Command {
@@ -79,6 +80,9 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 			if fl.Changed("log-segment-bytes") {
 				f.segmentBytesSet = &f.segmentBytes
 			}
+			if f.maxOpenSegmentFiles < 1 {
+				return fmt.Errorf("--max-open-segment-files %d: must be at least 1", f.maxOpenSegmentFiles)
+			}
 			return runServe(cmd.Context(), f)
 		},
 	}
@@ -99,6 +103,7 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.DurationVar(&f.retention, "log-retention", 168*time.Hour, "default retention time of topics (log.retention.ms; negative: unlimited; 0: segments are deleted once rolled)")
 	fl.Int64Var(&f.retentionBytes, "log-retention-bytes", -1, "default retention bytes per partition (log.retention.bytes; negative: unlimited; 0: only the active segment is kept)")
 	fl.Int64Var(&f.segmentBytes, "log-segment-bytes", 1<<30, "default segment size (log.segment.bytes; at least 1 MiB)")
+	fl.IntVar(&f.maxOpenSegmentFiles, "max-open-segment-files", broker.DefaultMaxOpenSegmentFiles, "sealed segment files kept open across all partitions (opened on read, least recently used closed first)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take before connections are dropped")
 	return cmd
 }
@@ -185,6 +190,7 @@ func runServe(ctx context.Context, f serveFlags) error {
 		RetentionTime:         f.retentionSet,
 		RetentionBytes:        f.retentionBytesSet,
 		SegmentBytes:          f.segmentBytesSet,
+		MaxOpenSegmentFiles:   f.maxOpenSegmentFiles,
 	})
 	if err != nil {
 		return err

@@ -64,6 +64,9 @@ type Config struct {
 	// WritePath overrides the partition log's write path (zero: the log's
 	// default).
 	WritePath plog.WritePath
+	// FileCache bounds the open sealed-segment files of every partition
+	// (nil: plog.DefaultFileCache).
+	FileCache *plog.FileCache
 }
 
 // Handler serves the Kafka API keys; it implements server.Handler.

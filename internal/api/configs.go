@@ -103,6 +103,7 @@ func (h *Handler) logConfig(mt meta.Topic, p int32) plog.Config {
 	cfg.RetentionTime = millis(num("retention.ms"))
 	cfg.MaxBatchBytes = int(num("max.message.bytes"))
 	cfg.WritePath = h.cfg.WritePath
+	cfg.FileCache = h.cfg.FileCache
 	if get("message.timestamp.type") == "LogAppendTime" {
 		cfg.TimestampType = plog.LogAppendTime
 	}

@@ -78,6 +78,9 @@ type Config struct {
 	WritePath     WritePath
 	// QueueDepth bounds the appends queued for the writer. At least 1.
 	QueueDepth int
+	// FileCache bounds the open files of sealed segments; a broker shares
+	// one among its logs. nil: DefaultFileCache.
+	FileCache *FileCache
 }
 
 // AppendResult is what an acknowledged append tells the producer.

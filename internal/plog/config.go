@@ -58,6 +58,9 @@ func (c *Config) setNilDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.FileCache == nil {
+		c.FileCache = DefaultFileCache
+	}
 }
 
 // ErrInvalidConfig wraps every error of Config.Validate.

@@ -118,7 +118,7 @@ func (l *Log) SetConfig(cfg Config) error {
 	l.cfgMu.Lock()
 	defer l.cfgMu.Unlock()
 	cfg.FS, cfg.Dir, cfg.Clock, cfg.Logger = l.cfg.FS, l.cfg.Dir, l.cfg.Clock, l.cfg.Logger
-	cfg.WritePath, cfg.QueueDepth = l.cfg.WritePath, l.cfg.QueueDepth
+	cfg.WritePath, cfg.QueueDepth, cfg.FileCache = l.cfg.WritePath, l.cfg.QueueDepth, l.cfg.FileCache
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -262,7 +262,12 @@ func (l *Log) Read(offset, maxBytes int64, atLeastOne bool) (ReadResult, error) 
 	s := l.segments[i]
 	startHint := s.floorIndexLocked(offset)
 	end := s.size
-	s.acquire()
+	// Pinned under mu: s is on the list, so its file has not been removed
+	// and can be reopened if the cache closed it.
+	if err := s.acquire(); err != nil {
+		l.mu.RUnlock()
+		return res, err
+	}
 	l.mu.RUnlock()
 
 	start, err := findBatch(s, startHint, end, offset)
@@ -305,7 +310,8 @@ func (l *Log) Read(offset, maxBytes int64, atLeastOne bool) (ReadResult, error) 
 	return res, nil
 }
 
-// Release lets the segment of r be closed or deleted.
+// Release unpins the segment file of r's chunks: it may be closed (by the
+// file cache, or because the segment was deleted) once nobody holds it.
 func (r *ReadResult) Release() {
 	if r.seg != nil {
 		r.seg.release()
@@ -378,14 +384,15 @@ func (l *Log) Close() error {
 	return err
 }
 
-// closeFiles drops the log's reference on every segment.
+// closeFiles drops every segment: files close now, or as their readers
+// release them.
 func (l *Log) closeFiles() {
 	l.mu.Lock()
 	segs := l.segments
 	l.segments = nil
 	l.mu.Unlock()
 	for _, s := range segs {
-		s.release()
+		s.drop()
 	}
 }
 

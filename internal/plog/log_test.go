@@ -678,7 +678,7 @@ func TestAppendAllocations(t *testing.T) {
 				}
 			})
 			l.Close()
-			if allocs > 1 {
+			if allocs > 1 && !(raceEnabled && codec != batch.CodecNone) { // the lz4 package's pools
 				t.Fatalf("%v: append allocates %.2f objects, the floor is 1", codec, allocs)
 			}
 			t.Logf("%v: %.2f allocs per append", codec, allocs)

@@ -29,13 +29,15 @@ func (l *Log) OffsetForTimestamp(ts int64) (offset, timestamp int64, found bool,
 		}
 	}
 	logStart := l.logStart
-	if s != nil {
-		s.acquire()
-	}
-	l.mu.RUnlock()
 	if s == nil {
+		l.mu.RUnlock()
 		return -1, -1, false, nil
 	}
+	if err := s.acquire(); err != nil {
+		l.mu.RUnlock()
+		return -1, -1, false, err
+	}
+	l.mu.RUnlock()
 	defer s.release()
 
 	w := newHeaderWalker(s)
@@ -119,7 +121,10 @@ func (l *Log) MaxTimestamp() (offset, timestamp int64) {
 	logStart := l.logStart
 	pos := best.floorIndexLocked(batchBase)
 	end := best.size
-	best.acquire()
+	if err := best.acquire(); err != nil {
+		l.mu.RUnlock()
+		return batchBase, maxTs
+	}
 	l.mu.RUnlock()
 	defer best.release()
 
@@ -234,7 +239,7 @@ func (l *Log) deleteSegments(victims []*segment) error {
 			first = &IOError{Op: "remove segment", Err: err}
 		}
 		l.logger.Info("deleted segment", "file", s.path, "bytes", s.size)
-		s.release()
+		s.drop()
 	}
 	return first
 }

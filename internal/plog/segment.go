@@ -1,12 +1,12 @@
 package plog
 
 import (
+	"container/list"
 	"fmt"
 	"path"
 	"sort"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/sushka-io/sushka/internal/vfs"
@@ -48,11 +48,24 @@ type timeEntry struct {
 // and published; readers may read them without the writer's cooperation.
 //
 // Fields marked (mu) are guarded by Log.mu; fields marked (writer) are
-// touched only by the writer goroutine (or by Open before it starts).
+// touched only by the writer goroutine (or by Open before it starts);
+// fields marked (cache) by cache.mu.
 type segment struct {
-	base int64  // first offset, from the file name
-	path string // full path
-	file vfs.File
+	base  int64  // first offset, from the file name
+	path  string // full path
+	fs    fileFS
+	cache *FileCache
+
+	// file is the open file, nil when closed: the active segment's is the
+	// writer's and stays open; a sealed segment's is opened by acquire and
+	// closed by the cache when idle (see FileCache). It is written only
+	// under cache.mu while pins == 0 or it is nil, so whoever holds a pin
+	// (or is the writer of the active segment) may use it without the lock.
+	file     vfs.File
+	pins     int           // (cache) readers using file, plus one for the writer while active
+	sealed   bool          // (cache) no longer active: file belongs to the cache
+	dropped  bool          // (cache) off the log's list: close file once unpinned
+	idleElem *list.Element // (cache) in cache.idle
 
 	size       int64        // (mu) bytes of whole, published batches
 	nextOffset int64        // (mu) offset after the last published batch
@@ -67,17 +80,17 @@ type segment struct {
 
 	mapped   []byte // (writer) the mapping, WriteMmap active segment only
 	capacity int64  // (writer) preallocated file size for WriteMmap
-
-	// refs counts the readers holding the segment, plus one for the log
-	// while the segment is on its list; the last release closes the file,
-	// so retention never closes a file under a sendfile.
-	refs atomic.Int32
 }
 
-func newSegment(dir string, base int64, file vfs.File, now time.Time) *segment {
+// newSegment returns the segment of base. With a file it is the active one
+// (the writer's pin holds its file open); without, a sealed segment whose
+// file the cache opens when a reader needs it.
+func newSegment(dir string, base int64, file vfs.File, now time.Time, fs fileFS, cache *FileCache) *segment {
 	s := &segment{
 		base:         base,
 		path:         path.Join(dir, segmentName(base)),
+		fs:           fs,
+		cache:        cache,
 		file:         file,
 		nextOffset:   base,
 		maxTs:        -1,
@@ -86,18 +99,12 @@ func newSegment(dir string, base int64, file vfs.File, now time.Time) *segment {
 		lastIndexPos: -1,
 		lastTimePos:  -1,
 	}
-	s.refs.Store(1)
-	return s
-}
-
-// acquire takes a reader's reference.
-func (s *segment) acquire() { s.refs.Add(1) }
-
-// release drops a reference; the last one closes a removed segment's file.
-func (s *segment) release() {
-	if s.refs.Add(-1) == 0 {
-		s.file.Close()
+	if file != nil {
+		s.pins = 1 // the writer's
+	} else {
+		s.sealed = true
 	}
+	return s
 }
 
 // noteBatch records a published batch at pos in the indexes (mu held).

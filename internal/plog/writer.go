@@ -101,7 +101,7 @@ func (w *writer) createSegment(base int64) error {
 		f.Close()
 		return &IOError{Op: "sync dir", Err: err}
 	}
-	s := newSegment(l.dir, base, f, l.cfg.Clock.Now())
+	s := newSegment(l.dir, base, f, l.cfg.Clock.Now(), l.cfg.FS, l.cfg.FileCache)
 	l.mu.Lock()
 	l.segments = append(l.segments, s)
 	l.mu.Unlock()
@@ -397,5 +397,10 @@ func (w *writer) roll() error {
 	if err := w.sealActive(); err != nil {
 		return err
 	}
-	return w.createSegment(w.next)
+	old := w.active
+	if err := w.createSegment(w.next); err != nil {
+		return err
+	}
+	old.seal() // its file is the cache's from now on
+	return nil
 }
