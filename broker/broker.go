@@ -82,9 +82,9 @@ type Config struct {
 	// RetentionCheckInterval is how often retention is enforced. Default
 	// 30 s.
 	RetentionCheckInterval time.Duration
-	// MaxOpenSegmentFiles bounds the sealed segment files kept open across
-	// all partitions (opened on read, least recently used closed first;
-	// each partition's active segment stays open besides). Default
+	// MaxOpenSegmentFiles bounds the idle segment files kept open across
+	// all partitions (opened on use, least recently used closed first;
+	// files being read or written are open besides). Default
 	// DefaultMaxOpenSegmentFiles.
 	MaxOpenSegmentFiles int
 }

@@ -103,7 +103,7 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.DurationVar(&f.retention, "log-retention", 168*time.Hour, "default retention time of topics (log.retention.ms; negative: unlimited; 0: segments are deleted once rolled)")
 	fl.Int64Var(&f.retentionBytes, "log-retention-bytes", -1, "default retention bytes per partition (log.retention.bytes; negative: unlimited; 0: only the active segment is kept)")
 	fl.Int64Var(&f.segmentBytes, "log-segment-bytes", 1<<30, "default segment size (log.segment.bytes; at least 1 MiB)")
-	fl.IntVar(&f.maxOpenSegmentFiles, "max-open-segment-files", broker.DefaultMaxOpenSegmentFiles, "sealed segment files kept open across all partitions (opened on read, least recently used closed first)")
+	fl.IntVar(&f.maxOpenSegmentFiles, "max-open-segment-files", broker.DefaultMaxOpenSegmentFiles, "idle segment files kept open across all partitions (opened on use, least recently used closed first)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take before connections are dropped")
 	return cmd
 }

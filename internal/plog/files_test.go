@@ -2,10 +2,12 @@ package plog
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/vfs"
@@ -189,4 +191,58 @@ func TestPinnedSegmentOutlivesEvictionAndDeletion(t *testing.T) {
 	if n := f.cfg.FileCache.Open(); n != 0 {
 		t.Fatalf("cache counts %d sealed files open, want 0 (all deleted)", n)
 	}
+}
+
+// TestIdlePartitionsHoldNoFiles: 50 partitions sharing a cache of 8 files
+// need at most 8 descriptors once their writers are idle (the active
+// segments' files are closed too, and reopened by the next append or
+// read), instead of one per partition; every record stays readable and
+// appendable.
+func TestIdlePartitionsHoldNoFiles(t *testing.T) {
+	const partitions, limit = 50, 8
+	fs := &countingFS{FS: vfs.NewMem()}
+	cache := NewFileCache(limit)
+	logs := make([]*Log, partitions)
+	want := make([]map[int64][]byte, partitions)
+	appendTo := func(p int) {
+		b := mkBatch(3, 50+p, t0.UnixMilli())
+		want[p][mustAppend(t, logs[p], b, AckForced).BaseOffset] = bytes.Clone(b)
+	}
+	for p := range logs {
+		cfg := DefaultConfig(fs, fmt.Sprintf("/data/t-%d", p))
+		cfg.Logger, cfg.FileCache, cfg.SegmentBytes = quietLogger, cache, 1024
+		l, err := Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		logs[p], want[p] = l, map[int64][]byte{}
+		for range 3 {
+			appendTo(p)
+		}
+	}
+	// A writer unpins its file once its queue is empty, just after it
+	// acknowledged: wait for the last ones.
+	deadline := time.Now().Add(5 * time.Second)
+	for fs.open.Load() > limit && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := fs.open.Load(); got > limit {
+		t.Fatalf("%d files open for %d idle partitions, limit %d", got, partitions, limit)
+	}
+	for p := range logs {
+		appendTo(p) // reopens the active file, read-write
+		for off, b := range want[p] {
+			if !readOne(t, logs[p], off, b) {
+				t.FailNow()
+			}
+		}
+	}
+	for fs.open.Load() > limit && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := fs.open.Load(); got > limit {
+		t.Fatalf("%d files open for %d idle partitions after reads and appends, limit %d", got, partitions, limit)
+	}
+	t.Logf("%d partitions, %d files open when idle (peak %d)", partitions, fs.open.Load(), fs.peak.Load())
 }

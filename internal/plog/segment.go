@@ -1,7 +1,6 @@
 package plog
 
 import (
-	"container/list"
 	"fmt"
 	"path"
 	"sort"
@@ -56,16 +55,17 @@ type segment struct {
 	fs    fileFS
 	cache *FileCache
 
-	// file is the open file, nil when closed: the active segment's is the
-	// writer's and stays open; a sealed segment's is opened by acquire and
-	// closed by the cache when idle (see FileCache). It is written only
-	// under cache.mu while pins == 0 or it is nil, so whoever holds a pin
-	// (or is the writer of the active segment) may use it without the lock.
-	file     vfs.File
-	pins     int           // (cache) readers using file, plus one for the writer while active
-	sealed   bool          // (cache) no longer active: file belongs to the cache
-	dropped  bool          // (cache) off the log's list: close file once unpinned
-	idleElem *list.Element // (cache) in cache.idle
+	// file is the open file, nil when closed: opened when pinned, closed by
+	// the cache when idle (see FileCache). It is written only under
+	// cache.mu while pins == 0 or it is nil, so whoever holds a pin may use
+	// it without the lock.
+	file      vfs.File
+	pins      int      // (cache) readers using file, plus one while writerPin
+	writerPin bool     // (cache) the writer of the active segment holds a pin
+	sealed    bool     // (cache) no longer active: reopened read-only
+	dropped   bool     // (cache) off the log's list: close file once unpinned
+	idlePrev  *segment // (cache) neighbours on cache.idle, nil when not on it
+	idleNext  *segment // (cache)
 
 	size       int64        // (mu) bytes of whole, published batches
 	nextOffset int64        // (mu) offset after the last published batch
@@ -82,9 +82,8 @@ type segment struct {
 	capacity int64  // (writer) preallocated file size for WriteMmap
 }
 
-// newSegment returns the segment of base. With a file it is the active one
-// (the writer's pin holds its file open); without, a sealed segment whose
-// file the cache opens when a reader needs it.
+// newSegment returns the active segment of base whose file was just
+// opened (or created): its writer holds a pin on it.
 func newSegment(dir string, base int64, file vfs.File, now time.Time, fs fileFS, cache *FileCache) *segment {
 	s := &segment{
 		base:         base,
@@ -99,11 +98,10 @@ func newSegment(dir string, base int64, file vfs.File, now time.Time, fs fileFS,
 		lastIndexPos: -1,
 		lastTimePos:  -1,
 	}
-	if file != nil {
-		s.pins = 1 // the writer's
-	} else {
-		s.sealed = true
-	}
+	cache.mu.Lock()
+	s.pins, s.writerPin = 1, true
+	cache.addLocked()
+	cache.mu.Unlock()
 	return s
 }
 
