@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/crc32"
+	"io"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -35,13 +37,23 @@ func rawBatch(codec batch.Codec, numRecords int32, records []byte) []byte {
 	return b
 }
 
-// zstdBomb is zstd records of one well-formed record whose value is
-// valueSize zeros: a few KiB that inflate to valueSize.
-func zstdBomb(t *testing.T, valueSize int) []byte {
+// bigRecord is records of one well-formed record whose value is valueSize
+// zeros, compressed as a stream with codec (gzip or zstd): a few KiB that
+// inflate to valueSize.
+func bigRecord(t *testing.T, codec batch.Codec, valueSize int) []byte {
 	var compressed bytes.Buffer
-	w, err := zstd.NewWriter(&compressed)
-	if err != nil {
-		t.Fatal(err)
+	var w io.WriteCloser
+	switch codec {
+	case batch.CodecGzip:
+		w = gzip.NewWriter(&compressed)
+	case batch.CodecZstd:
+		zw, err := zstd.NewWriter(&compressed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w = zw
+	default:
+		t.Fatalf("codec %v", codec)
 	}
 	body := []byte{0}                   // attributes
 	body = binary.AppendVarint(body, 0) // timestampDelta
@@ -60,6 +72,8 @@ func zstdBomb(t *testing.T, valueSize int) []byte {
 	}
 	return compressed.Bytes()
 }
+
+func zstdBomb(t *testing.T, valueSize int) []byte { return bigRecord(t, batch.CodecZstd, valueSize) }
 
 // produceRaw sends one produce request (v8, acks=all) of records to
 // partition 0 of topic on a raw connection and returns the partition's
@@ -150,4 +164,57 @@ func TestHostileCompressedBatches(t *testing.T) {
 	}
 	// A valid compressed batch on the same connection is stored.
 	expect(6, rawBatch(batch.CodecZstd, 1, zstdBomb(t, 1000)), 0, "")
+}
+
+// TestHostilePipelinedListOffsetsByTimestamp: 16 pipelined ListOffsets by
+// timestamp over one stored gzip batch that inflates to 48 MiB (a valid
+// batch: within the decompression budget of the default max.message.bytes)
+// once peaked at 1.85 GB; the records are now walked as a stream, at most
+// batch.DecompressSlots at once, so the 16 allocate a few MiB in all.
+func TestHostilePipelinedListOffsetsByTimestamp(t *testing.T) {
+	tb := startBroker(t, Config{})
+	ctx := ctxT(t, 60*time.Second)
+	if _, err := tb.admin().CreateTopic(ctx, 1, 1, nil, "big"); err != nil {
+		t.Fatal(err)
+	}
+	c := dialRaw(t, tb.AdvertisedAddr())
+	if p := produceRaw(t, c, 0, "big", rawBatch(batch.CodecGzip, 1, bigRecord(t, batch.CodecGzip, 48<<20))); p.ErrorCode != 0 {
+		t.Fatalf("produce: %v", kerr.ErrorForCode(p.ErrorCode))
+	}
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.Version, req.ReplicaID = 4, -1
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = "big"
+	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Partition, rp.Timestamp, rp.CurrentLeaderEpoch = 0, 0, -1 // the batch's records carry timestamp 0
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+
+	const pipelined = 16
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range pipelined {
+		c.send(encodeRequest(req, int32(100+i)))
+	}
+	for i := range pipelined {
+		body, corr, err := c.readResponse()
+		if err != nil || corr != int32(100+i) {
+			t.Fatalf("response %d: %v (correlation %d)", i, err, corr)
+		}
+		resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+		resp.Version = req.Version
+		if err := resp.ReadFrom(body); err != nil {
+			t.Fatal(err)
+		}
+		if p := resp.Topics[0].Partitions[0]; p.ErrorCode != 0 || p.Offset != 0 {
+			t.Fatalf("ListOffsets: %v offset %d, want 0", kerr.ErrorForCode(p.ErrorCode), p.Offset)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	n := after.TotalAlloc - before.TotalAlloc
+	if n > 64<<20 {
+		t.Fatalf("%d pipelined ListOffsets by timestamp over 48 MiB of records allocated %d MiB", pipelined, n>>20)
+	}
+	t.Logf("%d pipelined ListOffsets by timestamp over a gzip batch of 48 MiB records: %d KiB allocated", pipelined, n>>10)
 }
