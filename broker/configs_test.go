@@ -134,6 +134,16 @@ func TestInvalidConfigsRefused(t *testing.T) {
 		})
 	}
 
+	// APPEND to a config that is not a list is INVALID_CONFIG too, as in
+	// Kafka.
+	ir, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.AppendConfig, Name: "retention.ms", Value: kadm.StringPtr("5")}}, "valid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(ir[0].Err, kerr.InvalidConfig) || !strings.Contains(ir[0].ErrMessage, "retention.ms") {
+		t.Fatalf("APPEND to retention.ms: %v %q, want INVALID_CONFIG", ir[0].Err, ir[0].ErrMessage)
+	}
+
 	// The broker's own defaults are checked the same way.
 	for _, cfg := range []Config{
 		{SegmentBytes: Ptr[int64](14)},

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -279,7 +280,9 @@ func (h *Handler) alterTopicConfigsLocked(name string, configs map[string]string
 }
 
 // applyIncremental applies IncrementalAlterConfigs operations to a copy of
-// the overrides.
+// the overrides. Its errors are INVALID_REQUEST, except an APPEND or
+// SUBTRACT on a config that is not a list, which is INVALID_CONFIG as in
+// Kafka (errNotAList).
 func applyIncremental(current map[string]string, ops []kmsg.IncrementalAlterConfigsRequestResourceConfig) (map[string]string, error) {
 	next := maps.Clone(current)
 	if next == nil {
@@ -297,7 +300,7 @@ func applyIncremental(current map[string]string, ops []kmsg.IncrementalAlterConf
 			delete(next, op.Name)
 		case kmsg.IncrementalAlterConfigOpAppend, kmsg.IncrementalAlterConfigOpSubtract:
 			if !known || def.Type != meta.TypeList {
-				return nil, fmt.Errorf("config value append or subtract is not allowed for %s: it is not a list", op.Name)
+				return nil, fmt.Errorf("%w: config value append or subtract is not allowed for %s", errNotAList, op.Name)
 			}
 			if op.Value == nil {
 				return nil, fmt.Errorf("null value for %s", op.Name)
@@ -319,6 +322,10 @@ func applyIncremental(current map[string]string, ops []kmsg.IncrementalAlterConf
 	}
 	return next, nil
 }
+
+// errNotAList is wrapped by applyIncremental for APPEND or SUBTRACT on a
+// config that is not a list.
+var errNotAList = errors.New("not a list config")
 
 func splitList(s string) []string {
 	var out []string
