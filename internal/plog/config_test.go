@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
@@ -142,5 +143,34 @@ func TestRetentionZero(t *testing.T) {
 				t.Fatalf("log start %d (active segment at %d), high watermark %d", start, l.segments[0].base, hwm)
 			}
 		})
+	}
+}
+
+// TestAppendDecompressBudget: the records of a compressed batch may
+// decompress to 64 times max.message.bytes (at least 1 MiB, at most
+// batch.MaxDecompressedBytes); more is INVALID_RECORD and nothing is
+// written.
+func TestAppendDecompressBudget(t *testing.T) {
+	if got := batch.DecompressBudget(DefaultMaxBatchBytes); got != batch.MaxDecompressedBytes {
+		t.Fatalf("budget for the default max.message.bytes: %d, want %d", got, batch.MaxDecompressedBytes)
+	}
+	if got := batch.DecompressBudget(0); got != 1<<20 {
+		t.Fatalf("budget for max.message.bytes 0: %d, want 1 MiB", got)
+	}
+	f := newFixture(t, WriteSyscall)
+	f.cfg.MaxBatchBytes = 32 << 10 // budget 2 MiB
+	l := f.open(t)
+	defer l.Close()
+	within := batch.Build(batch.BuildOptions{Records: 1000, ValueSize: 1000, Codec: batch.CodecZstd, ProducerID: -1})
+	beyond := batch.Build(batch.BuildOptions{Records: 3000, ValueSize: 1000, Codec: batch.CodecZstd, ProducerID: -1})
+	if len(beyond) > f.cfg.MaxBatchBytes {
+		t.Fatalf("test batch of %d bytes exceeds max.message.bytes", len(beyond))
+	}
+	mustAppend(t, l, within, AckWritten)
+	if _, err := l.Append(beyond, AckWritten); !errors.Is(err, batch.ErrInvalidRecord) || !strings.Contains(err.Error(), "exceed") {
+		t.Fatalf("append of a batch inflating past the budget: %v, want INVALID_RECORD", err)
+	}
+	if hwm := l.HighWatermark(); hwm != 1000 {
+		t.Fatalf("high watermark %d, want 1000", hwm)
 	}
 }
