@@ -5,7 +5,8 @@ package batch
 // slow path behind ListOffsets by timestamp: compressed records are
 // decompressed within MaxDecompressedBytes, under the same broker-wide
 // bound on concurrent decompression as validation (DecompressSlots), and
-// streams are walked through a small buffer, never held whole.
+// streams are walked through a small buffer, never held whole. fn runs
+// while a decompression slot is held: it must not decompress itself.
 //
 // It checks the batch's framing and CRC like Validate, then that the records
 // parse and that there are exactly NumRecords of them; it does not apply
