@@ -86,8 +86,12 @@ type recordStream struct {
 // fill reads more when the buffer is consumed; false at the end or on an
 // error.
 func (s *recordStream) fill() bool {
-	for s.i == s.n {
+	for empty := 0; s.i == s.n; empty++ {
 		if s.eof || s.err != nil {
+			return false
+		}
+		if empty == 100 {
+			s.err = io.ErrNoProgress // a decoder that keeps returning nothing
 			return false
 		}
 		m, err := s.r.Read(s.buf)
