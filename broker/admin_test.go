@@ -230,7 +230,7 @@ func configValue(c kadm.Config) string { return c.MaybeValue() }
 func errorsIs(err error, target *kerr.Error) bool { return err == target }
 
 func TestConfigs(t *testing.T) {
-	tb := startBroker(t, Config{RetentionBytes: 1 << 30})
+	tb := startBroker(t, Config{RetentionBytes: Ptr[int64](1 << 30)})
 	adm := tb.admin()
 	ctx := ctxT(t, 30*time.Second)
 	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"retention.ms": kadm.StringPtr("60000")}, "c"); err != nil {

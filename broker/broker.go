@@ -29,6 +29,7 @@ import (
 
 	"github.com/sushka-io/sushka/internal/api"
 	"github.com/sushka-io/sushka/internal/meta"
+	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/server"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
@@ -86,18 +87,30 @@ type Config struct {
 	// per-broker registry (see Broker.Registry).
 	Registry *prometheus.Registry
 	// Log defaults for topics without overrides (Kafka's log.* broker
-	// configs). Zero: Kafka's defaults (7 days, unlimited bytes, 1 GiB
-	// segments, 1 MiB + 12 batches, CreateTime).
-	RetentionTime   time.Duration // log.retention.ms; negative: unlimited
-	RetentionBytes  int64         // log.retention.bytes; 0: unlimited
-	SegmentBytes    int64         // log.segment.bytes
-	SegmentMaxAge   time.Duration // log.roll.ms
-	MaxMessageBytes int32         // message.max.bytes
-	LogAppendTime   bool          // log.message.timestamp.type=LogAppendTime
+	// configs). Nil: Kafka's defaults (7 days, unlimited bytes, 1 GiB
+	// segments, 1 MiB + 12 batches). Set, each is used as it is with
+	// Kafka's meaning, zero included (retention 0: segments are deleted
+	// once rolled; retention bytes 0: only the active segment is kept), and
+	// New refuses values Kafka refuses (segment bytes below 1 MiB, ...).
+	// Ptr makes the pointers.
+	RetentionTime   *time.Duration // log.retention.ms; negative: unlimited
+	RetentionBytes  *int64         // log.retention.bytes; negative: unlimited
+	SegmentBytes    *int64         // log.segment.bytes
+	SegmentMaxAge   *time.Duration // log.roll.ms
+	MaxMessageBytes *int32         // message.max.bytes
+	LogAppendTime   bool           // log.message.timestamp.type=LogAppendTime
 	// RetentionCheckInterval is how often retention is enforced. Default
 	// 30 s.
 	RetentionCheckInterval time.Duration
+	// MaxOpenSegmentFiles bounds the idle segment files kept open across
+	// all partitions (opened on use, least recently used closed first;
+	// files being read or written are open besides). Default
+	// DefaultMaxOpenSegmentFiles.
+	MaxOpenSegmentFiles int
 }
+
+// DefaultMaxOpenSegmentFiles is the default of Config.MaxOpenSegmentFiles.
+const DefaultMaxOpenSegmentFiles = plog.DefaultMaxOpenSegmentFiles
 
 // Broker is a running broker.
 type Broker struct {
@@ -119,6 +132,9 @@ type Broker struct {
 
 // Bool returns a pointer to b, for Config.AutoCreateTopics.
 func Bool(b bool) *bool { return &b }
+
+// Ptr returns a pointer to v, for the optional fields of Config.
+func Ptr[T any](v T) *T { return &v }
 
 // New opens (or creates) the data directory: the catalogue and every
 // partition log, recovering them.
@@ -144,6 +160,9 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.RetentionCheckInterval <= 0 {
 		cfg.RetentionCheckInterval = 30 * time.Second
 	}
+	if cfg.MaxOpenSegmentFiles <= 0 {
+		cfg.MaxOpenSegmentFiles = DefaultMaxOpenSegmentFiles
+	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
@@ -168,6 +187,7 @@ func New(cfg Config) (*Broker, error) {
 		MaxPartitionsPerTopic: cfg.MaxPartitionsPerTopic,
 		MaxRequestBytes:       cfg.MaxRequestBytes,
 		Defaults:              defaults(cfg),
+		FileCache:             plog.NewFileCache(cfg.MaxOpenSegmentFiles),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("broker: %w", err)
@@ -196,27 +216,27 @@ func defaults(cfg Config) api.Defaults {
 	d := api.KafkaDefaults()
 	d.Explicit = map[string]bool{}
 	set := func(name string) { d.Explicit[name] = true }
-	if cfg.RetentionTime != 0 {
+	if cfg.RetentionTime != nil {
 		d.RetentionMs = cfg.RetentionTime.Milliseconds()
-		if cfg.RetentionTime < 0 {
+		if *cfg.RetentionTime < 0 {
 			d.RetentionMs = -1
 		}
 		set("log.retention.ms")
 	}
-	if cfg.RetentionBytes != 0 {
-		d.RetentionBytes = cfg.RetentionBytes
+	if cfg.RetentionBytes != nil {
+		d.RetentionBytes = *cfg.RetentionBytes
 		set("log.retention.bytes")
 	}
-	if cfg.SegmentBytes != 0 {
-		d.SegmentBytes = cfg.SegmentBytes
+	if cfg.SegmentBytes != nil {
+		d.SegmentBytes = *cfg.SegmentBytes
 		set("log.segment.bytes")
 	}
-	if cfg.SegmentMaxAge != 0 {
+	if cfg.SegmentMaxAge != nil {
 		d.SegmentMs = cfg.SegmentMaxAge.Milliseconds()
 		set("log.roll.ms")
 	}
-	if cfg.MaxMessageBytes != 0 {
-		d.MaxMessageBytes = cfg.MaxMessageBytes
+	if cfg.MaxMessageBytes != nil {
+		d.MaxMessageBytes = *cfg.MaxMessageBytes
 		set("message.max.bytes")
 	}
 	if cfg.LogAppendTime {

@@ -55,7 +55,13 @@ type serveFlags struct {
 	retention         time.Duration
 	retentionBytes    int64
 	segmentBytes      int64
-	shutdownTimeout   time.Duration
+	// The log defaults given on the command line or in the environment
+	// (nil: not given, the broker's default).
+	retentionSet        *time.Duration
+	retentionBytesSet   *int64
+	segmentBytesSet     *int64
+	shutdownTimeout     time.Duration
+	maxOpenSegmentFiles int
 }
 
 func newServeCmd() *cobra.Command {
@@ -72,7 +78,22 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			return flagsFromEnv(cmd.Flags())
 		},
-		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fl := cmd.Flags()
+			if fl.Changed("log-retention") {
+				f.retentionSet = &f.retention
+			}
+			if fl.Changed("log-retention-bytes") {
+				f.retentionBytesSet = &f.retentionBytes
+			}
+			if fl.Changed("log-segment-bytes") {
+				f.segmentBytesSet = &f.segmentBytes
+			}
+			if f.maxOpenSegmentFiles < 1 {
+				return fmt.Errorf("--max-open-segment-files %d: must be at least 1", f.maxOpenSegmentFiles)
+			}
+			return runServe(cmd.Context(), f)
+		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.dataDir, "data-dir", "./sushka-data", "data directory (partition logs and metadata)")
@@ -94,9 +115,12 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.DurationVar(&f.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "close a connection whose response makes no progress for this long (a client that stopped reading)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
-	fl.DurationVar(&f.retention, "log-retention", 0, "default retention time of topics (log.retention.ms; 0: Kafka's 7 days, negative: unlimited)")
-	fl.Int64Var(&f.retentionBytes, "log-retention-bytes", 0, "default retention bytes per partition (log.retention.bytes; 0: unlimited)")
-	fl.Int64Var(&f.segmentBytes, "log-segment-bytes", 0, "default segment size (log.segment.bytes; 0: 1 GiB)")
+	// The defaults shown are Kafka's; a flag not given leaves the broker's
+	// default (reported as DEFAULT_CONFIG), a flag given is used as it is.
+	fl.DurationVar(&f.retention, "log-retention", 168*time.Hour, "default retention time of topics (log.retention.ms; negative: unlimited; 0: segments are deleted once rolled)")
+	fl.Int64Var(&f.retentionBytes, "log-retention-bytes", -1, "default retention bytes per partition (log.retention.bytes; negative: unlimited; 0: only the active segment is kept)")
+	fl.Int64Var(&f.segmentBytes, "log-segment-bytes", 1<<30, "default segment size (log.segment.bytes; at least 1 MiB)")
+	fl.IntVar(&f.maxOpenSegmentFiles, "max-open-segment-files", broker.DefaultMaxOpenSegmentFiles, "idle segment files kept open across all partitions (opened on use, least recently used closed first)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take before connections are dropped")
 	return cmd
 }
@@ -239,9 +263,10 @@ func runServe(ctx context.Context, f serveFlags) error {
 		WriteTimeout:          f.writeTimeout,
 		Logger:                logger,
 		Registry:              reg,
-		RetentionTime:         f.retention,
-		RetentionBytes:        f.retentionBytes,
-		SegmentBytes:          f.segmentBytes,
+		RetentionTime:         f.retentionSet,
+		RetentionBytes:        f.retentionBytesSet,
+		SegmentBytes:          f.segmentBytesSet,
+		MaxOpenSegmentFiles:   f.maxOpenSegmentFiles,
 	})
 	if err != nil {
 		return err

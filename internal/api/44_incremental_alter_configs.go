@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -40,6 +41,9 @@ func (h *Handler) handleIncrementalAlterConfigs(req *kmsg.IncrementalAlterConfig
 			next, aerr := applyIncremental(t.meta.Configs, rr.Configs)
 			if aerr != nil {
 				sr.ErrorCode, err = kerr.InvalidRequest.Code, aerr
+				if errors.Is(aerr, errNotAList) {
+					sr.ErrorCode = kerr.InvalidConfig.Code
+				}
 				break
 			}
 			sr.ErrorCode, err = h.alterTopicConfigsLocked(rr.ResourceName, next, req.ValidateOnly)

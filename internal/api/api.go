@@ -19,7 +19,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,54 +35,6 @@ import (
 
 // LeaderEpoch is every partition's leader epoch: one node, never re-elected.
 const LeaderEpoch = 0
-
-// Defaults are the broker-level topic config defaults (Kafka's log.* broker
-// configs). Explicit names the broker configs set by the operator, reported
-// with source STATIC_BROKER_CONFIG instead of DEFAULT_CONFIG.
-type Defaults struct {
-	RetentionMs     int64  // log.retention.ms; -1 unlimited
-	RetentionBytes  int64  // log.retention.bytes; -1 unlimited
-	SegmentBytes    int64  // log.segment.bytes
-	SegmentMs       int64  // log.roll.ms
-	MaxMessageBytes int32  // message.max.bytes
-	TimestampType   string // log.message.timestamp.type
-	Explicit        map[string]bool
-}
-
-// KafkaDefaults are Apache Kafka's defaults.
-func KafkaDefaults() Defaults {
-	return Defaults{
-		RetentionMs:     7 * 24 * 3600 * 1000,
-		RetentionBytes:  -1,
-		SegmentBytes:    1 << 30,
-		SegmentMs:       7 * 24 * 3600 * 1000,
-		MaxMessageBytes: 1048588,
-		TimestampType:   "CreateTime",
-	}
-}
-
-// value returns the broker default of a topic config, as a string.
-func (d Defaults) value(topicConfig string) string {
-	switch topicConfig {
-	case "retention.ms":
-		return strconv.FormatInt(d.RetentionMs, 10)
-	case "retention.bytes":
-		return strconv.FormatInt(d.RetentionBytes, 10)
-	case "segment.bytes":
-		return strconv.FormatInt(d.SegmentBytes, 10)
-	case "segment.ms":
-		return strconv.FormatInt(d.SegmentMs, 10)
-	case "max.message.bytes":
-		return strconv.FormatInt(int64(d.MaxMessageBytes), 10)
-	case "message.timestamp.type":
-		return d.TimestampType
-	case "cleanup.policy":
-		return "delete"
-	case "min.insync.replicas":
-		return "1"
-	}
-	return ""
-}
 
 // Metrics receives the handler's measurements; nil methods are not called.
 type Metrics interface {
@@ -113,6 +64,9 @@ type Config struct {
 	// WritePath overrides the partition log's write path (zero: the log's
 	// default).
 	WritePath plog.WritePath
+	// FileCache bounds the open sealed-segment files of every partition
+	// (nil: plog.DefaultFileCache).
+	FileCache *plog.FileCache
 }
 
 // Handler serves the Kafka API keys; it implements server.Handler.
@@ -172,6 +126,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.MaxPartitionsPerTopic <= 0 {
 		cfg.MaxPartitionsPerTopic = 10000
+	}
+	if err := cfg.Defaults.Validate(); err != nil {
+		return nil, err
 	}
 	h := &Handler{
 		cfg:    cfg,
@@ -236,38 +193,6 @@ func (h *Handler) checkPartitionLimit(n int32) error {
 
 func (h *Handler) partitionDir(name string, p int32) string {
 	return filepath.Join(h.cfg.DataDir, fmt.Sprintf("%s-%d", name, p))
-}
-
-// logConfig is the partition log config for a topic's effective configs.
-func (h *Handler) logConfig(mt meta.Topic, p int32) plog.Config {
-	get := func(name string) string {
-		if v, ok := mt.Configs[name]; ok {
-			return v
-		}
-		return h.cfg.Defaults.value(name)
-	}
-	num := func(name string) int64 {
-		n, _ := strconv.ParseInt(get(name), 10, 64)
-		return n
-	}
-	cfg := plog.Config{
-		FS:             h.cfg.FS,
-		Dir:            h.partitionDir(mt.Name, p),
-		Logger:         h.log.With("topic", mt.Name, "partition", p),
-		SegmentBytes:   num("segment.bytes"),
-		SegmentMaxAge:  time.Duration(num("segment.ms")) * time.Millisecond,
-		RetentionBytes: num("retention.bytes"),
-		RetentionTime:  time.Duration(num("retention.ms")) * time.Millisecond,
-		MaxBatchBytes:  int(num("max.message.bytes")),
-		WritePath:      h.cfg.WritePath,
-	}
-	if cfg.RetentionTime < 0 {
-		cfg.RetentionTime = -1
-	}
-	if get("message.timestamp.type") == "LogAppendTime" {
-		cfg.TimestampType = plog.LogAppendTime
-	}
-	return cfg
 }
 
 func (h *Handler) openLog(mt meta.Topic, p int32) (*plog.Log, error) {

@@ -1,17 +1,128 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sushka-io/sushka/internal/meta"
+	"github.com/sushka-io/sushka/internal/plog"
 )
+
+// Defaults are the broker-level topic config defaults (Kafka's log.* broker
+// configs). Start from KafkaDefaults and change what the operator set:
+// every value is used as it is, zero included, with Kafka's meaning
+// (retention.ms 0: delete segments once rolled; retention.bytes 0: keep
+// only the active segment; -1: unlimited), and Validate refuses what Kafka
+// refuses. Explicit names the broker configs set by the operator, reported
+// with source STATIC_BROKER_CONFIG instead of DEFAULT_CONFIG.
+type Defaults struct {
+	RetentionMs     int64  // log.retention.ms; -1 unlimited
+	RetentionBytes  int64  // log.retention.bytes; negative unlimited
+	SegmentBytes    int64  // log.segment.bytes
+	SegmentMs       int64  // log.roll.ms
+	MaxMessageBytes int32  // message.max.bytes
+	TimestampType   string // log.message.timestamp.type
+	Explicit        map[string]bool
+}
+
+// KafkaDefaults are Apache Kafka's defaults, which are the partition log's
+// (plog.DefaultConfig is their one home).
+func KafkaDefaults() Defaults {
+	d := plog.DefaultConfig(nil, "")
+	return Defaults{
+		RetentionMs:     d.RetentionTime.Milliseconds(),
+		RetentionBytes:  d.RetentionBytes,
+		SegmentBytes:    d.SegmentBytes,
+		SegmentMs:       d.SegmentMaxAge.Milliseconds(),
+		MaxMessageBytes: int32(d.MaxBatchBytes),
+		TimestampType:   "CreateTime",
+	}
+}
+
+// value returns the broker default of a topic config, as a string.
+func (d Defaults) value(topicConfig string) string {
+	switch topicConfig {
+	case "retention.ms":
+		return strconv.FormatInt(d.RetentionMs, 10)
+	case "retention.bytes":
+		return strconv.FormatInt(d.RetentionBytes, 10)
+	case "segment.bytes":
+		return strconv.FormatInt(d.SegmentBytes, 10)
+	case "segment.ms":
+		return strconv.FormatInt(d.SegmentMs, 10)
+	case "max.message.bytes":
+		return strconv.FormatInt(int64(d.MaxMessageBytes), 10)
+	case "message.timestamp.type":
+		return d.TimestampType
+	case "cleanup.policy":
+		return "delete"
+	case "min.insync.replicas":
+		return "1"
+	}
+	return ""
+}
+
+// Validate checks every default with the rules of the topic config it
+// supplies; the error names the broker config and its allowed values.
+func (d Defaults) Validate() error {
+	for _, c := range meta.TopicConfigs {
+		v := d.value(c.Name)
+		if err := c.Check(v); err != nil {
+			return fmt.Errorf("invalid value %q for broker config %s: %v", v, c.BrokerName, err)
+		}
+	}
+	return nil
+}
+
+// logConfig is the partition log config for a topic's effective configs:
+// exactly the values DescribeConfigs reports, none replaced by a default.
+func (h *Handler) logConfig(mt meta.Topic, p int32) plog.Config {
+	get := func(name string) string {
+		if v, ok := mt.Configs[name]; ok {
+			return v
+		}
+		return h.cfg.Defaults.value(name)
+	}
+	num := func(name string) int64 {
+		n, _ := strconv.ParseInt(strings.TrimSpace(get(name)), 10, 64) // validated
+		return n
+	}
+	cfg := plog.DefaultConfig(h.cfg.FS, h.partitionDir(mt.Name, p))
+	cfg.Logger = h.log.With("topic", mt.Name, "partition", p)
+	cfg.SegmentBytes = num("segment.bytes")
+	cfg.SegmentMaxAge = millis(num("segment.ms"))
+	cfg.RetentionBytes = num("retention.bytes")
+	cfg.RetentionTime = millis(num("retention.ms"))
+	cfg.MaxBatchBytes = int(num("max.message.bytes"))
+	cfg.WritePath = h.cfg.WritePath
+	cfg.FileCache = h.cfg.FileCache
+	if get("message.timestamp.type") == "LogAppendTime" {
+		cfg.TimestampType = plog.LogAppendTime
+	}
+	return cfg
+}
+
+// millis converts a config in milliseconds to a Duration, saturating:
+// Kafka users write Long.MAX_VALUE for "forever", which would overflow.
+func millis(ms int64) time.Duration {
+	const maxMs = math.MaxInt64 / int64(time.Millisecond)
+	switch {
+	case ms > maxMs:
+		return math.MaxInt64
+	case ms < -maxMs:
+		return math.MinInt64
+	}
+	return time.Duration(ms) * time.Millisecond
+}
 
 // Config sources as Kafka numbers them (DescribeConfigs v1+).
 const (
@@ -154,7 +265,11 @@ func (h *Handler) alterTopicConfigsLocked(name string, configs map[string]string
 	nt := &topic{meta: t.meta, parts: t.parts}
 	nt.meta.Configs = maps.Clone(configs)
 	for p, l := range nt.parts {
-		l.SetConfig(h.logConfig(nt.meta, int32(p)))
+		// Validated above, so this cannot fail on a healthy log; a Failed
+		// log keeps refusing whatever its config.
+		if err := l.SetConfig(h.logConfig(nt.meta, int32(p))); err != nil {
+			h.log.Error("partition log refused its new config", "topic", name, "partition", p, "err", err)
+		}
 	}
 	h.mu.Lock()
 	h.topics[name] = nt
@@ -165,7 +280,9 @@ func (h *Handler) alterTopicConfigsLocked(name string, configs map[string]string
 }
 
 // applyIncremental applies IncrementalAlterConfigs operations to a copy of
-// the overrides.
+// the overrides. Its errors are INVALID_REQUEST, except an APPEND or
+// SUBTRACT on a config that is not a list, which is INVALID_CONFIG as in
+// Kafka (errNotAList).
 func applyIncremental(current map[string]string, ops []kmsg.IncrementalAlterConfigsRequestResourceConfig) (map[string]string, error) {
 	next := maps.Clone(current)
 	if next == nil {
@@ -183,7 +300,7 @@ func applyIncremental(current map[string]string, ops []kmsg.IncrementalAlterConf
 			delete(next, op.Name)
 		case kmsg.IncrementalAlterConfigOpAppend, kmsg.IncrementalAlterConfigOpSubtract:
 			if !known || def.Type != meta.TypeList {
-				return nil, fmt.Errorf("config value append or subtract is not allowed for %s: it is not a list", op.Name)
+				return nil, fmt.Errorf("%w: config value append or subtract is not allowed for %s", errNotAList, op.Name)
 			}
 			if op.Value == nil {
 				return nil, fmt.Errorf("null value for %s", op.Name)
@@ -205,6 +322,10 @@ func applyIncremental(current map[string]string, ops []kmsg.IncrementalAlterConf
 	}
 	return next, nil
 }
+
+// errNotAList is wrapped by applyIncremental for APPEND or SUBTRACT on a
+// config that is not a list.
+var errNotAList = errors.New("not a list config")
 
 func splitList(s string) []string {
 	var out []string

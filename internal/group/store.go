@@ -131,17 +131,14 @@ func OpenStore(cfg StoreConfig) (*Store, []Record, error) {
 		dir := filepath.Join(cfg.DataDir, fmt.Sprintf("%s-%d", OffsetsTopic, p))
 		// plog.Open creates the directory and makes its entry durable
 		// (creating it here first would skip that).
-		l, err := plog.Open(plog.Config{
-			FS:             cfg.FS,
-			Clock:          cfg.Clock,
-			Dir:            dir,
-			Logger:         cfg.Logger.With("topic", OffsetsTopic, "partition", p),
-			SegmentBytes:   cfg.SegmentBytes,
-			RetentionBytes: -1,
-			RetentionTime:  -1,
-			MaxBatchBytes:  maxOffsetsBatchBytes,
-			WritePath:      cfg.WritePath,
-		})
+		lc := plog.DefaultConfig(cfg.FS, dir)
+		lc.Clock = cfg.Clock
+		lc.Logger = cfg.Logger.With("topic", OffsetsTopic, "partition", p)
+		lc.SegmentBytes = cfg.SegmentBytes
+		lc.RetentionBytes, lc.RetentionTime = -1, -1 // compaction by snapshot bounds it
+		lc.MaxBatchBytes = maxOffsetsBatchBytes
+		lc.WritePath = cfg.WritePath
+		l, err := plog.Open(lc)
 		if err != nil {
 			s.Close()
 			return nil, nil, fmt.Errorf("group: opening %s: %w", dir, err)

@@ -40,22 +40,47 @@ const (
 	LogAppendTime
 )
 
-// Config configures one partition log. Zero values take the defaults below.
+// Config configures one partition log. Start from DefaultConfig (Kafka's
+// defaults) and change what you need: every numeric field means exactly
+// what it says, zero included, with Kafka's meaning for 0 and -1, and Open
+// and SetConfig refuse values out of range (Validate) instead of quietly
+// replacing them. Only the nil Clock and Logger are filled in.
 type Config struct {
-	FS     vfs.FS      // required
-	Clock  clock.Clock // default clock.Real{}
-	Dir    string      // required: the partition's directory
-	Logger *slog.Logger
+	FS     vfs.FS       // required
+	Clock  clock.Clock  // nil: clock.Real{}
+	Dir    string       // required: the partition's directory
+	Logger *slog.Logger // nil: slog.Default()
 
-	SegmentBytes   int64         // segment.bytes, default 1 GiB
-	SegmentMaxAge  time.Duration // segment.ms, default 7 days
-	RetentionBytes int64         // retention.bytes, default -1 (unlimited)
-	RetentionTime  time.Duration // retention.ms, default 7 days; <0 unlimited
-	MaxBatchBytes  int           // max.message.bytes, default 1 MiB + 12
-	IndexInterval  int           // bytes between sparse index entries, default 4096
-	TimestampType  TimestampType // message.timestamp.type
-	WritePath      WritePath     // default: the measured winner
-	QueueDepth     int           // appends queued for the writer, default 1024
+	// SegmentBytes is segment.bytes: a segment is rolled before a batch
+	// would take it past this size (a batch larger than it gets a segment
+	// of its own). At least 1 here; the broker's topic configs enforce
+	// Kafka's 1 MiB minimum (smaller segments are for tests, as Kafka's
+	// internal.segment.bytes).
+	SegmentBytes int64
+	// SegmentMaxAge is segment.ms: the active segment is rolled on the
+	// first append after it is this old. At least 1 ms.
+	SegmentMaxAge time.Duration
+	// RetentionBytes is retention.bytes: EnforceRetention deletes the
+	// oldest sealed segments while the rest would still hold this many
+	// bytes. Negative: unlimited; 0: keep only the active segment.
+	RetentionBytes int64
+	// RetentionTime is retention.ms: EnforceRetention deletes sealed
+	// segments whose newest record is older than this. Negative:
+	// unlimited; 0: a segment may be deleted as soon as it is rolled.
+	RetentionTime time.Duration
+	// MaxBatchBytes is max.message.bytes: larger batches are refused
+	// (ErrBatchTooLarge). At least 0.
+	MaxBatchBytes int
+	// IndexInterval is index.interval.bytes: bytes between sparse index
+	// entries. 0: an entry for every batch.
+	IndexInterval int
+	TimestampType TimestampType // message.timestamp.type
+	WritePath     WritePath
+	// QueueDepth bounds the appends queued for the writer. At least 1.
+	QueueDepth int
+	// FileCache bounds the open files of sealed segments; a broker shares
+	// one among its logs. nil: DefaultFileCache.
+	FileCache *FileCache
 }
 
 // AppendResult is what an acknowledged append tells the producer.

@@ -29,7 +29,9 @@ func benchDir(tb testing.TB) string {
 }
 
 func openBench(tb testing.TB, wp WritePath) *Log {
-	l, err := Open(Config{FS: vfs.OS(), Dir: benchDir(tb), WritePath: wp, Logger: quietLogger, RetentionTime: -1})
+	cfg := DefaultConfig(vfs.OS(), benchDir(tb))
+	cfg.WritePath, cfg.Logger, cfg.RetentionTime = wp, quietLogger, -1
+	l, err := Open(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -61,7 +63,7 @@ func benchAppend(b *testing.B, wp WritePath, ack AckPolicy, records, size int) {
 	// rotate through more buffers than can be queued.
 	ring := 1
 	if ack == AckNone {
-		ring = 2 * (defaultQueueDepth + maxGroup)
+		ring = 2 * (DefaultQueueDepth + maxGroup)
 	}
 	bufs := make([][]byte, ring)
 	for i := range bufs {

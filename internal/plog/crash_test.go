@@ -64,11 +64,10 @@ type crashStats struct{ appended, forced, recovered int }
 
 func crashOnce(t *testing.T, seed uint64, rng *rand.Rand, wp WritePath, st *crashStats) bool {
 	mem := vfs.NewMem()
-	cfg := Config{
-		FS: mem, Dir: "/d/t-0", WritePath: wp, Logger: quietLogger,
-		SegmentBytes:  int64(1024 + rng.IntN(8192)),
-		IndexInterval: 256 + rng.IntN(2048),
-	}
+	cfg := DefaultConfig(mem, "/d/t-0")
+	cfg.WritePath, cfg.Logger = wp, quietLogger
+	cfg.SegmentBytes = int64(1024 + rng.IntN(8192))
+	cfg.IndexInterval = 256 + rng.IntN(2048)
 	l, err := Open(cfg)
 	if err != nil {
 		t.Fatalf("seed %d: open: %v", seed, err)

@@ -42,7 +42,9 @@ func FuzzRecover(f *testing.F) {
 		} else {
 			write(0, data)
 		}
-		l, err := Open(Config{FS: mem, Dir: dir, Logger: quietLogger})
+		cfg := DefaultConfig(mem, dir)
+		cfg.Logger = quietLogger
+		l, err := Open(cfg)
 		if err != nil {
 			return // corruption or I/O errors are fine; panics are not
 		}

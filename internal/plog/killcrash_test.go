@@ -45,7 +45,9 @@ func runKillChild(spec string) {
 	parts := strings.Split(spec, ",")
 	wp, _ := strconv.Atoi(parts[1])
 	first, _ := strconv.ParseInt(parts[2], 10, 64)
-	l, err := Open(Config{FS: vfs.OS(), Dir: parts[0], WritePath: WritePath(wp), SegmentBytes: 256 << 10, Logger: quietLogger})
+	cfg := DefaultConfig(vfs.OS(), parts[0])
+	cfg.WritePath, cfg.SegmentBytes, cfg.Logger = WritePath(wp), 256<<10, quietLogger
+	l, err := Open(cfg)
 	if err != nil {
 		fmt.Println("open:", err)
 		os.Exit(2)
@@ -135,7 +137,9 @@ func TestKillDuringForcedAppends(t *testing.T) {
 		}
 		nextKey += 10_000 // keys the killed child took but never acknowledged
 
-		l, err := Open(Config{FS: vfs.OS(), Dir: dir, Logger: quietLogger})
+		cfg := DefaultConfig(vfs.OS(), dir)
+		cfg.Logger = quietLogger
+		l, err := Open(cfg)
 		if err != nil {
 			t.Fatalf("round %d: reopen: %v", round, err)
 		}

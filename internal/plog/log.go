@@ -1,7 +1,6 @@
 package plog
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"path"
@@ -10,56 +9,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/sushka-io/sushka/internal/clock"
 	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
-const (
-	defaultSegmentBytes  = 1 << 30
-	defaultSegmentMaxAge = 7 * 24 * time.Hour
-	defaultRetentionTime = 7 * 24 * time.Hour
-	defaultMaxBatchBytes = 1<<20 + 12 // Kafka's max.message.bytes default
-	defaultIndexInterval = 4096
-	defaultQueueDepth    = 1024
-
-	logStartFile = "log-start-offset"
-)
-
-// DefaultWritePath is the write path chosen by measurement (docs/benchmarks.md).
-var DefaultWritePath = WriteSyscall
-
-func (c *Config) setDefaults() {
-	if c.Clock == nil {
-		c.Clock = clock.Real{}
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.SegmentBytes <= 0 {
-		c.SegmentBytes = defaultSegmentBytes
-	}
-	if c.SegmentMaxAge <= 0 {
-		c.SegmentMaxAge = defaultSegmentMaxAge
-	}
-	if c.RetentionBytes == 0 {
-		c.RetentionBytes = -1
-	}
-	if c.RetentionTime == 0 {
-		c.RetentionTime = defaultRetentionTime
-	}
-	if c.MaxBatchBytes <= 0 {
-		c.MaxBatchBytes = defaultMaxBatchBytes
-	}
-	if c.IndexInterval <= 0 {
-		c.IndexInterval = defaultIndexInterval
-	}
-	if c.QueueDepth <= 0 {
-		c.QueueDepth = defaultQueueDepth
-	}
-}
+const logStartFile = "log-start-offset"
 
 // Log is one partition's log: a directory of segments, one writer goroutine
 // that owns the active segment (group commit), and readers that take file
@@ -103,7 +58,7 @@ type Log struct {
 // the server reports as KAFKA_STORAGE_ERROR, while the broker keeps serving
 // its other partitions. Nothing on disk is touched.
 func Failed(cfg Config, err error) *Log {
-	cfg.setDefaults()
+	cfg.setNilDefaults()
 	done := make(chan struct{})
 	close(done)
 	return &Log{
@@ -119,10 +74,10 @@ func (l *Log) Syncs() int64 { return l.syncs.Load() }
 
 // Open opens (recovering) or creates the partition log in cfg.Dir.
 func Open(cfg Config) (*Log, error) {
-	if cfg.FS == nil || cfg.Dir == "" {
-		return nil, errors.New("log: Config.FS and Config.Dir are required")
+	cfg.setNilDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	cfg.setDefaults()
 	l := &Log{
 		cfg:    cfg,
 		fs:     cfg.FS,
@@ -156,15 +111,19 @@ func (l *Log) config() Config {
 }
 
 // SetConfig changes the dynamic settings (retention, segment size and age,
-// max batch bytes, timestamp type). FS, Dir, Clock, WritePath and QueueDepth
-// are kept.
-func (l *Log) SetConfig(cfg Config) {
+// max batch bytes, index interval, timestamp type). FS, Dir, Clock, Logger,
+// WritePath and QueueDepth are kept. An invalid cfg (Validate) changes
+// nothing.
+func (l *Log) SetConfig(cfg Config) error {
 	l.cfgMu.Lock()
 	defer l.cfgMu.Unlock()
 	cfg.FS, cfg.Dir, cfg.Clock, cfg.Logger = l.cfg.FS, l.cfg.Dir, l.cfg.Clock, l.cfg.Logger
-	cfg.WritePath, cfg.QueueDepth = l.cfg.WritePath, l.cfg.QueueDepth
-	cfg.setDefaults()
+	cfg.WritePath, cfg.QueueDepth, cfg.FileCache = l.cfg.WritePath, l.cfg.QueueDepth, l.cfg.FileCache
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
 	l.cfg = cfg
+	return nil
 }
 
 // Append validates records (one or more whole v2 batches back to back),
@@ -237,7 +196,8 @@ func (p Pending) Wait() (AppendResult, error) {
 	return res, err
 }
 
-// validateRecords checks the framing and CRC of every batch and the size
+// validateRecords checks every batch (framing, CRC, the records,
+// decompressed within a budget derived from max.message.bytes) and the size
 // limit; nothing is written when it fails.
 func validateRecords(records []byte, maxBatch int) error {
 	if len(records) == 0 {
@@ -259,7 +219,7 @@ func validateRecords(records []byte, maxBatch int) error {
 		if size < batch.HeaderSize || size > len(rest) {
 			return fmt.Errorf("%w: batch length %d at %d runs past the %d bytes sent", batch.ErrCorrupt, size, off, len(records))
 		}
-		if _, err := batch.Validate(rest[:size]); err != nil {
+		if _, err := batch.ValidateWithin(rest[:size], batch.DecompressBudget(maxBatch)); err != nil {
 			return err
 		}
 		off += size
@@ -302,7 +262,12 @@ func (l *Log) Read(offset, maxBytes int64, atLeastOne bool) (ReadResult, error) 
 	s := l.segments[i]
 	startHint := s.floorIndexLocked(offset)
 	end := s.size
-	s.acquire()
+	// Pinned under mu: s is on the list, so its file has not been removed
+	// and can be reopened if the cache closed it.
+	if err := s.acquire(); err != nil {
+		l.mu.RUnlock()
+		return res, err
+	}
 	l.mu.RUnlock()
 
 	start, err := findBatch(s, startHint, end, offset)
@@ -345,7 +310,8 @@ func (l *Log) Read(offset, maxBytes int64, atLeastOne bool) (ReadResult, error) 
 	return res, nil
 }
 
-// Release lets the segment of r be closed or deleted.
+// Release unpins the segment file of r's chunks: it may be closed (by the
+// file cache, or because the segment was deleted) once nobody holds it.
 func (r *ReadResult) Release() {
 	if r.seg != nil {
 		r.seg.release()
@@ -418,14 +384,15 @@ func (l *Log) Close() error {
 	return err
 }
 
-// closeFiles drops the log's reference on every segment.
+// closeFiles drops every segment: files close now, or as their readers
+// release them.
 func (l *Log) closeFiles() {
 	l.mu.Lock()
 	segs := l.segments
 	l.segments = nil
 	l.mu.Unlock()
 	for _, s := range segs {
-		s.release()
+		s.drop()
 	}
 }
 

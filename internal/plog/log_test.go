@@ -40,7 +40,8 @@ type fixture struct {
 
 func newFixture(t testing.TB, wp WritePath) *fixture {
 	f := &fixture{fs: vfs.NewMem(), clock: clock.NewManual(t0)}
-	f.cfg = Config{FS: f.fs, Clock: f.clock, Dir: "/data/topic-0", WritePath: wp, SegmentBytes: 64 << 10, IndexInterval: 512, Logger: quietLogger}
+	f.cfg = DefaultConfig(f.fs, "/data/topic-0")
+	f.cfg.Clock, f.cfg.WritePath, f.cfg.SegmentBytes, f.cfg.IndexInterval, f.cfg.Logger = f.clock, wp, 64<<10, 512, quietLogger
 	return f
 }
 
@@ -656,32 +657,37 @@ func TestAppendAfterClose(t *testing.T) {
 	}
 }
 
+// TestAppendAllocations: an append allocates at most once, compressed
+// batches included (their records are decompressed and walked with pooled
+// decoders and buffers).
 func TestAppendAllocations(t *testing.T) {
 	forEachPath(t, func(t *testing.T, wp WritePath) {
-		f := newFixture(t, wp)
-		f.cfg.SegmentBytes = 1 << 30
-		f.cfg.FS = vfs.OS()
-		f.cfg.Dir = t.TempDir()
-		l := f.open(t)
-		defer l.Close()
-		b := mkBatch(10, 100, 0)
-		for i := 0; i < 100; i++ { // warm up pools and slices
-			mustAppend(t, l, b, AckWritten)
-		}
-		allocs := testing.AllocsPerRun(1000, func() {
-			if _, err := l.Append(b, AckWritten); err != nil {
-				t.Fatal(err)
+		for _, codec := range []batch.Codec{batch.CodecNone, batch.CodecGzip, batch.CodecSnappy, batch.CodecLZ4, batch.CodecZstd} {
+			f := newFixture(t, wp)
+			f.cfg.SegmentBytes = 1 << 30
+			f.cfg.FS = vfs.OS()
+			f.cfg.Dir = t.TempDir()
+			l := f.open(t)
+			b := batch.Build(batch.BuildOptions{Records: 10, ValueSize: 100, Codec: codec, ProducerID: -1, TimestampStep: 1})
+			for i := 0; i < 100; i++ { // warm up pools and slices
+				mustAppend(t, l, b, AckWritten)
 			}
-		})
-		if allocs > 1 {
-			t.Fatalf("append allocates %.2f objects, the floor is 1", allocs)
+			allocs := testing.AllocsPerRun(1000, func() {
+				if _, err := l.Append(b, AckWritten); err != nil {
+					t.Fatal(err)
+				}
+			})
+			l.Close()
+			if allocs > 1 && !(raceEnabled && codec != batch.CodecNone) { // the lz4 package's pools
+				t.Fatalf("%v: append allocates %.2f objects, the floor is 1", codec, allocs)
+			}
+			t.Logf("%v: %.2f allocs per append", codec, allocs)
 		}
-		t.Logf("%.2f allocs per append", allocs)
 	})
 }
 
 func ExampleLog() {
-	l, err := Open(Config{FS: vfs.NewMem(), Dir: "/data/orders-0"})
+	l, err := Open(DefaultConfig(vfs.NewMem(), "/data/orders-0"))
 	if err != nil {
 		panic(err)
 	}

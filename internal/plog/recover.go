@@ -53,7 +53,7 @@ func (l *Log) recover() error {
 		if err != nil {
 			return &IOError{Op: "open segment", Err: err}
 		}
-		s := newSegment(l.dir, base, f, now)
+		s := newSegment(l.dir, base, f, now, fs, l.cfg.FileCache)
 		l.segments = append(l.segments, s) // closed by Open on error
 		if prevNext >= 0 && base != prevNext {
 			return &CorruptionError{File: name, Pos: 0, Reason: fmt.Sprintf(
@@ -61,6 +61,9 @@ func (l *Log) recover() error {
 		}
 		if err := sc.scan(s, i == len(bases)-1); err != nil {
 			return err
+		}
+		if i < len(bases)-1 {
+			s.seal() // the cache keeps it open, or closes it, from now on
 		}
 		prevNext = s.nextOffset
 	}

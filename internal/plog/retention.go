@@ -3,6 +3,7 @@ package plog
 import (
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/sushka-io/sushka/internal/plog/batch"
 )
@@ -28,13 +29,15 @@ func (l *Log) OffsetForTimestamp(ts int64) (offset, timestamp int64, found bool,
 		}
 	}
 	logStart := l.logStart
-	if s != nil {
-		s.acquire()
-	}
-	l.mu.RUnlock()
 	if s == nil {
+		l.mu.RUnlock()
 		return -1, -1, false, nil
 	}
+	if err := s.acquire(); err != nil {
+		l.mu.RUnlock()
+		return -1, -1, false, err
+	}
+	l.mu.RUnlock()
 	defer s.release()
 
 	w := newHeaderWalker(s)
@@ -52,6 +55,12 @@ func (l *Log) OffsetForTimestamp(ts int64) (offset, timestamp int64, found bool,
 	return -1, -1, false, nil
 }
 
+// batchBufs holds the buffers recordAtOrAfter reads a batch into; a batch
+// above maxPooledBatchBuf (max.message.bytes raised far) is not kept.
+var batchBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledBatchBuf = 2 << 20
+
 // recordAtOrAfter finds, within the batch at pos, the first record at or
 // after logStart whose timestamp is >= ts.
 func recordAtOrAfter(s *segment, pos int64, h *batch.Header, ts, logStart int64) (int64, int64, bool, error) {
@@ -60,10 +69,21 @@ func recordAtOrAfter(s *segment, pos int64, h *batch.Header, ts, logStart int64)
 		off := max(h.BaseOffset, logStart)
 		return off, h.MaxTimestamp, true, nil
 	}
-	b := make([]byte, h.Size())
+	bp := batchBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= maxPooledBatchBuf {
+			batchBufs.Put(bp)
+		}
+	}()
+	if cap(*bp) < h.Size() {
+		*bp = make([]byte, h.Size())
+	}
+	b := (*bp)[:h.Size()]
 	if _, err := s.file.ReadAt(b, pos); err != nil {
 		return -1, -1, false, &IOError{Op: fmt.Sprintf("read %s at %d", s.path, pos), Err: err}
 	}
+	// ForEachRecord decompresses within the broker-wide bounds (at most
+	// batch.DecompressSlots at once, streams never held whole).
 	offset, timestamp := int64(-1), int64(-1)
 	err := batch.ForEachRecord(b, func(delta int32, t int64) bool {
 		o := h.BaseOffset + int64(delta)
@@ -101,7 +121,10 @@ func (l *Log) MaxTimestamp() (offset, timestamp int64) {
 	logStart := l.logStart
 	pos := best.floorIndexLocked(batchBase)
 	end := best.size
-	best.acquire()
+	if err := best.acquire(); err != nil {
+		l.mu.RUnlock()
+		return batchBase, maxTs
+	}
 	l.mu.RUnlock()
 	defer best.release()
 
@@ -156,8 +179,11 @@ func (l *Log) DeleteRecordsBefore(offset int64) (logStart int64, err error) {
 
 // EnforceRetention deletes the oldest sealed segments past retention.ms
 // (judged by the largest timestamp in the segment, as Kafka does) or while
-// the log is larger than retention.bytes. The active segment is never
-// deleted; segment.ms rolls happen on the next append.
+// the log without them would still hold retention.bytes. With Kafka's
+// meanings: a negative limit is unlimited, retention.ms 0 makes a segment
+// deletable as soon as it is rolled, retention.bytes 0 keeps only the
+// active segment. The active segment is never deleted; segment.ms rolls
+// happen on the next append.
 func (l *Log) EnforceRetention() error {
 	cfg := l.config()
 	nowMs := cfg.Clock.Now().UnixMilli()
@@ -167,7 +193,13 @@ func (l *Log) EnforceRetention() error {
 		total += s.size
 	}
 	victims := l.removeSegmentsLocked(func(s, next *segment) bool {
-		expired := cfg.RetentionTime > 0 && s.maxTs >= 0 && nowMs-s.maxTs > cfg.RetentionTime.Milliseconds()
+		newest := s.maxTs
+		if newest < 0 {
+			// No record has a timestamp: judge by the segment's age, as
+			// Kafka falls back to the file's modification time.
+			newest = s.created.UnixMilli()
+		}
+		expired := cfg.RetentionTime >= 0 && nowMs-newest > cfg.RetentionTime.Milliseconds()
 		tooBig := cfg.RetentionBytes >= 0 && total-s.size >= cfg.RetentionBytes
 		if expired || tooBig {
 			total -= s.size
@@ -207,7 +239,7 @@ func (l *Log) deleteSegments(victims []*segment) error {
 			first = &IOError{Op: "remove segment", Err: err}
 		}
 		l.logger.Info("deleted segment", "file", s.path, "bytes", s.size)
-		s.release()
+		s.drop()
 	}
 	return first
 }

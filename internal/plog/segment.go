@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/sushka-io/sushka/internal/vfs"
@@ -48,11 +47,25 @@ type timeEntry struct {
 // and published; readers may read them without the writer's cooperation.
 //
 // Fields marked (mu) are guarded by Log.mu; fields marked (writer) are
-// touched only by the writer goroutine (or by Open before it starts).
+// touched only by the writer goroutine (or by Open before it starts);
+// fields marked (cache) by cache.mu.
 type segment struct {
-	base int64  // first offset, from the file name
-	path string // full path
-	file vfs.File
+	base  int64  // first offset, from the file name
+	path  string // full path
+	fs    fileFS
+	cache *FileCache
+
+	// file is the open file, nil when closed: opened when pinned, closed by
+	// the cache when idle (see FileCache). It is written only under
+	// cache.mu while pins == 0 or it is nil, so whoever holds a pin may use
+	// it without the lock.
+	file      vfs.File
+	pins      int      // (cache) readers using file, plus one while writerPin
+	writerPin bool     // (cache) the writer of the active segment holds a pin
+	sealed    bool     // (cache) no longer active: reopened read-only
+	dropped   bool     // (cache) off the log's list: close file once unpinned
+	idlePrev  *segment // (cache) neighbours on cache.idle, nil when not on it
+	idleNext  *segment // (cache)
 
 	size       int64        // (mu) bytes of whole, published batches
 	nextOffset int64        // (mu) offset after the last published batch
@@ -67,17 +80,16 @@ type segment struct {
 
 	mapped   []byte // (writer) the mapping, WriteMmap active segment only
 	capacity int64  // (writer) preallocated file size for WriteMmap
-
-	// refs counts the readers holding the segment, plus one for the log
-	// while the segment is on its list; the last release closes the file,
-	// so retention never closes a file under a sendfile.
-	refs atomic.Int32
 }
 
-func newSegment(dir string, base int64, file vfs.File, now time.Time) *segment {
+// newSegment returns the active segment of base whose file was just
+// opened (or created): its writer holds a pin on it.
+func newSegment(dir string, base int64, file vfs.File, now time.Time, fs fileFS, cache *FileCache) *segment {
 	s := &segment{
 		base:         base,
 		path:         path.Join(dir, segmentName(base)),
+		fs:           fs,
+		cache:        cache,
 		file:         file,
 		nextOffset:   base,
 		maxTs:        -1,
@@ -86,18 +98,11 @@ func newSegment(dir string, base int64, file vfs.File, now time.Time) *segment {
 		lastIndexPos: -1,
 		lastTimePos:  -1,
 	}
-	s.refs.Store(1)
+	cache.mu.Lock()
+	s.pins, s.writerPin = 1, true
+	cache.addLocked()
+	cache.mu.Unlock()
 	return s
-}
-
-// acquire takes a reader's reference.
-func (s *segment) acquire() { s.refs.Add(1) }
-
-// release drops a reference; the last one closes a removed segment's file.
-func (s *segment) release() {
-	if s.refs.Add(-1) == 0 {
-		s.file.Close()
-	}
 }
 
 // noteBatch records a published batch at pos in the indexes (mu held).

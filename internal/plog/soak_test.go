@@ -57,8 +57,9 @@ func TestSustainedWrite(t *testing.T) {
 	printDisk(t, dir)
 	for _, p := range writePaths {
 		t.Run(p.name, func(t *testing.T) {
-			l, err := Open(Config{FS: vfs.OS(), Dir: filepath.Join(dir, p.name), WritePath: p.path, Logger: quietLogger,
-				RetentionBytes: 8 << 30, RetentionTime: -1})
+			cfg := DefaultConfig(vfs.OS(), filepath.Join(dir, p.name))
+			cfg.WritePath, cfg.Logger, cfg.RetentionBytes, cfg.RetentionTime = p.path, quietLogger, 8<<30, -1
+			l, err := Open(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,7 +119,9 @@ func TestRecoverySpeed(t *testing.T) {
 	}
 	dir := benchDir(t)
 	printDisk(t, dir)
-	l, err := Open(Config{FS: vfs.OS(), Dir: dir, Logger: quietLogger, RetentionTime: -1})
+	cfg := DefaultConfig(vfs.OS(), dir)
+	cfg.Logger, cfg.RetentionTime = quietLogger, -1
+	l, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +138,7 @@ func TestRecoverySpeed(t *testing.T) {
 	}
 	dropped := dropCache(t, dir)
 	start := time.Now()
-	l, err = Open(Config{FS: vfs.OS(), Dir: dir, Logger: quietLogger, RetentionTime: -1})
+	l, err = Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

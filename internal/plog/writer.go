@@ -101,7 +101,7 @@ func (w *writer) createSegment(base int64) error {
 		f.Close()
 		return &IOError{Op: "sync dir", Err: err}
 	}
-	s := newSegment(l.dir, base, f, l.cfg.Clock.Now())
+	s := newSegment(l.dir, base, f, l.cfg.Clock.Now(), l.cfg.FS, l.cfg.FileCache)
 	l.mu.Lock()
 	l.segments = append(l.segments, s)
 	l.mu.Unlock()
@@ -174,6 +174,9 @@ func (w *writer) closeActive() error {
 		}
 		return failed
 	}
+	if err := w.active.pinWriter(); err != nil {
+		return err
+	}
 	return w.sealActive()
 }
 
@@ -208,6 +211,12 @@ func (w *writer) run() {
 		w.drain()
 		w.lastGroup = len(w.group)
 		w.commit()
+		if len(w.l.queue) == 0 && w.path != WriteMmap {
+			// Idle: the file cache may close the active file (reopened
+			// on the next group), so idle partitions hold no descriptor.
+			// The mapping of WriteMmap needs the file: it stays pinned.
+			w.active.unpinWriter()
+		}
 	}
 }
 
@@ -229,15 +238,19 @@ func (w *writer) drain() {
 // commit writes, syncs, publishes and acknowledges one group.
 func (w *writer) commit() {
 	l := w.l
-	err := w.writeGroup()
-	if err != nil {
-		l.mu.Lock()
-		if l.failed == nil {
-			l.failed = err
-			l.logger.Error("partition log failed; appends refused until restart", "err", err)
+	// Failing to reopen the active file (out of descriptors) fails this
+	// group only: nothing was written, a later group may succeed.
+	err := w.active.pinWriter()
+	if err == nil {
+		if err = w.writeGroup(); err != nil {
+			l.mu.Lock()
+			if l.failed == nil {
+				l.failed = err
+				l.logger.Error("partition log failed; appends refused until restart", "err", err)
+			}
+			err = l.failed
+			l.mu.Unlock()
 		}
-		err = l.failed
-		l.mu.Unlock()
 	}
 	logStart := l.LogStartOffset()
 	for _, r := range w.group {
@@ -397,5 +410,10 @@ func (w *writer) roll() error {
 	if err := w.sealActive(); err != nil {
 		return err
 	}
-	return w.createSegment(w.next)
+	old := w.active
+	if err := w.createSegment(w.next); err != nil {
+		return err
+	}
+	old.seal() // its file is the cache's from now on
+	return nil
 }

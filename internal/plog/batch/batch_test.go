@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 )
@@ -27,6 +28,14 @@ func withRecords(numRecords int32, records ...[]byte) []byte {
 	binary.BigEndian.PutUint32(b[OffsetLength:], uint32(len(b)-LengthFieldEnd))
 	binary.BigEndian.PutUint32(b[OffsetNumRecords:], uint32(numRecords))
 	binary.BigEndian.PutUint32(b[OffsetLastOffsetDelta:], uint32(numRecords-1))
+	return fixCRC(b)
+}
+
+// withCodec returns a batch of codec whose records, before compression,
+// are exactly records, claiming numRecords records.
+func withCodec(codec Codec, numRecords int32, records []byte) []byte {
+	b := withRecords(numRecords, compress(codec, false, records))
+	binary.BigEndian.PutUint16(b[OffsetAttributes:], uint16(codec))
 	return fixCRC(b)
 }
 
@@ -181,24 +190,70 @@ func hex32(v uint32) string {
 	return string(s[:])
 }
 
-func TestValidateCompressedSkipsRecords(t *testing.T) {
-	// Compressed records are not decompressed on append: garbage under a
-	// good CRC passes Validate and fails ForEachRecord.
+func TestValidateDecompressesRecords(t *testing.T) {
+	// Compressed records are decompressed and walked on append, as Kafka's
+	// LogValidator does: garbage under a good CRC is INVALID_RECORD, for
+	// Validate as for ForEachRecord.
 	for _, codec := range allCodecs[1:] {
 		b := Build(BuildOptions{Records: 2, Codec: codec, ProducerID: -1})
 		b = append(b[:HeaderSize:HeaderSize], "not compressed at all"...)
 		binary.BigEndian.PutUint32(b[OffsetLength:], uint32(len(b)-LengthFieldEnd))
 		fixCRC(b)
-		if _, err := Validate(b); err != nil {
-			t.Fatalf("%v: Validate: %v", codec, err)
-		}
-		err := ForEachRecord(b, func(int32, int64) bool { return true })
-		var e *Error
-		if !errors.As(err, &e) || e.Kind != KindInvalid || e.Pos != OffsetRecords {
-			t.Fatalf("%v: ForEachRecord: %v, want KindInvalid at %d", codec, err, OffsetRecords)
+		for name, err := range map[string]error{
+			"Validate":      second(Validate(b)),
+			"ForEachRecord": ForEachRecord(b, func(int32, int64) bool { return true }),
+		} {
+			var e *Error
+			if !errors.As(err, &e) || e.Kind != KindInvalid || e.Pos != OffsetRecords {
+				t.Fatalf("%v: %s: %v, want KindInvalid at %d", codec, name, err, OffsetRecords)
+			}
 		}
 	}
 }
+
+// TestValidateCompressedRecordCount: the header's record count and
+// lastOffsetDelta must match the compressed records, and the records' own
+// framing must hold, for every codec.
+func TestValidateCompressedRecordCount(t *testing.T) {
+	for _, codec := range allCodecs[1:] {
+		for _, tc := range []struct {
+			name string
+			edit func(b []byte) []byte
+			want string
+		}{
+			{"claims 2^31-1 records", func(b []byte) []byte {
+				binary.BigEndian.PutUint32(b[OffsetNumRecords:], math.MaxInt32)
+				binary.BigEndian.PutUint32(b[OffsetLastOffsetDelta:], math.MaxInt32-1)
+				return b
+			}, "cannot fit"},
+			{"claims one more record", func(b []byte) []byte {
+				binary.BigEndian.PutUint32(b[OffsetNumRecords:], 4)
+				binary.BigEndian.PutUint32(b[OffsetLastOffsetDelta:], 3)
+				return b
+			}, "records end after 3 of 4 records"},
+			{"claims one record less", func(b []byte) []byte {
+				binary.BigEndian.PutUint32(b[OffsetNumRecords:], 2)
+				binary.BigEndian.PutUint32(b[OffsetLastOffsetDelta:], 1)
+				return b
+			}, "left after the last of 2 records"},
+		} {
+			b := Build(BuildOptions{Records: 3, ValueSize: 10, Codec: codec, ProducerID: -1})
+			b = fixCRC(tc.edit(b))
+			_, err := Validate(b)
+			if !errors.Is(err, ErrInvalidRecord) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%v %s: %v, want INVALID_RECORD with %q", codec, tc.name, err, tc.want)
+			}
+		}
+		// Records whose offsetDeltas are not 0, 1, 2: built with gaps.
+		records := append(append(rec(0), rec(2)...), rec(3)...)
+		b := withCodec(codec, 3, records)
+		if _, err := Validate(b); !errors.Is(err, ErrInvalidRecord) || !strings.Contains(err.Error(), "offsetDelta 2, want 1") {
+			t.Errorf("%v: offsetDelta gap: %v", codec, err)
+		}
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
 
 func TestParseHeader(t *testing.T) {
 	b := Build(BuildOptions{
@@ -304,21 +359,22 @@ func TestForEachRecord(t *testing.T) {
 }
 
 func TestDecompressLimit(t *testing.T) {
-	// 1 MiB of zeros compresses to a few KiB; with a 64 KiB limit every
-	// codec must refuse it, and accept it with a limit of exactly 1 MiB.
-	zeros := make([]byte, 1<<20)
+	// 1 MiB of records compresses to a few KiB; with a 64 KiB limit every
+	// codec must refuse it, and accept it with a limit of its exact size.
+	opts := BuildOptions{Records: 1024, ValueSize: 1000, ProducerID: -1}
+	size := len(Build(opts)) - HeaderSize
 	for _, codec := range allCodecs[1:] {
 		for _, xerial := range []bool{false, true} {
 			if xerial && codec != CodecSnappy {
 				continue
 			}
-			compressed := compress(codec, xerial, zeros)
-			if _, err := decompress(codec, compressed, nil, 64<<10); !errors.Is(err, errTooBig) {
-				t.Fatalf("%v xerial=%v: decompress with a small limit: %v, want errTooBig", codec, xerial, err)
+			opts.Codec, opts.Xerial = codec, xerial
+			b := Build(opts)
+			if _, err := ValidateWithin(b, 64<<10); !errors.Is(err, ErrInvalidRecord) || !strings.Contains(err.Error(), "exceed") {
+				t.Fatalf("%v xerial=%v: with a small limit: %v, want a size error", codec, xerial, err)
 			}
-			out, err := decompress(codec, compressed, nil, len(zeros))
-			if err != nil || !bytes.Equal(out, zeros) {
-				t.Fatalf("%v xerial=%v: decompress at the limit: %v (%d bytes)", codec, xerial, err, len(out))
+			if _, err := ValidateWithin(b, size); err != nil {
+				t.Fatalf("%v xerial=%v: at the limit: %v", codec, xerial, err)
 			}
 		}
 	}

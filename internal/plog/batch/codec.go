@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 
 	"github.com/klauspost/compress/gzip"
@@ -14,14 +15,26 @@ import (
 	"github.com/pierrec/lz4/v4"
 )
 
-// MaxDecompressedBytes bounds what one batch's records may decompress to.
-// Anything bigger is refused (KindInvalid) before it is fully inflated, so a
-// small hostile batch cannot make the broker allocate gigabytes. It is 64
-// times Kafka's default max.message.bytes (1 MiB).
+// MaxDecompressedBytes is the broker-wide bound on what one batch's
+// records may decompress to: anything bigger is refused (KindInvalid) once
+// that many bytes came out, so a small hostile batch costs bounded CPU. It is
+// 64 times Kafka's default max.message.bytes (1 MiB). Memory is bounded
+// separately: streams (gzip, lz4, zstd) are walked through a small buffer
+// and never held whole, a snappy block is at most snappyMaxExpansion times
+// its compressed size, and at most DecompressSlots batches decompress at
+// once.
 const MaxDecompressedBytes = 64 << 20
 
-// errTooBig is wrapped into the error of a batch over MaxDecompressedBytes.
-var errTooBig = fmt.Errorf("decompressed records exceed %d bytes", MaxDecompressedBytes)
+// DecompressBudget is the decompressed-size limit for the batches of a
+// topic whose max.message.bytes is maxBatchBytes: 64 times it (records
+// compress well, but not without limit), within [1 MiB,
+// MaxDecompressedBytes].
+func DecompressBudget(maxBatchBytes int) int {
+	return min(max(64*maxBatchBytes, 1<<20), MaxDecompressedBytes)
+}
+
+// errTooBig is wrapped into the error of a batch over its limit.
+var errTooBig = errors.New("decompressed records exceed the limit")
 
 // xerialMagic starts snappy data framed the way the Java client's
 // SnappyOutputStream (xerial snappy-java) frames it: the magic, a big-endian
@@ -34,88 +47,138 @@ const (
 	xerialBlockSize  = 32 << 10 // what snappy-java writes
 )
 
-// Decoders are pooled or shared: ListOffsets may decompress many batches.
-var (
-	gzipReaders = sync.Pool{New: func() any { return new(gzip.Reader) }}
-	lz4Readers  = sync.Pool{New: func() any { return lz4.NewReader(nil) }}
-	// zstdDecoder is shared: DecodeAll is safe for concurrent use. The
-	// memory bound makes it refuse frames that declare, or grow to, more
-	// than MaxDecompressedBytes.
-	zstdDecoder = sync.OnceValue(func() *zstd.Decoder {
-		d, err := zstd.NewReader(nil,
-			zstd.WithDecoderConcurrency(0),
-			zstd.WithDecoderMaxMemory(MaxDecompressedBytes),
-		)
-		if err != nil {
-			panic(err) // only bad options fail, and ours are constant
-		}
-		return d
-	})
-	zstdEncoder = sync.OnceValue(func() *zstd.Encoder {
-		// franz-go's options: a 64 KiB window keeps what decoders
-		// must hold small.
-		e, err := zstd.NewWriter(nil, zstd.WithWindowSize(64<<10), zstd.WithZeroFrames(true))
-		if err != nil {
-			panic(err)
-		}
-		return e
-	})
-)
+// snappyMaxExpansion bounds how much a snappy block can inflate: its
+// densest element, a 3-byte copy, yields at most 64 bytes. A block whose
+// header claims more is not snappy (S2's repeat codes, which s2.Decode also
+// accepts, could claim more) and is refused before anything is allocated.
+const snappyMaxExpansion = 22
 
-// decompress inflates a batch's records, refusing more than limit bytes. It
-// appends to dst[:0], reusing its capacity when it can.
-func decompress(codec Codec, src, dst []byte, limit int) ([]byte, error) {
-	dst = dst[:0]
-	switch codec {
-	case CodecGzip:
-		r := gzipReaders.Get().(*gzip.Reader)
-		defer gzipReaders.Put(r)
-		if err := r.Reset(bytes.NewReader(src)); err != nil {
-			return nil, err
-		}
-		return readBounded(r, dst, limit)
-	case CodecSnappy:
-		if len(src) >= xerialHeaderSize && bytes.HasPrefix(src, xerialMagic) {
-			return decodeXerial(src[xerialHeaderSize:], dst, limit)
-		}
-		n, err := s2.DecodedLen(src)
-		if err != nil {
-			return nil, err
-		}
-		if n > limit {
-			return nil, errTooBig
-		}
-		if cap(dst) < n {
-			dst = make([]byte, 0, n)
-		}
-		return s2.Decode(dst[:n], src)
-	case CodecLZ4:
-		r := lz4Readers.Get().(*lz4.Reader)
-		defer lz4Readers.Put(r)
-		r.Reset(bytes.NewReader(src))
-		return readBounded(r, dst, limit)
-	case CodecZstd:
-		out, err := zstdDecoder().DecodeAll(src, dst)
-		if errors.Is(err, zstd.ErrDecoderSizeExceeded) || len(out) > limit {
-			return nil, errTooBig
-		}
-		return out, err
-	}
-	return nil, fmt.Errorf("unknown compression codec %d", int8(codec))
+// zstdMaxWindow bounds the window a zstd frame may ask a decoder to hold:
+// RFC 8878 recommends decoders support up to 8 MiB, which covers the
+// compression levels clients use.
+const zstdMaxWindow = 8 << 20
+
+// streamChunkSize is the buffer through which decompressed streams are
+// walked.
+const streamChunkSize = 32 << 10
+
+// inflater holds a decoder of each streaming codec (made on first use),
+// the chunk buffer for streams and the buffer for snappy blocks. There are
+// exactly DecompressSlots of them, kept for the life of the process (a
+// sync.Pool would drop a zstd decoder's window at every GC); taking one is
+// taking a decompression slot. So what decompression holds is bounded by
+// DecompressSlots times (a zstd window of at most zstdMaxWindow, a snappy
+// buffer of at most maxPooledBuffer kept, a chunk), and decompressing
+// allocates nothing per batch once warm.
+type inflater struct {
+	src    bytes.Reader
+	gzip   gzip.Reader
+	lz4    *lz4.Reader
+	zstd   *zstd.Decoder
+	snappy []byte
+	chunk  [streamChunkSize]byte
 }
 
-// readBounded appends r's bytes to dst, failing once r yields more than
-// limit bytes.
-func readBounded(r io.Reader, dst []byte, limit int) ([]byte, error) {
-	out := bytes.NewBuffer(dst)
-	n, err := out.ReadFrom(&io.LimitedReader{R: r, N: int64(limit) + 1})
+// maxPooledBuffer keeps the occasional huge snappy batch from pinning its
+// buffer.
+const maxPooledBuffer = 4 << 20
+
+// DecompressSlots is how many batches may be decompressing at once in the
+// whole process (validation on append, ListOffsets by timestamp): a burst of
+// hostile or merely large compressed batches holds this many decoders and
+// buffers, whatever the number of connections. Others wait for a slot;
+// decompression is CPU-bound, so more at once would not finish sooner.
+var DecompressSlots = max(2, runtime.GOMAXPROCS(0))
+
+// inflaters holds the free inflaters: receiving is acquiring a slot.
+var inflaters = func() chan *inflater {
+	c := make(chan *inflater, DecompressSlots)
+	for range DecompressSlots {
+		c <- new(inflater)
+	}
+	return c
+}()
+
+// acquireInflater waits for a decompression slot.
+func acquireInflater() *inflater { return <-inflaters }
+
+// open returns a reader of src's decompressed bytes for a streaming codec.
+func (f *inflater) open(codec Codec, src []byte) (io.Reader, error) {
+	f.src.Reset(src)
+	switch codec {
+	case CodecGzip:
+		if err := f.gzip.Reset(&f.src); err != nil {
+			return nil, err
+		}
+		return &f.gzip, nil
+	case CodecLZ4:
+		if f.lz4 == nil {
+			f.lz4 = lz4.NewReader(nil)
+		}
+		f.lz4.Reset(&f.src)
+		return f.lz4, nil
+	case CodecZstd:
+		if f.zstd == nil {
+			// Concurrency 1: the stream decodes synchronously in the
+			// caller's goroutine, so a pooled decoder owns no goroutines.
+			d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1),
+				zstd.WithDecoderMaxWindow(zstdMaxWindow), zstd.WithDecoderMaxMemory(zstdMaxWindow))
+			if err != nil {
+				panic(err) // only bad options fail, and ours are constant
+			}
+			f.zstd = d
+		}
+		if err := f.zstd.Reset(&f.src); err != nil {
+			return nil, err
+		}
+		return f.zstd, nil
+	}
+	return nil, fmt.Errorf("codec %v is not a stream", codec)
+}
+
+// release drops the references to the batch and frees the slot.
+func (f *inflater) release() {
+	f.src.Reset(nil)
+	if f.zstd != nil {
+		f.zstd.Reset(nil)
+	}
+	if cap(f.snappy) > maxPooledBuffer {
+		f.snappy = nil
+	}
+	inflaters <- f
+}
+
+// decodeSnappy decodes snappy records (one raw block, or xerial framing)
+// into dst[:0], reusing its capacity, refusing more than limit bytes and a
+// block that claims more than snappy can expand to.
+func decodeSnappy(src, dst []byte, limit int) ([]byte, error) {
+	if len(src) >= xerialHeaderSize && bytes.HasPrefix(src, xerialMagic) {
+		return decodeXerial(src[xerialHeaderSize:], dst[:0], limit)
+	}
+	n, err := snappyDecodedLen(src, limit)
 	if err != nil {
 		return nil, err
 	}
-	if n > int64(limit) {
-		return nil, errTooBig
+	if cap(dst) < n {
+		dst = make([]byte, 0, n)
 	}
-	return out.Bytes(), nil
+	return s2.Decode(dst[:n], src)
+}
+
+// snappyDecodedLen is the length a raw snappy block declares, checked
+// against limit and against what snappy can expand src to.
+func snappyDecodedLen(src []byte, limit int) (int, error) {
+	n, err := s2.DecodedLen(src)
+	if err != nil {
+		return 0, err
+	}
+	if n > limit {
+		return 0, fmt.Errorf("%w: a snappy block declares %d bytes, %d allowed", errTooBig, n, limit)
+	}
+	if n > snappyMaxExpansion*len(src)+64 {
+		return 0, fmt.Errorf("%w: a snappy block of %d bytes declares %d, more than snappy expands to", errTooBig, len(src), n)
+	}
+	return n, nil
 }
 
 // decodeXerial decodes xerial-framed snappy blocks (after the header). It
@@ -131,13 +194,11 @@ func decodeXerial(src, dst []byte, limit int) ([]byte, error) {
 		if uint64(n) > uint64(len(rest)) {
 			return nil, fmt.Errorf("xerial snappy: block of %d bytes, only %d left", n, len(rest))
 		}
-		size, err := s2.DecodedLen(rest[:n])
+		size, err := snappyDecodedLen(rest[:n], limit-total)
 		if err != nil {
 			return nil, err
 		}
-		if total += size; total > limit {
-			return nil, errTooBig
-		}
+		total += size
 		rest = rest[n:]
 	}
 	out := dst
@@ -157,6 +218,17 @@ func decodeXerial(src, dst []byte, limit int) ([]byte, error) {
 	}
 	return out, nil
 }
+
+// zstdEncoder is Build's: EncodeAll is safe for concurrent use.
+var zstdEncoder = sync.OnceValue(func() *zstd.Encoder {
+	// franz-go's options: a 64 KiB window keeps what decoders must hold
+	// small.
+	e, err := zstd.NewWriter(nil, zstd.WithWindowSize(64<<10), zstd.WithZeroFrames(true))
+	if err != nil {
+		panic(err)
+	}
+	return e
+})
 
 // compress compresses records for Build.
 func compress(codec Codec, xerial bool, src []byte) []byte {

@@ -105,23 +105,28 @@
 //
 // # Validation on append
 //
-// Validate checks a producer's batch before it is stored: framing, magic,
-// CRC, the attribute bits producers may not set (control, transactional:
-// Sushka has no transactions yet; delete horizon), recordCount >= 1 with
-// lastOffsetDelta = recordCount-1, baseSequence >= 0 for idempotent
-// producers, and, for uncompressed batches, that the records parse and
-// exactly recordCount of them with offsetDelta 0, 1, ... fill the batch. It
-// does not allocate.
+// Validate (ValidateWithin, with a decompressed-size budget) checks a
+// producer's batch before it is stored, as Kafka's LogValidator does:
+// framing, magic, CRC, the attribute bits producers may not set (control,
+// transactional: Sushka has no transactions yet; delete horizon),
+// recordCount >= 1 with lastOffsetDelta = recordCount-1, baseSequence >= 0
+// for idempotent producers, and then the records themselves, decompressed
+// if the codec is not none: each record's framing (its length, varint
+// lengths of key, value and headers that fill it exactly), offsetDelta 0,
+// 1, ... in order, and exactly recordCount records filling the records. A
+// batch claiming more records than its budget could hold (7 bytes each) is
+// refused from its header.
 //
-// Compressed records are not decompressed on append: for 100 records of 1
-// KiB, decompressing them costs 3 (snappy) to 10 (gzip) times what all of
-// Validate costs (BenchmarkForEachRecord against BenchmarkValidate, on very
-// compressible data), and it would only catch producers that compress
-// garbage. The CRC still
-// covers the compressed bytes, so damage in transit or on disk is caught; a
-// producer that compresses garbage under a good CRC hurts only its own
-// consumers, and ForEachRecord (ListOffsets by timestamp) reports an error
-// for that batch. Kafka, unlike Sushka, does decompress on append.
+// Decompression is bounded three ways, so that no batch can make the broker
+// allocate without limit: the decompressed bytes (DecompressBudget: 64
+// times max.message.bytes, at most MaxDecompressedBytes); the memory
+// (gzip, lz4 and zstd streams are walked through a 32 KiB buffer and never
+// held whole, a zstd frame may not ask for a window over 8 MiB, a snappy
+// block may not declare more than snappy can expand to); and the
+// concurrency (at most DecompressSlots batches decompress at once in the
+// process, each with its own long-lived decoders, so validation allocates
+// nothing per batch once warm). Measured costs are in docs/benchmarks.md
+// (BenchmarkValidateCompressed).
 //
 // Failures are *Error values. KindCorrupt means the bytes fail the batch's
 // own integrity checks (length framing, unknown magic, CRC): they are not
@@ -140,7 +145,7 @@
 //
 // Split walks record sets holding several batches back to back, by their
 // length fields; a batch cut short at the end is an error. ForEachRecord
-// decompresses (bounded by MaxDecompressedBytes, so that a small batch
-// cannot inflate without limit) and reports each record's offsetDelta and
-// timestamp. Build makes valid batches of any codec for tests.
+// decompresses under the same bounds as Validate and reports each record's
+// offsetDelta and timestamp. Build makes valid batches of any codec for
+// tests.
 package batch

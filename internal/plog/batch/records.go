@@ -1,18 +1,12 @@
 package batch
 
-import "sync"
-
-// recordBuffers holds buffers for decompressed records: they never leave
-// ForEachRecord, so they can be reused.
-var recordBuffers = sync.Pool{New: func() any { return new([]byte) }}
-
-// maxPooledBuffer keeps the occasional huge batch from pinning its buffer.
-const maxPooledBuffer = 4 << 20
-
 // ForEachRecord calls fn with the offsetDelta and timestamp (ms) of each
 // record of the whole batch b, in order, until fn returns false. It is the
-// slow path behind ListOffsets by timestamp and may allocate: compressed
-// records are decompressed, up to MaxDecompressedBytes.
+// slow path behind ListOffsets by timestamp: compressed records are
+// decompressed within MaxDecompressedBytes, under the same broker-wide
+// bound on concurrent decompression as validation (DecompressSlots), and
+// streams are walked through a small buffer, never held whole. fn runs
+// while a decompression slot is held: it must not decompress itself.
 //
 // It checks the batch's framing and CRC like Validate, then that the records
 // parse and that there are exactly NumRecords of them; it does not apply
@@ -25,40 +19,19 @@ func ForEachRecord(b []byte, fn func(offsetDelta int32, timestamp int64) bool) e
 	if err != nil {
 		return err
 	}
-	r := recordReader{b: b, pos: OffsetRecords, end: len(b)}
-	if codec := h.Compression(); codec != CodecNone {
-		if codec > maxCodec {
-			return errorf(KindInvalid, OffsetAttributes, "unknown compression codec %d (attributes 0x%04x)", int8(codec), uint16(h.Attributes))
-		}
-		buf := recordBuffers.Get().(*[]byte)
-		defer recordBuffers.Put(buf)
-		records, err := decompress(codec, b[OffsetRecords:], *buf, MaxDecompressedBytes)
-		if err != nil {
-			return errorf(KindInvalid, OffsetRecords, "%s records do not decompress: %v", codec, err)
-		}
-		if cap(records) <= maxPooledBuffer {
-			*buf = records
-		}
-		r = recordReader{b: records, pos: 0, end: len(records), decompressed: true}
-	}
-	for i := int32(0); i < h.NumRecords; i++ {
-		if r.pos == r.end {
-			return r.errorAt(r.pos, "records end after %d of %d records", i, h.NumRecords)
-		}
-		rec, err := r.next(i)
-		if err != nil {
-			return err
-		}
+	visit := func(rec record) bool {
 		timestamp := h.BaseTimestamp + rec.timestampDelta
 		if h.LogAppendTime() {
 			timestamp = h.MaxTimestamp
 		}
-		if !fn(rec.offsetDelta, timestamp) {
-			return nil
+		return fn(rec.offsetDelta, timestamp)
+	}
+	if codec := h.Compression(); codec != CodecNone {
+		if codec > maxCodec {
+			return errorf(KindInvalid, OffsetAttributes, "unknown compression codec %d (attributes 0x%04x)", int8(codec), uint16(h.Attributes))
 		}
+		return walkCompressed(b, &h, MaxDecompressedBytes, false, visit)
 	}
-	if r.pos != r.end {
-		return r.errorAt(r.pos, "%d bytes left after the last of %d records", r.end-r.pos, h.NumRecords)
-	}
-	return nil
+	r := recordReader{b: b, pos: OffsetRecords, end: len(b)}
+	return r.walk(h.NumRecords, false, visit)
 }

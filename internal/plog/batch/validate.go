@@ -5,24 +5,30 @@ import (
 	"fmt"
 )
 
-// Validate checks that b is exactly one well-formed batch that a producer may
-// append, and returns its header. It does not allocate unless it fails.
+// Validate is ValidateWithin with the broker-wide MaxDecompressedBytes.
+func Validate(b []byte) (Header, error) { return ValidateWithin(b, MaxDecompressedBytes) }
+
+// ValidateWithin checks that b is exactly one well-formed batch that a
+// producer may append, and returns its header. Compressed records may
+// decompress to at most maxDecompressedBytes (see DecompressBudget). An
+// uncompressed batch is checked without allocating unless it fails.
 //
 // It checks, in order: the magic byte is 2; the header is whole; batchLength
 // frames exactly len(b) bytes; the CRC matches; the codec is known; the
 // batch is neither a control batch, nor transactional, nor carries a delete
 // horizon; NumRecords >= 1 and LastOffsetDelta == NumRecords-1; an
-// idempotent batch (ProducerID >= 0) has BaseSequence >= 0. For an
-// uncompressed batch it also walks the records: each is framed by its
-// length, offsetDelta of record i is i, and exactly NumRecords records fill
-// the batch. Compressed records are not decompressed (the CRC still covers
-// them): see the package documentation.
+// idempotent batch (ProducerID >= 0) has BaseSequence >= 0. Then it walks
+// the records, decompressed as Kafka's LogValidator does when compressed:
+// each is framed by its length and its fields (varint lengths of key,
+// value and headers) fill it exactly, offsetDelta of record i is i, and
+// exactly NumRecords records fill the (decompressed) records, which must
+// decompress within the limit and pass the codec's own checksums.
 //
 // Checks that depend on the topic or the request (max.message.bytes, the
 // timestamp type and range, sequence numbers against the producer state)
 // belong to the caller. On error, the Header holds whatever could be
 // parsed.
-func Validate(b []byte) (Header, error) {
+func ValidateWithin(b []byte, maxDecompressedBytes int) (Header, error) {
 	h, err := checkFraming(b)
 	if err != nil {
 		return h, err
@@ -41,11 +47,11 @@ func Validate(b []byte) (Header, error) {
 		return h, errorf(KindInvalid, OffsetBaseSequence, "baseSequence %d is negative for producerId %d", h.BaseSequence, h.ProducerID)
 	}
 	if h.Compression() == CodecNone {
-		if err := checkRecords(b, h.NumRecords); err != nil {
-			return h, err
-		}
+		err = checkRecords(b, h.NumRecords)
+	} else {
+		err = walkCompressed(b, &h, maxDecompressedBytes, true, nil)
 	}
-	return h, nil
+	return h, err
 }
 
 // checkFraming checks the batch's own integrity: magic, a whole header,
@@ -98,7 +104,9 @@ func checkAttributes(attributes int16) error {
 	return nil
 }
 
-// checkRecords walks the uncompressed records of the whole batch b.
+// checkRecords walks the uncompressed records of the whole batch b. It is
+// recordReader.walk without a visitor, kept apart because it is the append
+// hot path.
 func checkRecords(b []byte, numRecords int32) error {
 	r := recordReader{b: b, pos: OffsetRecords, end: len(b)}
 	for i := int32(0); i < numRecords; i++ {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package plog
+
+const raceEnabled = false
