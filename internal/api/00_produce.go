@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -8,7 +9,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sushka-io/sushka/internal/plog"
-	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/server"
 )
 
@@ -36,9 +36,12 @@ import (
 // * v9: flexible versions
 // * v13: TopicID instead of the topic name (KIP-516)
 
-func init() { regKey(0, 3, 13) }
+func init() {
+	k := regKey(0, 3, 13, (*Handler).handleProduce)
+	k.ordered = true // Handler.Ordered
+}
 
-func (h *Handler) handleProduce(creq *server.Request, req *kmsg.ProduceRequest) server.Response {
+func (h *Handler) handleProduce(_ context.Context, creq *server.Request, req *kmsg.ProduceRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 
 	var ack plog.AckPolicy
@@ -163,7 +166,7 @@ func (h *Handler) finishProduce(version int16, sp *kmsg.ProduceResponseTopicPart
 		}
 	}
 	if err != nil && !errors.Is(err, plog.ErrDuplicateSequence) {
-		code := produceErrorCode(err)
+		code := errorCode(err)
 		sp.ErrorCode = code
 		if version >= 8 {
 			sp.ErrorMessage = errMessage(err)
@@ -176,25 +179,4 @@ func (h *Handler) finishProduce(version int16, sp *kmsg.ProduceResponseTopicPart
 	sp.BaseOffset = res.BaseOffset
 	sp.LogAppendTime = res.LogAppendTime
 	sp.LogStartOffset = res.LogStartOffset
-}
-
-// produceErrorCode maps an Append error to the code Kafka returns.
-func produceErrorCode(err error) int16 {
-	switch {
-	case errors.Is(err, plog.ErrBatchTooLarge):
-		return kerr.MessageTooLarge.Code
-	case errors.Is(err, batch.ErrInvalidRecord):
-		return kerr.InvalidRecord.Code
-	case errors.Is(err, plog.ErrCorruptBatch), errors.Is(err, batch.ErrCorrupt):
-		return kerr.CorruptMessage.Code
-	case errors.Is(err, plog.ErrOutOfOrderSequence):
-		return kerr.OutOfOrderSequenceNumber.Code
-	case errors.Is(err, plog.ErrInvalidProducerEpoch):
-		return kerr.InvalidProducerEpoch.Code
-	case errors.Is(err, plog.ErrUnknownProducerID):
-		return kerr.UnknownProducerID.Code
-	case errors.Is(err, plog.ErrClosed):
-		return kerr.NotLeaderForPartition.Code
-	}
-	return kerr.KafkaStorageError.Code
 }

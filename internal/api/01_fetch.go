@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"reflect"
 	"time"
 
@@ -43,7 +42,7 @@ import (
 // * v12: flexible versions; v13: TopicID instead of the topic name
 // * v15-18: broker-only fields (ReplicaState, ReplicaDirectoryID, HighWatermark tags)
 
-func init() { regKey(1, 4, 18) }
+func init() { regKey(1, 4, 18, (*Handler).handleFetch) }
 
 // fetchPart is one requested partition and, once read, its answer.
 type fetchPart struct {
@@ -183,7 +182,7 @@ func (h *Handler) readFetch(parts []*fetchPart, maxBytes int64) (total int64, an
 		}
 		res, err := fp.log.Read(fp.offset, max(budget, 0), total == 0)
 		if err != nil {
-			fp.errorCode = fetchErrorCode(err)
+			fp.errorCode = errorCode(err)
 			fp.hwm, fp.logStart = fp.log.HighWatermark(), fp.log.LogStartOffset()
 			if fp.errorCode == kerr.KafkaStorageError.Code {
 				h.log.Error("read failed", "topic", fp.topic, "partition", fp.partition, "offset", fp.offset, "err", err)
@@ -207,16 +206,6 @@ func releaseFetch(parts []*fetchPart) {
 			fp.result, fp.haveResult = plog.ReadResult{}, false
 		}
 	}
-}
-
-func fetchErrorCode(err error) int16 {
-	switch {
-	case errors.Is(err, plog.ErrOffsetOutOfRange):
-		return kerr.OffsetOutOfRange.Code
-	case errors.Is(err, plog.ErrClosed):
-		return kerr.NotLeaderForPartition.Code
-	}
-	return kerr.KafkaStorageError.Code
 }
 
 // waitAny blocks until one of waits is closed (true), the timer fires

@@ -22,7 +22,7 @@ import (
 // * v2: IsolationLevel; v3: no change; v4: CurrentLeaderEpoch, LeaderEpoch
 // * v6: flexible versions; v7: -3; v8: -4; v9: -5; v10: TimeoutMillis
 
-func init() { regKey(2, 0, 10) }
+func init() { regKey(2, 0, 10, replying((*Handler).handleListOffsets)) }
 
 func (h *Handler) handleListOffsets(req *kmsg.ListOffsetsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
@@ -51,7 +51,7 @@ func (h *Handler) handleListOffsets(req *kmsg.ListOffsetsRequest) kmsg.Response 
 				off, found, ok, err := l.OffsetForTimestamp(ts)
 				switch {
 				case err != nil:
-					sp.ErrorCode = fetchErrorCode(err)
+					sp.ErrorCode = errorCode(err)
 				case ok:
 					sp.Offset, sp.Timestamp = off, found
 				}

@@ -32,7 +32,7 @@ import (
 // * v10: TopicID
 // * v13: top-level ErrorCode
 
-func init() { regKey(3, 0, 13) }
+func init() { regKey(3, 0, 13, replying((*Handler).handleMetadata)) }
 
 func (h *Handler) handleMetadata(req *kmsg.MetadataRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.MetadataResponse)

@@ -19,7 +19,7 @@ import (
 // * v1: LeaderEpoch in the response; v2: CurrentLeaderEpoch, ThrottleMillis
 // * v3: ReplicaID; v4: flexible versions
 
-func init() { regKey(23, 0, 4) }
+func init() { regKey(23, 0, 4, replying((*Handler).handleOffsetForLeaderEpoch)) }
 
 func (h *Handler) handleOffsetForLeaderEpoch(req *kmsg.OffsetForLeaderEpochRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)

@@ -23,7 +23,7 @@ import (
 // * v1: IncludeSynonyms, Source (v0: IsDefault)
 // * v3: IncludeDocumentation, ConfigType; v4: flexible versions
 
-func init() { regKey(32, 0, 4) }
+func init() { regKey(32, 0, 4, replying((*Handler).handleDescribeConfigs)) }
 
 func (h *Handler) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)

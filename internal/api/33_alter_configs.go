@@ -16,7 +16,7 @@ import "github.com/twmb/franz-go/pkg/kmsg"
 // Version notes:
 // * v1: no change; v2: flexible versions
 
-func init() { regKey(33, 0, 2) }
+func init() { regKey(33, 0, 2, replying((*Handler).handleAlterConfigs)) }
 
 func (h *Handler) handleAlterConfigs(req *kmsg.AlterConfigsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.AlterConfigsResponse)

@@ -21,7 +21,7 @@ import (
 // * v1: no change; v2: flexible versions; v3: top-level ErrorCode
 // * v4: TotalBytes, UsableBytes; v5: IsCordoned (never)
 
-func init() { regKey(35, 0, 5) }
+func init() { regKey(35, 0, 5, replying((*Handler).handleDescribeLogDirs)) }
 
 func (h *Handler) handleDescribeLogDirs(req *kmsg.DescribeLogDirsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeLogDirsResponse)

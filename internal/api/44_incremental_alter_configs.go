@@ -19,7 +19,7 @@ import (
 // Version notes:
 // * v1: flexible versions
 
-func init() { regKey(44, 0, 1) }
+func init() { regKey(44, 0, 1, replying((*Handler).handleIncrementalAlterConfigs)) }
 
 func (h *Handler) handleIncrementalAlterConfigs(req *kmsg.IncrementalAlterConfigsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)

@@ -56,8 +56,8 @@ func TestEncodeFetchMatchesKmsg(t *testing.T) {
 	id1 := [16]byte{1, 2, 3}
 	id2 := [16]byte{9}
 
-	served := served[1]
-	for v := served.min; v <= served.max; v++ {
+	fetch := servedKey(1)
+	for v := fetch.minVersion; v <= fetch.maxVersion; v++ {
 		topics := []fetchTopic{
 			{name: "t1", id: id1, parts: []*fetchPart{
 				{partition: 0, hwm: 5, logStart: 1, result: plog.ReadResult{Chunks: []plog.Chunk{
