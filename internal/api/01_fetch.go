@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"encoding/binary"
-	"reflect"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
@@ -25,9 +24,17 @@ import (
 // * MaxBytes / per-partition MaxBytes as in KIP-74: the first batch of the
 //   first non-empty partition is returned even when larger than both.
 // * Long poll (design D6): with fewer than MinBytes available the request
-//   waits up to MaxWaitMillis on the partition logs' Wait channels, so an
-//   append wakes it at once and an idle caught-up consumer costs nothing.
-//   Any partition error answers at once.
+//   waits up to MaxWaitMillis, capped at Config.MaxFetchWait, on one
+//   plog.Waker registered with every partition it reads, so an append to any
+//   of them wakes it at once, an idle caught-up consumer costs nothing, and
+//   a wait costs the same for one partition or a hundred thousand. It ends
+//   at once when the request's context does (the client disconnected, the
+//   server shuts down). Any partition error answers at once.
+// * A partition named more than once is read and answered once, with the
+//   last entry's offset and max bytes at the first entry's place, as Kafka
+//   does (its FetchRequest keys partitions in a LinkedHashMap): a request
+//   repeating one partition a million times costs one read, one wait
+//   registration and one answer.
 // * Fetch sessions (KIP-227) are not kept: we answer SessionID 0, which
 //   tells clients to send full requests; a request naming a session gets
 //   FETCH_SESSION_ID_NOT_FOUND.
@@ -46,6 +53,7 @@ func init() { regKey(1, 4, 18, (*Handler).handleFetch) }
 
 // fetchPart is one requested partition and, once read, its answer.
 type fetchPart struct {
+	topicIndex int32 // of the first request topic entry naming the topic
 	topic      string
 	topicID    [16]byte
 	partition  int32
@@ -66,87 +74,27 @@ type fetchTopic struct {
 	parts []*fetchPart
 }
 
+// smallFetch is the count of partitions (and of topic entries) up to which
+// duplicates are found by a scan instead of a map: most fetches name a few,
+// and the scan allocates nothing.
+const smallFetch = 16
+
 func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *kmsg.FetchRequest) server.Response {
 	if req.Version >= 7 && (req.SessionID != 0 || req.SessionEpoch > 0) {
 		resp := req.ResponseKind().(*kmsg.FetchResponse)
 		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
 		return server.Response{Body: resp}
 	}
-
-	topics := make([]fetchTopic, len(req.Topics))
-	var parts []*fetchPart
-	for i, rt := range req.Topics {
-		var t *topic
-		if req.Version >= 13 {
-			t = h.lookupID(rt.TopicID)
-		} else {
-			t = h.lookup(rt.Topic)
-		}
-		ft := &topics[i]
-		ft.name, ft.id = rt.Topic, rt.TopicID
-		for _, rp := range rt.Partitions {
-			fp := &fetchPart{topic: rt.Topic, topicID: rt.TopicID, partition: rp.Partition, offset: rp.FetchOffset, maxBytes: int64(rp.PartitionMaxBytes), hwm: -1, logStart: -1}
-			if t != nil {
-				fp.topic = t.meta.Name
-			}
-			fp.log = t.partition(rp.Partition)
-			if fp.log == nil {
-				fp.errorCode = kerr.UnknownTopicOrPartition.Code
-				if req.Version >= 13 && t == nil {
-					fp.errorCode = kerr.UnknownTopicID.Code
-				}
-			}
-			ft.parts = append(ft.parts, fp)
-			parts = append(parts, fp)
-		}
+	topics, parts := h.fetchParts(req)
+	maxBytes := int64(req.MaxBytes)
+	total, anyError := h.readFetch(parts, maxBytes)
+	maxWait := min(time.Duration(req.MaxWaitMillis)*time.Millisecond, h.cfg.MaxFetchWait)
+	// Kafka answers at once a fetch that asks for no partition.
+	if total < int64(req.MinBytes) && !anyError && maxWait > 0 && len(parts) > 0 {
+		h.longPollFetch(ctx, parts, int64(req.MinBytes), maxBytes, maxWait)
 	}
 
-	maxWait := time.Duration(req.MaxWaitMillis) * time.Millisecond
-	deadline := time.Now().Add(maxWait)
-	var (
-		waits []<-chan struct{}
-		timer *time.Timer
-	)
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for {
-		waits = waits[:0]
-		for _, fp := range parts {
-			if fp.log != nil && fp.errorCode == 0 {
-				// Before reading, so an append after the read still wakes us.
-				waits = append(waits, fp.log.Wait())
-			}
-		}
-		total, anyError := h.readFetch(parts, int64(req.MaxBytes))
-		remaining := time.Until(deadline)
-		if total >= int64(req.MinBytes) || anyError || remaining <= 0 || len(waits) == 0 {
-			break
-		}
-		releaseFetch(parts)
-		if timer == nil {
-			timer = time.NewTimer(remaining)
-		} else {
-			timer.Reset(remaining)
-		}
-		if !waitAny(ctx, timer.C, waits) {
-			// The connection closed or the server is shutting down: answer
-			// with what there is (nothing); the writer drops it if the
-			// connection is gone.
-			h.readFetch(parts, int64(req.MaxBytes))
-			break
-		}
-	}
-
-	var fetched int64
-	for _, fp := range parts {
-		for _, c := range fp.result.Chunks {
-			fetched += c.Len
-		}
-	}
-	if m := h.cfg.Metrics; m != nil && fetched > 0 {
+	if m := h.cfg.Metrics; m != nil {
 		for _, fp := range parts {
 			var n int64
 			for _, c := range fp.result.Chunks {
@@ -160,6 +108,155 @@ func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *km
 	frame := encodeFetch(req.Version, topics)
 	frame.Release = func() { releaseFetch(parts) }
 	return server.Response{Frame: frame}
+}
+
+// fetchParts resolves the requested partitions, in request order, each
+// once: a later entry for a partition already seen replaces its offset and
+// max bytes (Kafka's behaviour) and adds nothing. A topic entry left with
+// no partitions is dropped.
+func (h *Handler) fetchParts(req *kmsg.FetchRequest) ([]fetchTopic, []*fetchPart) {
+	byID := req.Version >= 13 // topics are named by ID, not by name
+	n := 0
+	for _, rt := range req.Topics {
+		n += len(rt.Partitions)
+	}
+	// A partition is (the index of the first topic entry naming its topic,
+	// partition): 8 bytes, so the map of a large fetch stays small.
+	partKey := func(topicIndex, partition int32) uint64 {
+		return uint64(topicIndex)<<32 | uint64(uint32(partition))
+	}
+	type topicKey struct {
+		name string
+		id   [16]byte
+	}
+	var (
+		topicIndexes map[topicKey]int32
+		partIndex    map[uint64]*fetchPart
+	)
+	if len(req.Topics) > smallFetch {
+		topicIndexes = make(map[topicKey]int32)
+	}
+	if n > smallFetch {
+		partIndex = make(map[uint64]*fetchPart)
+	}
+	topics := make([]fetchTopic, 0, len(req.Topics))
+	parts := make([]*fetchPart, 0, min(n, 1024))
+	// The partitions are allocated in chunks, not one by one; a full chunk
+	// is never appended to, so the pointers in parts stay valid.
+	var chunk []fetchPart
+	for i, rt := range req.Topics {
+		tk := topicKey{id: rt.TopicID}
+		if !byID {
+			tk = topicKey{name: rt.Topic}
+		}
+		topicIndex := int32(i)
+		if topicIndexes != nil {
+			if first, ok := topicIndexes[tk]; ok {
+				topicIndex = first
+			} else {
+				topicIndexes[tk] = topicIndex
+			}
+		} else {
+			for j := range i {
+				if (byID && req.Topics[j].TopicID == rt.TopicID) || (!byID && req.Topics[j].Topic == rt.Topic) {
+					topicIndex = int32(j)
+					break
+				}
+			}
+		}
+		var t *topic
+		if byID {
+			t = h.lookupID(rt.TopicID)
+		} else {
+			t = h.lookup(rt.Topic)
+		}
+		ft := fetchTopic{name: rt.Topic, id: rt.TopicID}
+		for _, rp := range rt.Partitions {
+			var seen *fetchPart
+			if partIndex != nil {
+				seen = partIndex[partKey(topicIndex, rp.Partition)]
+			} else {
+				for _, fp := range parts {
+					if fp.topicIndex == topicIndex && fp.partition == rp.Partition {
+						seen = fp
+						break
+					}
+				}
+			}
+			if seen != nil {
+				seen.offset, seen.maxBytes = rp.FetchOffset, int64(rp.PartitionMaxBytes)
+				continue
+			}
+			if len(chunk) == cap(chunk) {
+				chunk = make([]fetchPart, 0, min(n-len(parts), 1024))
+			}
+			chunk = append(chunk, fetchPart{topicIndex: topicIndex, topic: rt.Topic, topicID: rt.TopicID, partition: rp.Partition, offset: rp.FetchOffset, maxBytes: int64(rp.PartitionMaxBytes), hwm: -1, logStart: -1})
+			fp := &chunk[len(chunk)-1]
+			if t != nil {
+				fp.topic = t.meta.Name
+			}
+			fp.log = t.partition(rp.Partition)
+			if fp.log == nil {
+				fp.errorCode = kerr.UnknownTopicOrPartition.Code
+				if byID && t == nil {
+					fp.errorCode = kerr.UnknownTopicID.Code
+				}
+			}
+			if partIndex != nil {
+				partIndex[partKey(topicIndex, rp.Partition)] = fp
+			}
+			ft.parts = append(ft.parts, fp)
+			parts = append(parts, fp)
+		}
+		if len(ft.parts) > 0 {
+			topics = append(topics, ft)
+		}
+	}
+	return topics, parts
+}
+
+// longPollFetch waits until the partitions hold minBytes, maxWait passes or
+// ctx ends, and leaves the last read in parts. One Waker is registered with
+// every partition log for the whole wait and removed before returning, so
+// no registration outlives the request.
+func (h *Handler) longPollFetch(ctx context.Context, parts []*fetchPart, minBytes, maxBytes int64, maxWait time.Duration) {
+	w := plog.NewWaker()
+	for _, fp := range parts {
+		if fp.log != nil {
+			fp.log.AddWaker(w)
+		}
+	}
+	defer func() {
+		for _, fp := range parts {
+			if fp.log != nil {
+				fp.log.RemoveWaker(w)
+			}
+		}
+	}()
+	timer := time.NewTimer(maxWait)
+	defer timer.Stop()
+	for {
+		// Read again now that the Waker is registered: an append between
+		// the first read and the registration is seen here, and one after
+		// it has signalled w.
+		releaseFetch(parts)
+		total, anyError := h.readFetch(parts, maxBytes)
+		if total >= minBytes || anyError {
+			return
+		}
+		select {
+		case <-w.C:
+		case <-timer.C:
+			// Answer with what arrived since the last read.
+			releaseFetch(parts)
+			h.readFetch(parts, maxBytes)
+			return
+		case <-ctx.Done():
+			// The client disconnected or the server is shutting down:
+			// the answer (nothing new) is dropped with the connection.
+			return
+		}
+	}
 }
 
 // readFetch reads every partition within the response budget; it returns
@@ -206,30 +303,6 @@ func releaseFetch(parts []*fetchPart) {
 			fp.result, fp.haveResult = plog.ReadResult{}, false
 		}
 	}
-}
-
-// waitAny blocks until one of waits is closed (true), the timer fires
-// (true) or ctx ends (false).
-func waitAny(ctx context.Context, timer <-chan time.Time, waits []<-chan struct{}) bool {
-	if len(waits) == 1 {
-		select {
-		case <-waits[0]:
-			return true
-		case <-timer:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	cases := make([]reflect.SelectCase, 0, len(waits)+2)
-	cases = append(cases,
-		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
-		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer)})
-	for _, w := range waits {
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w)})
-	}
-	chosen, _, _ := reflect.Select(cases)
-	return chosen != 0
 }
 
 // encodeFetch encodes a Fetch response body of the given version, with each

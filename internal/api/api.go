@@ -41,6 +41,11 @@ import (
 // LeaderEpoch is every partition's leader epoch: one node, never re-elected.
 const LeaderEpoch = 0
 
+// DefaultMaxFetchWait is the default Config.MaxFetchWait: Kafka clients'
+// default request.timeout.ms (30 s), past which the client has given up on
+// the fetch anyway.
+const DefaultMaxFetchWait = 30 * time.Second
+
 // Defaults are the broker-level topic config defaults (Kafka's log.* broker
 // configs). Explicit names the broker configs set by the operator, reported
 // with source STATIC_BROKER_CONFIG instead of DEFAULT_CONFIG.
@@ -112,7 +117,11 @@ type Config struct {
 	// must not be able to exhaust the node. Default 10000.
 	MaxPartitionsPerTopic int32
 	MaxRequestBytes       int32
-	Defaults              Defaults
+	// MaxFetchWait caps a Fetch's long poll (MaxWaitMillis): a client
+	// asking for hours holds the broker's resources no longer than this.
+	// Default DefaultMaxFetchWait.
+	MaxFetchWait time.Duration
+	Defaults     Defaults
 
 	// WritePath overrides the partition log's write path (zero: the log's
 	// default).
@@ -176,6 +185,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.MaxPartitionsPerTopic <= 0 {
 		cfg.MaxPartitionsPerTopic = 10000
+	}
+	if cfg.MaxFetchWait <= 0 {
+		cfg.MaxFetchWait = DefaultMaxFetchWait
 	}
 	h := &Handler{
 		cfg:    cfg,

@@ -1,4 +1,4 @@
-package api_test
+package api
 
 import (
 	"fmt"
@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/sushka-io/sushka/test/testbroker"
 )
 
 // TestHostileEveryAdvertisedKeyIsDispatched checks the API key registry end
@@ -17,7 +15,7 @@ import (
 // the connection as Kafka does. A key advertised without a handler, or
 // dispatched without being advertised, fails here.
 func TestHostileEveryAdvertisedKeyIsDispatched(t *testing.T) {
-	addr := testbroker.StartInProcess(t)
+	addr := startTestBroker(t, Config{}).addr
 	c := dialRaw(t, addr)
 	avReq := kmsg.NewPtrApiVersionsRequest()
 	avReq.Version = 3

@@ -89,6 +89,9 @@ type Log struct {
 	waited   bool          // (mu) someone holds waitCh
 	failed   error         // (mu) sticky I/O error
 
+	// wakers (mu) are signalled wherever waitCh is closed (waker.go).
+	wakers map[*Waker]struct{}
+
 	w writer // owned by the writer goroutine
 
 	syncs atomic.Int64 // group fsyncs of the active segment, for stats
@@ -413,6 +416,7 @@ func (l *Log) Close() error {
 	l.mu.Lock()
 	close(l.waitCh)
 	l.waitCh = make(chan struct{})
+	l.signalWakersLocked()
 	l.mu.Unlock()
 	l.closeFiles()
 	return err
@@ -488,6 +492,7 @@ func (l *Log) publishLocked(hwm int64) {
 		l.waitCh = make(chan struct{})
 		l.waited = false
 	}
+	l.signalWakersLocked()
 }
 
 // makeDirDurable creates dir and any missing parents, and syncs the parent

@@ -1,16 +1,85 @@
-package api_test
+package api
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/meta"
+	"github.com/sushka-io/sushka/internal/server"
+	"github.com/sushka-io/sushka/internal/vfs"
 )
+
+// testBroker is the broker's protocol stack (the server over this package's
+// Handler, as broker.New assembles them) serving on 127.0.0.1:0, with its
+// data in t.TempDir(). cfg may set any Handler option (limits under test);
+// FS, DataDir, Catalog and Logger are filled in.
+type testBroker struct {
+	*Handler
+	addr string
+}
+
+func startTestBroker(t testing.TB, cfg Config) *testBroker {
+	t.Helper()
+	if cfg.FS == nil {
+		cfg.FS = vfs.Default
+	}
+	cfg.DataDir = t.TempDir()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	catalog, err := meta.Open(cfg.FS, filepath.Join(cfg.DataDir, "meta"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Catalog = catalog
+	h, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(server.Config{Handler: h, Logger: cfg.Logger})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().(*net.TCPAddr)
+	h.SetAdvertised(addr.IP.String(), int32(addr.Port))
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("server shutdown: %v", err)
+		}
+		if err := <-served; !errors.Is(err, server.ErrServerClosed) {
+			t.Errorf("serve: %v", err)
+		}
+		if err := h.Close(); err != nil {
+			t.Errorf("handler close: %v", err)
+		}
+	})
+	return &testBroker{Handler: h, addr: l.Addr().String()}
+}
+
+// createTopic creates topic with n partitions (no request involved).
+func (tb *testBroker) createTopic(t testing.TB, name string, n int32) *topic {
+	t.Helper()
+	tb.adminMu.Lock()
+	defer tb.adminMu.Unlock()
+	tp, err := tb.createTopicLocked(name, n, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tp
+}
 
 // rawConn is a hand-driven Kafka connection: the requests a careless or
 // hostile client sends, which no well-behaved client library would.
