@@ -28,6 +28,10 @@ import (
 //   requests of an idempotent producer share fsyncs too.
 // * TimeoutMillis is ignored: there are no replicas to wait for.
 // * Transactional produce is refused (transactions are not built yet).
+// * A partition named by more than one entry gets INVALID_REQUEST, once,
+//   and none of its batches is appended (Kafka keeps the last entry and
+//   drops the others unanswered); the request's other partitions are
+//   appended as usual.
 //
 // Version notes:
 // * v3: TransactionID, record batches
@@ -58,19 +62,36 @@ func (h *Handler) handleProduce(_ context.Context, creq *server.Request, req *km
 	}
 
 	type job struct {
-		sp      *kmsg.ProduceResponseTopicPartition
-		log     *plog.Log
-		records []byte
-		topic   string
+		topicIndex, partitionIndex int // of its answer in resp.Topics
+		log                        *plog.Log
+		records                    []byte
+		topic                      string
 	}
 	var jobs []job
 	failed := false
 
-	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
+	// A partition named by more than one entry: which batch would the
+	// client want first, and which offsets would it match to which? Kafka
+	// keeps the last entry and drops the others unanswered; we append none
+	// and answer the partition once with INVALID_REQUEST, so nothing is
+	// lost unseen and a partition repeated a million times costs one
+	// answer.
+	repeated := repeatedPartitions(req.Topics, func(rt *kmsg.ProduceRequestTopic) (topicKey, int) {
+		return produceTopicKey(req.Version, rt), len(rt.Partitions)
+	}, func(rt *kmsg.ProduceRequestTopic, i int) int32 { return rt.Partitions[i].Partition })
+
+	// With repeats, the same walk again numbers the entries as
+	// repeatedPartitions did, to answer each partition once.
+	var answered requestPartitions
+	distinct := int32(0)
+	resp.Topics = make([]kmsg.ProduceResponseTopic, 0, len(req.Topics))
 	for i := range req.Topics {
 		rt := &req.Topics[i]
-		st := &resp.Topics[i]
-		*st = kmsg.NewProduceResponseTopic()
+		var ti int32
+		if repeated != nil {
+			ti = answered.topic(produceTopicKey(req.Version, rt))
+		}
+		st := kmsg.NewProduceResponseTopic()
 		st.Topic = rt.Topic
 		st.TopicID = rt.TopicID
 		var t *topic
@@ -79,11 +100,21 @@ func (h *Handler) handleProduce(_ context.Context, creq *server.Request, req *km
 		} else {
 			t = h.lookup(rt.Topic)
 		}
-		st.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(rt.Partitions))
+		if repeated == nil {
+			// The usual request: every entry is a distinct partition.
+			st.Partitions = make([]kmsg.ProduceResponseTopicPartition, 0, len(rt.Partitions))
+		}
 		for j := range rt.Partitions {
 			rp := &rt.Partitions[j]
-			sp := &st.Partitions[j]
-			*sp = kmsg.NewProduceResponseTopicPartition()
+			var entry int32
+			if repeated != nil {
+				var again bool
+				if entry, again = answered.partition(ti, rp.Partition, distinct); again {
+					continue // answered with its first entry
+				}
+				distinct++
+			}
+			sp := kmsg.NewProduceResponseTopicPartition()
 			sp.Partition = rp.Partition
 			sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = -1, -1, -1
 			fail := func(code int16, msg string) {
@@ -101,6 +132,8 @@ func (h *Handler) handleProduce(_ context.Context, creq *server.Request, req *km
 				// Not TRANSACTIONAL_ID_AUTHORIZATION_FAILED: nothing is
 				// wrong with the client's rights, the feature is absent.
 				fail(kerr.InvalidRequest.Code, "transactions are not supported yet")
+			case repeated[entry]:
+				fail(kerr.InvalidRequest.Code, "partition named more than once in the request: none of its batches was appended")
 			case l == nil && t == nil && req.Version >= 13:
 				fail(kerr.UnknownTopicID.Code, "")
 			case l == nil:
@@ -108,8 +141,12 @@ func (h *Handler) handleProduce(_ context.Context, creq *server.Request, req *km
 			case len(rp.Records) == 0:
 				fail(kerr.InvalidRecord.Code, "no record batch")
 			default:
-				jobs = append(jobs, job{sp: sp, log: l, records: rp.Records, topic: t.meta.Name})
+				jobs = append(jobs, job{topicIndex: len(resp.Topics), partitionIndex: len(st.Partitions), log: l, records: rp.Records, topic: t.meta.Name})
 			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		if len(st.Partitions) > 0 {
+			resp.Topics = append(resp.Topics, st)
 		}
 	}
 
@@ -143,12 +180,13 @@ func (h *Handler) handleProduce(_ context.Context, creq *server.Request, req *km
 		if err == nil {
 			res, err = q.pending.Wait()
 		}
-		h.finishProduce(req.Version, q.j.sp, q.j.topic, len(q.j.records), time.Since(q.start), res, err)
+		sp := &resp.Topics[q.j.topicIndex].Partitions[q.j.partitionIndex]
+		h.finishProduce(req.Version, sp, q.j.topic, len(q.j.records), time.Since(q.start), res, err)
 	}
 
 	if req.Acks == 0 {
 		for _, j := range jobs {
-			if j.sp.ErrorCode != 0 {
+			if resp.Topics[j.topicIndex].Partitions[j.partitionIndex].ErrorCode != 0 {
 				failed = true
 			}
 		}
@@ -179,4 +217,12 @@ func (h *Handler) finishProduce(version int16, sp *kmsg.ProduceResponseTopicPart
 	sp.BaseOffset = res.BaseOffset
 	sp.LogAppendTime = res.LogAppendTime
 	sp.LogStartOffset = res.LogStartOffset
+}
+
+// produceTopicKey is how a produce request names a topic entry.
+func produceTopicKey(version int16, rt *kmsg.ProduceRequestTopic) topicKey {
+	if version >= 13 {
+		return topicKey{id: rt.TopicID}
+	}
+	return topicKey{name: rt.Topic}
 }

@@ -53,7 +53,6 @@ func init() { regKey(1, 4, 18, (*Handler).handleFetch) }
 
 // fetchPart is one requested partition and, once read, its answer.
 type fetchPart struct {
-	topicIndex int32 // of the first request topic entry naming the topic
 	topic      string
 	topicID    [16]byte
 	partition  int32
@@ -73,11 +72,6 @@ type fetchTopic struct {
 	id    [16]byte
 	parts []*fetchPart
 }
-
-// smallFetch is the count of partitions (and of topic entries) up to which
-// duplicates are found by a scan instead of a map: most fetches name a few,
-// and the scan allocates nothing.
-const smallFetch = 16
 
 func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *kmsg.FetchRequest) server.Response {
 	if req.Version >= 7 && (req.SessionID != 0 || req.SessionEpoch > 0) {
@@ -120,77 +114,32 @@ func (h *Handler) fetchParts(req *kmsg.FetchRequest) ([]fetchTopic, []*fetchPart
 	for _, rt := range req.Topics {
 		n += len(rt.Partitions)
 	}
-	// A partition is (the index of the first topic entry naming its topic,
-	// partition): 8 bytes, so the map of a large fetch stays small.
-	partKey := func(topicIndex, partition int32) uint64 {
-		return uint64(topicIndex)<<32 | uint64(uint32(partition))
-	}
-	type topicKey struct {
-		name string
-		id   [16]byte
-	}
-	var (
-		topicIndexes map[topicKey]int32
-		partIndex    map[uint64]*fetchPart
-	)
-	if len(req.Topics) > smallFetch {
-		topicIndexes = make(map[topicKey]int32)
-	}
-	if n > smallFetch {
-		partIndex = make(map[uint64]*fetchPart)
-	}
+	seen := requestPartitions{partitionsHint: n}
 	topics := make([]fetchTopic, 0, len(req.Topics))
 	parts := make([]*fetchPart, 0, min(n, 1024))
 	// The partitions are allocated in chunks, not one by one; a full chunk
 	// is never appended to, so the pointers in parts stay valid.
 	var chunk []fetchPart
-	for i, rt := range req.Topics {
-		tk := topicKey{id: rt.TopicID}
-		if !byID {
-			tk = topicKey{name: rt.Topic}
-		}
-		topicIndex := int32(i)
-		if topicIndexes != nil {
-			if first, ok := topicIndexes[tk]; ok {
-				topicIndex = first
-			} else {
-				topicIndexes[tk] = topicIndex
-			}
-		} else {
-			for j := range i {
-				if (byID && req.Topics[j].TopicID == rt.TopicID) || (!byID && req.Topics[j].Topic == rt.Topic) {
-					topicIndex = int32(j)
-					break
-				}
-			}
-		}
+	for _, rt := range req.Topics {
 		var t *topic
+		tk := topicKey{id: rt.TopicID}
 		if byID {
 			t = h.lookupID(rt.TopicID)
 		} else {
 			t = h.lookup(rt.Topic)
+			tk = topicKey{name: rt.Topic}
 		}
+		topicIndex := seen.topic(tk)
 		ft := fetchTopic{name: rt.Topic, id: rt.TopicID}
 		for _, rp := range rt.Partitions {
-			var seen *fetchPart
-			if partIndex != nil {
-				seen = partIndex[partKey(topicIndex, rp.Partition)]
-			} else {
-				for _, fp := range parts {
-					if fp.topicIndex == topicIndex && fp.partition == rp.Partition {
-						seen = fp
-						break
-					}
-				}
-			}
-			if seen != nil {
-				seen.offset, seen.maxBytes = rp.FetchOffset, int64(rp.PartitionMaxBytes)
+			if first, repeated := seen.partition(topicIndex, rp.Partition, int32(len(parts))); repeated {
+				parts[first].offset, parts[first].maxBytes = rp.FetchOffset, int64(rp.PartitionMaxBytes)
 				continue
 			}
 			if len(chunk) == cap(chunk) {
 				chunk = make([]fetchPart, 0, min(n-len(parts), 1024))
 			}
-			chunk = append(chunk, fetchPart{topicIndex: topicIndex, topic: rt.Topic, topicID: rt.TopicID, partition: rp.Partition, offset: rp.FetchOffset, maxBytes: int64(rp.PartitionMaxBytes), hwm: -1, logStart: -1})
+			chunk = append(chunk, fetchPart{topic: rt.Topic, topicID: rt.TopicID, partition: rp.Partition, offset: rp.FetchOffset, maxBytes: int64(rp.PartitionMaxBytes), hwm: -1, logStart: -1})
 			fp := &chunk[len(chunk)-1]
 			if t != nil {
 				fp.topic = t.meta.Name
@@ -201,9 +150,6 @@ func (h *Handler) fetchParts(req *kmsg.FetchRequest) ([]fetchTopic, []*fetchPart
 				if byID && t == nil {
 					fp.errorCode = kerr.UnknownTopicID.Code
 				}
-			}
-			if partIndex != nil {
-				partIndex[partKey(topicIndex, rp.Partition)] = fp
 			}
 			ft.parts = append(ft.parts, fp)
 			parts = append(parts, fp)

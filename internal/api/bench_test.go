@@ -94,3 +94,34 @@ func BenchmarkFetchLongPollWake(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkProduce is an acks=1 produce of one small batch to each of n
+// partitions: allocations per request.
+func BenchmarkProduce(b *testing.B) {
+	for _, n := range []int{1, 100} {
+		b.Run(fmt.Sprintf("partitions=%d", n), func(b *testing.B) {
+			tb := startTestBroker(b, Config{})
+			tb.createTopic(b, "t", int32(n))
+			req := kmsg.NewPtrProduceRequest()
+			req.Version = 9
+			req.Acks = 1
+			rt := kmsg.NewProduceRequestTopic()
+			rt.Topic = "t"
+			records := batch.Build(batch.BuildOptions{Records: 1, ValueSize: 100, ProducerID: -1})
+			for p := range n {
+				rp := kmsg.NewProduceRequestTopicPartition()
+				rp.Partition = int32(p)
+				rp.Records = records
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			req.Topics = append(req.Topics, rt)
+			creq := &server.Request{Key: 0, Version: 9, Body: req}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				tb.Handle(ctx, creq)
+			}
+		})
+	}
+}
