@@ -86,7 +86,7 @@ func (h *Handler) handleListOffsets(ctx context.Context, _ *server.Request, req 
 			}
 			st.Partitions = append(st.Partitions, sp)
 		}
-		if len(st.Partitions) > 0 {
+		if len(st.Partitions) > 0 || len(rt.Partitions) == 0 { // not all repeats
 			resp.Topics = append(resp.Topics, st)
 		}
 	}

@@ -19,6 +19,10 @@ import (
 // * v10+: topics may be named by ID; an unknown ID is UNKNOWN_TOPIC_ID.
 // * __consumer_offsets (the group coordinator's, groups.go) is listed as an
 //   internal topic.
+// * A topic named more than once is answered once, as Kafka does (it
+//   collects the requested topics in a set): a 20 kB request naming a
+//   10,000-partition topic a thousand times must not build ten million
+//   partition answers.
 //
 // Version notes:
 // * v1: ControllerID, IsInternal, Rack; null topics means all
@@ -57,7 +61,15 @@ func (h *Handler) handleMetadata(req *kmsg.MetadataRequest) kmsg.Response {
 	}
 
 	allowCreate := h.cfg.AutoCreateTopics && (req.Version < 4 || req.AllowAutoTopicCreation)
-	for _, rt := range req.Topics {
+	var seen requestPartitions
+	for i, rt := range req.Topics {
+		tk := topicKey{id: rt.TopicID}
+		if rt.Topic != nil {
+			tk = topicKey{name: *rt.Topic}
+		}
+		if seen.topic(tk) != int32(i) {
+			continue // answered with its first entry
+		}
 		var t *topic
 		if rt.Topic == nil {
 			// v10+: by topic ID.

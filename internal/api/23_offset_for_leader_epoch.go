@@ -14,6 +14,9 @@ import (
 // * v2+: a CurrentLeaderEpoch above ours is UNKNOWN_LEADER_EPOCH, below ours
 //   FENCED_LEADER_EPOCH, as a Kafka leader answers.
 // * Clients use it (KIP-320) to detect truncation after a leader change.
+// * A partition named more than once is answered once, from its first
+//   entry (Kafka answers every entry): the answer to a request must not
+//   grow with repeats.
 //
 // Version notes:
 // * v1: LeaderEpoch in the response; v2: CurrentLeaderEpoch, ThrottleMillis
@@ -23,11 +26,16 @@ func init() { regKey(23, 0, 4, replying((*Handler).handleOffsetForLeaderEpoch)) 
 
 func (h *Handler) handleOffsetForLeaderEpoch(req *kmsg.OffsetForLeaderEpochRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+	var seen requestPartitions
 	for _, rt := range req.Topics {
 		st := kmsg.NewOffsetForLeaderEpochResponseTopic()
 		st.Topic = rt.Topic
 		t := h.lookup(rt.Topic)
+		ti := seen.topic(topicKey{name: rt.Topic})
 		for _, rp := range rt.Partitions {
+			if _, again := seen.partition(ti, rp.Partition, 0); again {
+				continue
+			}
 			sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
 			sp.Partition = rp.Partition
 			sp.LeaderEpoch, sp.EndOffset = -1, -1
@@ -44,7 +52,9 @@ func (h *Handler) handleOffsetForLeaderEpoch(req *kmsg.OffsetForLeaderEpochReque
 			}
 			st.Partitions = append(st.Partitions, sp)
 		}
-		resp.Topics = append(resp.Topics, st)
+		if len(st.Partitions) > 0 || len(rt.Partitions) == 0 { // not all repeats
+			resp.Topics = append(resp.Topics, st)
+		}
 	}
 	return resp
 }

@@ -18,6 +18,9 @@ import (
 // * Broker resources (name "" or this node's ID): the broker's configs,
 //   all read-only (none can be changed while running).
 // * Other resource types are INVALID_REQUEST.
+// * A resource named more than once is INVALID_REQUEST, answered once (as
+//   AlterConfigs treats repeated resources): each answer lists every
+//   config, so repeats would multiply a small request into a huge answer.
 //
 // Version notes:
 // * v1: IncludeSynonyms, Source (v0: IsDefault)
@@ -27,20 +30,38 @@ func init() { regKey(32, 0, 4, replying((*Handler).handleDescribeConfigs)) }
 
 func (h *Handler) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
-	for _, rr := range req.Resources {
+	// A resource is a "topic" of requestPartitions: its type, with its name.
+	key := func(rr *kmsg.DescribeConfigsRequestResource) topicKey {
+		return topicKey{name: rr.ResourceName, id: [16]byte{byte(rr.ResourceType)}}
+	}
+	repeated := repeatedPartitions(req.Resources, func(rr *kmsg.DescribeConfigsRequestResource) (topicKey, int) {
+		return key(rr), 1
+	}, func(*kmsg.DescribeConfigsRequestResource, int) int32 { return 0 })
+	var answered requestPartitions
+	distinct := int32(0)
+	for i := range req.Resources {
+		rr := &req.Resources[i]
+		entry, again := answered.partition(answered.topic(key(rr)), 0, distinct)
+		if again {
+			continue // answered with its first entry
+		}
+		distinct++
 		sr := kmsg.NewDescribeConfigsResponseResource()
 		sr.ResourceType, sr.ResourceName = rr.ResourceType, rr.ResourceName
 		var entries []configEntry
 		var err error
-		switch rr.ResourceType {
-		case resourceTopic:
+		switch {
+		case repeated[entry]:
+			sr.ErrorCode = kerr.InvalidRequest.Code
+			err = fmt.Errorf("resource %s named more than once in the request", rr.ResourceName)
+		case rr.ResourceType == resourceTopic:
 			if t := h.lookup(rr.ResourceName); t == nil {
 				sr.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				err = fmt.Errorf("unknown topic %s", rr.ResourceName)
 			} else {
 				entries = h.topicConfigEntries(t.meta, rr.ConfigNames)
 			}
-		case resourceBroker:
+		case rr.ResourceType == resourceBroker:
 			if err = h.checkBrokerResource(rr.ResourceName); err != nil {
 				sr.ErrorCode = kerr.InvalidRequest.Code
 			} else {

@@ -14,6 +14,8 @@ import (
 // * One log directory, the data directory, with every requested partition
 //   (all on a null topic list) and its size on disk (plog.Size). OffsetLag
 //   is 0: there are no future replicas.
+// * A partition named more than once is listed once, as Kafka does (it
+//   collects the requested partitions in a set).
 // * v4+: TotalBytes / UsableBytes of the data directory's filesystem
 //   (statfs), -1 when unknown.
 //
@@ -34,13 +36,18 @@ func (h *Handler) handleDescribeLogDirs(req *kmsg.DescribeLogDirsRequest) kmsg.R
 		dir.UsableBytes = int64(st.Bavail) * st.Bsize
 	}
 
+	var seen requestPartitions
 	add := func(t *topic, partitions []int32) {
 		dt := kmsg.NewDescribeLogDirsResponseDirTopic()
 		dt.Topic = t.meta.Name
+		ti := seen.topic(topicKey{name: t.meta.Name})
 		for _, p := range partitions {
 			l := t.partition(p)
 			if l == nil {
 				continue // Kafka omits partitions it does not host
+			}
+			if _, again := seen.partition(ti, p, 0); again {
+				continue
 			}
 			dp := kmsg.NewDescribeLogDirsResponseDirTopicPartition()
 			dp.Partition = p

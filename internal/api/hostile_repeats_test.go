@@ -1,0 +1,124 @@
+package api
+
+import (
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// The requests below are small; naming one thing many times used to make
+// the broker build one (large) answer per repeat.
+
+// TestHostileMetadataRepeatsOneTopic: a 13 kB Metadata request naming a
+// 1,000-partition topic 1,000 times used to build a million partition
+// answers (about 40 MB on the wire); Kafka answers the topic once.
+func TestHostileMetadataRepeatsOneTopic(t *testing.T) {
+	tb := startTestBroker(t, Config{})
+	tb.createTopic(t, "t", 1000)
+	c := dialRaw(t, tb.addr)
+	req := kmsg.NewPtrMetadataRequest()
+	req.Version = 12
+	for range 1000 {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = ptr("t")
+		req.Topics = append(req.Topics, rt)
+	}
+	r, err := c.roundTrip(req, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := r.(*kmsg.MetadataResponse)
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1000 {
+		t.Fatalf("want the topic once with its 1000 partitions, got %d topics", len(resp.Topics))
+	}
+}
+
+// TestHostileDescribeLogDirsRepeatsOnePartition: a 4 MB request naming a
+// partition a million times is answered with the partition once, as Kafka
+// does.
+func TestHostileDescribeLogDirsRepeatsOnePartition(t *testing.T) {
+	tb := startTestBroker(t, Config{})
+	tb.createTopic(t, "t", 2)
+	c := dialRaw(t, tb.addr)
+	req := kmsg.NewPtrDescribeLogDirsRequest()
+	req.Version = 4
+	rt := kmsg.NewDescribeLogDirsRequestTopic()
+	rt.Topic = "t"
+	rt.Partitions = make([]int32, 1_000_001)
+	rt.Partitions[len(rt.Partitions)-1] = 1
+	req.Topics = append(req.Topics, rt)
+	r, err := c.roundTrip(req, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := r.(*kmsg.DescribeLogDirsResponse)
+	if len(resp.Dirs) != 1 || len(resp.Dirs[0].Topics) != 1 || len(resp.Dirs[0].Topics[0].Partitions) != 2 {
+		t.Fatalf("want partitions 0 and 1 once each, got %+v", resp.Dirs[0].Topics[0].Partitions[:min(3, len(resp.Dirs[0].Topics[0].Partitions))])
+	}
+}
+
+// TestHostileDescribeConfigsRepeatsOneResource: each answer lists every
+// topic config, so a topic named 100,000 times (0.4 MB) used to be answered
+// with a hundred times as many bytes. The repeated resource is
+// INVALID_REQUEST, once; another resource is answered normally.
+func TestHostileDescribeConfigsRepeatsOneResource(t *testing.T) {
+	tb := startTestBroker(t, Config{})
+	tb.createTopic(t, "t", 1)
+	tb.createTopic(t, "u", 1)
+	c := dialRaw(t, tb.addr)
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	req.Version = 4
+	for range 100_000 {
+		rr := kmsg.NewDescribeConfigsRequestResource()
+		rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, "t"
+		req.Resources = append(req.Resources, rr)
+	}
+	other := kmsg.NewDescribeConfigsRequestResource()
+	other.ResourceType, other.ResourceName = kmsg.ConfigResourceTypeTopic, "u"
+	req.Resources = append(req.Resources, other)
+	r, err := c.roundTrip(req, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := r.(*kmsg.DescribeConfigsResponse)
+	if len(resp.Resources) != 2 {
+		t.Fatalf("want two answers, got %d", len(resp.Resources))
+	}
+	if r0 := resp.Resources[0]; r0.ResourceName != "t" || r0.ErrorCode != kerr.InvalidRequest.Code || len(r0.Configs) != 0 {
+		t.Errorf("repeated resource answered %d with %d configs, want INVALID_REQUEST", r0.ErrorCode, len(r0.Configs))
+	}
+	if r1 := resp.Resources[1]; r1.ResourceName != "u" || r1.ErrorCode != 0 || len(r1.Configs) == 0 {
+		t.Errorf("the other resource answered %d with %d configs", r1.ErrorCode, len(r1.Configs))
+	}
+}
+
+// TestHostileOffsetForLeaderEpochRepeatsOnePartition: a partition named a
+// million times is answered once.
+func TestHostileOffsetForLeaderEpochRepeatsOnePartition(t *testing.T) {
+	tb := startTestBroker(t, Config{})
+	tb.createTopic(t, "t", 1)
+	c := dialRaw(t, tb.addr)
+	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+	req.Version = 4
+	req.ReplicaID = -1
+	rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
+	rt.Topic = "t"
+	rt.Partitions = make([]kmsg.OffsetForLeaderEpochRequestTopicPartition, 1_000_000)
+	for i := range rt.Partitions {
+		rt.Partitions[i] = kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+	}
+	req.Topics = append(req.Topics, rt)
+	r, err := c.roundTrip(req, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := r.(*kmsg.OffsetForLeaderEpochResponse)
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		t.Fatalf("want one answer, got %d topics, %d partitions", len(resp.Topics), len(resp.Topics[0].Partitions))
+	}
+	if p := resp.Topics[0].Partitions[0]; p.ErrorCode != 0 || p.EndOffset != 0 {
+		t.Errorf("answer %+v", p)
+	}
+}
