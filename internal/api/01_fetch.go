@@ -35,6 +35,10 @@ import (
 //   does (its FetchRequest keys partitions in a LinkedHashMap): a request
 //   repeating one partition a million times costs one read, one wait
 //   registration and one answer.
+// * A partition that does not exist (unknown topic, or past the topic's
+//   count) is answered UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID by ID)
+//   after the topic's partitions that do, from a 4-byte note instead of a
+//   fetchPart: millions of them cost about their answer's bytes.
 // * Fetch sessions (KIP-227) are not kept: we answer SessionID 0, which
 //   tells clients to send full requests; a request naming a session gets
 //   FETCH_SESSION_ID_NOT_FOUND.
@@ -51,7 +55,8 @@ import (
 
 func init() { regKey(1, 4, 18, (*Handler).handleFetch) }
 
-// fetchPart is one requested partition and, once read, its answer.
+// fetchPart is one requested partition that exists (log is set) and, once
+// read, its answer.
 type fetchPart struct {
 	topic      string
 	topicID    [16]byte
@@ -71,6 +76,12 @@ type fetchTopic struct {
 	name  string
 	id    [16]byte
 	parts []*fetchPart
+	// missing are the partitions that do not exist (the topic is unknown,
+	// or the partition is past its count), answered missingCode after
+	// parts with nothing read: 4 bytes each, so a request naming millions
+	// of partitions that do not exist costs little more than its answer.
+	missing     []int32
+	missingCode int16
 }
 
 func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *kmsg.FetchRequest) server.Response {
@@ -79,9 +90,10 @@ func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *km
 		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
 		return server.Response{Body: resp}
 	}
-	topics, parts := h.fetchParts(req)
+	topics, parts, missing := h.fetchParts(req)
 	maxBytes := int64(req.MaxBytes)
 	total, anyError := h.readFetch(parts, maxBytes)
+	anyError = anyError || missing
 	maxWait := min(time.Duration(req.MaxWaitMillis)*time.Millisecond, h.cfg.MaxFetchWait)
 	// Kafka answers at once a fetch that asks for no partition.
 	if total < int64(req.MinBytes) && !anyError && maxWait > 0 && len(parts) > 0 {
@@ -106,17 +118,18 @@ func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *km
 
 // fetchParts resolves the requested partitions, in request order, each
 // once: a later entry for a partition already seen replaces its offset and
-// max bytes (Kafka's behaviour) and adds nothing. A topic entry left with
-// no partitions is dropped.
-func (h *Handler) fetchParts(req *kmsg.FetchRequest) ([]fetchTopic, []*fetchPart) {
+// max bytes (Kafka's behaviour) and adds nothing. Partitions that do not
+// exist go to their topic's missing list (missing reports any). A topic
+// entry left with no partitions is dropped.
+func (h *Handler) fetchParts(req *kmsg.FetchRequest) (topics []fetchTopic, parts []*fetchPart, missing bool) {
 	byID := req.Version >= 13 // topics are named by ID, not by name
 	n := 0
 	for _, rt := range req.Topics {
 		n += len(rt.Partitions)
 	}
 	seen := requestPartitions{partitionsHint: n}
-	topics := make([]fetchTopic, 0, len(req.Topics))
-	parts := make([]*fetchPart, 0, min(n, 1024))
+	topics = make([]fetchTopic, 0, len(req.Topics))
+	parts = make([]*fetchPart, 0, min(n, 1024))
 	// The partitions are allocated in chunks, not one by one; a full chunk
 	// is never appended to, so the pointers in parts stay valid.
 	var chunk []fetchPart
@@ -130,8 +143,19 @@ func (h *Handler) fetchParts(req *kmsg.FetchRequest) ([]fetchTopic, []*fetchPart
 			tk = topicKey{name: rt.Topic}
 		}
 		topicIndex := seen.topic(tk)
-		ft := fetchTopic{name: rt.Topic, id: rt.TopicID}
+		ft := fetchTopic{name: rt.Topic, id: rt.TopicID, missingCode: kerr.UnknownTopicOrPartition.Code}
+		if byID && t == nil {
+			ft.missingCode = kerr.UnknownTopicID.Code
+		}
 		for _, rp := range rt.Partitions {
+			l := t.partition(rp.Partition)
+			if l == nil {
+				if _, repeated := seen.partition(topicIndex, rp.Partition, -1); !repeated {
+					ft.missing = append(ft.missing, rp.Partition)
+					missing = true
+				}
+				continue
+			}
 			if first, repeated := seen.partition(topicIndex, rp.Partition, int32(len(parts))); repeated {
 				parts[first].offset, parts[first].maxBytes = rp.FetchOffset, int64(rp.PartitionMaxBytes)
 				continue
@@ -141,24 +165,15 @@ func (h *Handler) fetchParts(req *kmsg.FetchRequest) ([]fetchTopic, []*fetchPart
 			}
 			chunk = append(chunk, fetchPart{topic: rt.Topic, topicID: rt.TopicID, partition: rp.Partition, offset: rp.FetchOffset, maxBytes: int64(rp.PartitionMaxBytes), hwm: -1, logStart: -1})
 			fp := &chunk[len(chunk)-1]
-			if t != nil {
-				fp.topic = t.meta.Name
-			}
-			fp.log = t.partition(rp.Partition)
-			if fp.log == nil {
-				fp.errorCode = kerr.UnknownTopicOrPartition.Code
-				if byID && t == nil {
-					fp.errorCode = kerr.UnknownTopicID.Code
-				}
-			}
+			fp.topic, fp.log = t.meta.Name, l
 			ft.parts = append(ft.parts, fp)
 			parts = append(parts, fp)
 		}
-		if len(ft.parts) > 0 {
+		if len(ft.parts) > 0 || len(ft.missing) > 0 {
 			topics = append(topics, ft)
 		}
 	}
-	return topics, parts
+	return topics, parts, missing
 }
 
 // longPollFetch waits until the partitions hold minBytes, maxWait passes or
@@ -168,15 +183,11 @@ func (h *Handler) fetchParts(req *kmsg.FetchRequest) ([]fetchTopic, []*fetchPart
 func (h *Handler) longPollFetch(ctx context.Context, parts []*fetchPart, minBytes, maxBytes int64, maxWait time.Duration) {
 	w := plog.NewWaker()
 	for _, fp := range parts {
-		if fp.log != nil {
-			fp.log.AddWaker(w)
-		}
+		fp.log.AddWaker(w)
 	}
 	defer func() {
 		for _, fp := range parts {
-			if fp.log != nil {
-				fp.log.RemoveWaker(w)
-			}
+			fp.log.RemoveWaker(w)
 		}
 	}()
 	timer := time.NewTimer(maxWait)
@@ -212,10 +223,6 @@ func (h *Handler) readFetch(parts []*fetchPart, maxBytes int64) (total int64, an
 		maxBytes = 1<<31 - 1
 	}
 	for _, fp := range parts {
-		if fp.log == nil {
-			anyError = true
-			continue
-		}
 		fp.errorCode = 0
 		budget := min(fp.maxBytes, maxBytes-total)
 		if budget <= 0 && total > 0 {
@@ -258,7 +265,7 @@ func encodeFetch(version int16, topics []fetchTopic) *server.Frame {
 	flexible := version >= 12
 	nPieces, headerBytes := 1, 16
 	for _, t := range topics {
-		headerBytes += 24 + len(t.name)
+		headerBytes += 24 + len(t.name) + 48*len(t.missing)
 		for _, fp := range t.parts {
 			nPieces += 1 + len(fp.result.Chunks)
 			headerBytes += 56
@@ -276,6 +283,33 @@ func encodeFetch(version int16, topics []fetchTopic) *server.Frame {
 			buf = kbin.AppendArrayLen(buf, n)
 		}
 	}
+	// partitionHeader appends a partition's answer up to its record bytes
+	// (recordsLen of them, which follow as file pieces).
+	partitionHeader := func(partition int32, errorCode int16, hwm, logStart, recordsLen int64) {
+		buf = binary.BigEndian.AppendUint32(buf, uint32(partition))
+		buf = binary.BigEndian.AppendUint16(buf, uint16(errorCode))
+		buf = binary.BigEndian.AppendUint64(buf, uint64(hwm))
+		buf = binary.BigEndian.AppendUint64(buf, uint64(hwm)) // LastStableOffset (v4+)
+		if version >= 5 {
+			buf = binary.BigEndian.AppendUint64(buf, uint64(logStart))
+		}
+		// AbortedTransactions (v4+): null, there are no transactions.
+		if flexible {
+			buf = kbin.AppendUvarint(buf, 0)
+		} else {
+			buf = binary.BigEndian.AppendUint32(buf, 0xffffffff)
+		}
+		if version >= 11 {
+			buf = binary.BigEndian.AppendUint32(buf, 0xffffffff) // PreferredReadReplica -1
+		}
+		// RecordBatches: nullable bytes; empty (not null) without data,
+		// as Kafka sends.
+		if flexible {
+			buf = kbin.AppendUvarint(buf, uint32(recordsLen+1))
+		} else {
+			buf = binary.BigEndian.AppendUint32(buf, uint32(recordsLen))
+		}
+	}
 	buf = binary.BigEndian.AppendUint32(buf, 0) // ThrottleMillis (v1+)
 	if version >= 7 {
 		buf = binary.BigEndian.AppendUint16(buf, 0) // ErrorCode
@@ -290,35 +324,13 @@ func encodeFetch(version int16, topics []fetchTopic) *server.Frame {
 		} else {
 			buf = kbin.AppendString(buf, t.name)
 		}
-		arrayLen(len(t.parts))
+		arrayLen(len(t.parts) + len(t.missing))
 		for _, fp := range t.parts {
-			buf = binary.BigEndian.AppendUint32(buf, uint32(fp.partition))
-			buf = binary.BigEndian.AppendUint16(buf, uint16(fp.errorCode))
-			buf = binary.BigEndian.AppendUint64(buf, uint64(fp.hwm))
-			buf = binary.BigEndian.AppendUint64(buf, uint64(fp.hwm)) // LastStableOffset (v4+)
-			if version >= 5 {
-				buf = binary.BigEndian.AppendUint64(buf, uint64(fp.logStart))
-			}
-			// AbortedTransactions (v4+): null, there are no transactions.
-			if flexible {
-				buf = kbin.AppendUvarint(buf, 0)
-			} else {
-				buf = binary.BigEndian.AppendUint32(buf, 0xffffffff)
-			}
-			if version >= 11 {
-				buf = binary.BigEndian.AppendUint32(buf, 0xffffffff) // PreferredReadReplica -1
-			}
 			var n int64
 			for _, c := range fp.result.Chunks {
 				n += c.Len
 			}
-			// RecordBatches: nullable bytes; empty (not null) without data,
-			// as Kafka sends.
-			if flexible {
-				buf = kbin.AppendUvarint(buf, uint32(n+1))
-			} else {
-				buf = binary.BigEndian.AppendUint32(buf, uint32(n))
-			}
+			partitionHeader(fp.partition, fp.errorCode, fp.hwm, fp.logStart, n)
 			if n > 0 {
 				pieces = append(pieces, server.Piece{Bytes: buf[start:len(buf):len(buf)]})
 				start = len(buf)
@@ -326,6 +338,12 @@ func encodeFetch(version int16, topics []fetchTopic) *server.Frame {
 					pieces = append(pieces, server.Piece{File: c.File, Pos: c.Pos, Len: c.Len})
 				}
 			}
+			if flexible {
+				buf = append(buf, 0) // partition tagged fields
+			}
+		}
+		for _, p := range t.missing {
+			partitionHeader(p, t.missingCode, -1, -1, 0)
 			if flexible {
 				buf = append(buf, 0) // partition tagged fields
 			}
