@@ -30,18 +30,14 @@ func init() { regKey(32, 0, 4, replying((*Handler).handleDescribeConfigs)) }
 
 func (h *Handler) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
-	// A resource is a "topic" of requestPartitions: its type, with its name.
-	key := func(rr *kmsg.DescribeConfigsRequestResource) topicKey {
-		return topicKey{name: rr.ResourceName, id: [16]byte{byte(rr.ResourceType)}}
-	}
-	repeated := repeatedPartitions(req.Resources, func(rr *kmsg.DescribeConfigsRequestResource) (topicKey, int) {
-		return key(rr), 1
-	}, func(*kmsg.DescribeConfigsRequestResource, int) int32 { return 0 })
+	repeated := repeatedResources(req.Resources, func(rr *kmsg.DescribeConfigsRequestResource) (int8, string) {
+		return int8(rr.ResourceType), rr.ResourceName
+	})
 	var answered requestPartitions
 	distinct := int32(0)
 	for i := range req.Resources {
 		rr := &req.Resources[i]
-		entry, again := answered.partition(answered.topic(key(rr)), 0, distinct)
+		entry, again := answered.partition(answered.topic(resourceKey(int8(rr.ResourceType), rr.ResourceName)), 0, distinct)
 		if again {
 			continue // answered with its first entry
 		}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -120,5 +121,54 @@ func TestHostileOffsetForLeaderEpochRepeatsOnePartition(t *testing.T) {
 	}
 	if p := resp.Topics[0].Partitions[0]; p.ErrorCode != 0 || p.EndOffset != 0 {
 		t.Errorf("answer %+v", p)
+	}
+}
+
+// TestHostileAlterConfigsRepeatsOneResource: every alteration rewrites the
+// catalogue under the admin lock, so a request naming a topic 20,000 times
+// used to rewrite it 20,000 times. As in Kafka, a repeated resource is
+// INVALID_REQUEST and left alone (answered once); the others are altered.
+func TestHostileAlterConfigsRepeatsOneResource(t *testing.T) {
+	tb := startTestBroker(t, Config{})
+	tb.createTopic(t, "t", 1)
+	tb.createTopic(t, "u", 1)
+	c := dialRaw(t, tb.addr)
+	set := func(name, value string) kmsg.IncrementalAlterConfigsRequestResource {
+		rr := kmsg.NewIncrementalAlterConfigsRequestResource()
+		rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, name
+		rc := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+		rc.Name, rc.Value = "retention.ms", ptr(value)
+		rr.Configs = append(rr.Configs, rc)
+		return rr
+	}
+	for _, copies := range []int{2, 20_000} {
+		req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+		req.Version = 1
+		for i := range copies {
+			req.Resources = append(req.Resources, set("t", fmt.Sprint(1000+i)))
+		}
+		req.Resources = append(req.Resources, set("u", "5000"))
+		start := time.Now()
+		r, err := c.roundTrip(req, 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp := r.(*kmsg.IncrementalAlterConfigsResponse)
+		t.Logf("%d copies: answered in %v", copies, time.Since(start))
+		if len(resp.Resources) != 2 {
+			t.Fatalf("%d copies: want two answers, got %d", copies, len(resp.Resources))
+		}
+		if r0 := resp.Resources[0]; r0.ResourceName != "t" || r0.ErrorCode != kerr.InvalidRequest.Code {
+			t.Errorf("%d copies: repeated resource answered %d, want INVALID_REQUEST", copies, r0.ErrorCode)
+		}
+		if r1 := resp.Resources[1]; r1.ResourceName != "u" || r1.ErrorCode != 0 {
+			t.Errorf("%d copies: the other resource answered %d", copies, r1.ErrorCode)
+		}
+	}
+	if v, ok := tb.lookup("t").meta.Configs["retention.ms"]; ok {
+		t.Errorf("the repeated topic was altered: retention.ms=%s", v)
+	}
+	if v := tb.lookup("u").meta.Configs["retention.ms"]; v != "5000" {
+		t.Errorf("the other topic has retention.ms=%q, want 5000", v)
 	}
 }

@@ -126,3 +126,18 @@ func repeatedPartitions[T any](topics []T, topic func(*T) (topicKey, int), parti
 	}
 	return repeated
 }
+
+// resourceKey is a config resource (DescribeConfigs, AlterConfigs,
+// IncrementalAlterConfigs) as a "topic" of requestPartitions: its name,
+// with its type.
+func resourceKey(resourceType int8, name string) topicKey {
+	return topicKey{name: name, id: [16]byte{byte(resourceType)}}
+}
+
+// repeatedResources is repeatedPartitions for a list of config resources
+// (each one "partition" 0 of its resourceKey).
+func repeatedResources[T any](resources []T, key func(*T) (resourceType int8, name string)) map[int32]bool {
+	return repeatedPartitions(resources, func(r *T) (topicKey, int) {
+		return resourceKey(key(r)), 1
+	}, func(*T, int) int32 { return 0 })
+}
