@@ -62,7 +62,7 @@ func (h *Handler) handleProduce(_ context.Context, creq *server.Request, req *km
 	}
 
 	type job struct {
-		topicIndex, partitionIndex int // of its answer in resp.Topics
+		topicIndex, partitionIndex int32 // of its answer in resp.Topics
 		log                        *plog.Log
 		records                    []byte
 		topic                      string
@@ -141,7 +141,7 @@ func (h *Handler) handleProduce(_ context.Context, creq *server.Request, req *km
 			case len(rp.Records) == 0:
 				fail(kerr.InvalidRecord.Code, "no record batch")
 			default:
-				jobs = append(jobs, job{topicIndex: len(resp.Topics), partitionIndex: len(st.Partitions), log: l, records: rp.Records, topic: t.meta.Name})
+				jobs = append(jobs, job{topicIndex: int32(len(resp.Topics)), partitionIndex: int32(len(st.Partitions)), log: l, records: rp.Records, topic: t.meta.Name})
 			}
 			st.Partitions = append(st.Partitions, sp)
 		}
