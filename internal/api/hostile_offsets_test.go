@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/plog/batch"
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // TestHostileProduceRepeatsOnePartition: a produce naming a partition twice
@@ -109,5 +111,34 @@ func TestHostileListOffsetsRepeatsOnePartition(t *testing.T) {
 	}
 	if p1.Partition != 1 || p1.ErrorCode != 0 || p1.Offset != 250 {
 		t.Errorf("the other partition answered %+v, want offset 250", p1)
+	}
+}
+
+// TestListOffsetsStopsWithItsContext: a lookup by timestamp may decompress
+// a batch per partition; once the request's context has ended (the client
+// went away) the handler looks nothing up and closes.
+func TestListOffsetsStopsWithItsContext(t *testing.T) {
+	tb := startTestBroker(t, Config{})
+	tp := tb.createTopic(t, "t", 50)
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.Version = 7
+	req.ReplicaID = -1
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = "t"
+	for p := range tp.parts {
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition, rp.Timestamp = int32(p), 0
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	creq := &server.Request{Key: 2, Version: 7, Body: req}
+
+	if resp := tb.Handle(context.Background(), creq); resp.None || len(resp.Body.(*kmsg.ListOffsetsResponse).Topics[0].Partitions) != 50 {
+		t.Fatalf("live request: %+v", resp)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if resp := tb.Handle(ctx, creq); !resp.None || !resp.Close {
+		t.Fatalf("request whose client is gone was answered: %+v", resp)
 	}
 }
