@@ -76,9 +76,13 @@ func (h *Handler) handleProduce(_ context.Context, creq *server.Request, req *km
 	// and answer the partition once with INVALID_REQUEST, so nothing is
 	// lost unseen and a partition repeated a million times costs one
 	// answer.
-	repeated := repeatedPartitions(req.Topics, func(rt *kmsg.ProduceRequestTopic) (topicKey, int) {
+	repeated, distinctPartitions := repeatedPartitions(req.Topics, func(rt *kmsg.ProduceRequestTopic) (topicKey, int) {
 		return produceTopicKey(req.Version, rt), len(rt.Partitions)
 	}, func(rt *kmsg.ProduceRequestTopic, i int) int32 { return rt.Partitions[i].Partition })
+	if refused, ok := h.tooManyPartitions(creq, distinctPartitions); ok {
+		creq.Sequenced()
+		return refused
+	}
 
 	// With repeats, the same walk again numbers the entries as
 	// repeatedPartitions did, to answer each partition once.

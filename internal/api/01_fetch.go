@@ -90,7 +90,10 @@ func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *km
 		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
 		return server.Response{Body: resp}
 	}
-	topics, parts, missing := h.fetchParts(req)
+	topics, parts, missing, distinctPartitions := h.fetchParts(req)
+	if refused, ok := h.tooManyPartitions(creq, distinctPartitions); ok {
+		return refused // nothing read yet: nothing to release
+	}
 	maxBytes := int64(req.MaxBytes)
 	total, anyError := h.readFetch(parts, maxBytes)
 	anyError = anyError || missing
@@ -121,7 +124,7 @@ func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *km
 // max bytes (Kafka's behaviour) and adds nothing. Partitions that do not
 // exist go to their topic's missing list (missing reports any). A topic
 // entry left with no partitions is dropped.
-func (h *Handler) fetchParts(req *kmsg.FetchRequest) (topics []fetchTopic, parts []*fetchPart, missing bool) {
+func (h *Handler) fetchParts(req *kmsg.FetchRequest) (topics []fetchTopic, parts []*fetchPart, missing bool, distinct int) {
 	byID := req.Version >= 13 // topics are named by ID, not by name
 	n := 0
 	for _, rt := range req.Topics {
@@ -153,6 +156,7 @@ func (h *Handler) fetchParts(req *kmsg.FetchRequest) (topics []fetchTopic, parts
 				if _, repeated := seen.partition(topicIndex, rp.Partition, -1); !repeated {
 					ft.missing = append(ft.missing, rp.Partition)
 					missing = true
+					distinct++
 				}
 				continue
 			}
@@ -173,7 +177,7 @@ func (h *Handler) fetchParts(req *kmsg.FetchRequest) (topics []fetchTopic, parts
 			topics = append(topics, ft)
 		}
 	}
-	return topics, parts, missing
+	return topics, parts, missing, distinct + len(parts)
 }
 
 // longPollFetch waits until the partitions hold minBytes, maxWait passes or

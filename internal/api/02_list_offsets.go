@@ -33,11 +33,14 @@ import (
 
 func init() { regKey(2, 0, 10, (*Handler).handleListOffsets) }
 
-func (h *Handler) handleListOffsets(ctx context.Context, _ *server.Request, req *kmsg.ListOffsetsRequest) server.Response {
+func (h *Handler) handleListOffsets(ctx context.Context, creq *server.Request, req *kmsg.ListOffsetsRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
-	repeated := repeatedPartitions(req.Topics, func(rt *kmsg.ListOffsetsRequestTopic) (topicKey, int) {
+	repeated, distinctPartitions := repeatedPartitions(req.Topics, func(rt *kmsg.ListOffsetsRequestTopic) (topicKey, int) {
 		return topicKey{name: rt.Topic}, len(rt.Partitions)
 	}, func(rt *kmsg.ListOffsetsRequestTopic, i int) int32 { return rt.Partitions[i].Partition })
+	if refused, ok := h.tooManyPartitions(creq, distinctPartitions); ok {
+		return refused
+	}
 	var answered requestPartitions
 	distinct := int32(0)
 	for i := range req.Topics {

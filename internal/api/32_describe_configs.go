@@ -1,10 +1,13 @@
 package api
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // DescribeConfigs: v0-4
@@ -26,13 +29,16 @@ import (
 // * v1: IncludeSynonyms, Source (v0: IsDefault)
 // * v3: IncludeDocumentation, ConfigType; v4: flexible versions
 
-func init() { regKey(32, 0, 4, replying((*Handler).handleDescribeConfigs)) }
+func init() { regKey(32, 0, 4, (*Handler).handleDescribeConfigs) }
 
-func (h *Handler) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest) kmsg.Response {
+func (h *Handler) handleDescribeConfigs(_ context.Context, creq *server.Request, req *kmsg.DescribeConfigsRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
-	repeated := repeatedResources(req.Resources, func(rr *kmsg.DescribeConfigsRequestResource) (int8, string) {
+	repeated, distinctResources := repeatedResources(req.Resources, func(rr *kmsg.DescribeConfigsRequestResource) (int8, string) {
 		return int8(rr.ResourceType), rr.ResourceName
 	})
+	if refused, ok := h.tooManyPartitions(creq, distinctResources); ok {
+		return refused
+	}
 	var answered requestPartitions
 	distinct := int32(0)
 	for i := range req.Resources {
@@ -93,5 +99,5 @@ func (h *Handler) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest) kmsg.R
 		}
 		resp.Resources = append(resp.Resources, sr)
 	}
-	return resp
+	return reply(resp)
 }

@@ -1,10 +1,13 @@
 package api
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // AlterConfigs: v0-2
@@ -25,13 +28,16 @@ import (
 // Version notes:
 // * v1: no change; v2: flexible versions
 
-func init() { regKey(33, 0, 2, replying((*Handler).handleAlterConfigs)) }
+func init() { regKey(33, 0, 2, (*Handler).handleAlterConfigs) }
 
-func (h *Handler) handleAlterConfigs(req *kmsg.AlterConfigsRequest) kmsg.Response {
+func (h *Handler) handleAlterConfigs(_ context.Context, creq *server.Request, req *kmsg.AlterConfigsRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.AlterConfigsResponse)
-	repeated := repeatedResources(req.Resources, func(rr *kmsg.AlterConfigsRequestResource) (int8, string) {
+	repeated, distinctResources := repeatedResources(req.Resources, func(rr *kmsg.AlterConfigsRequestResource) (int8, string) {
 		return int8(rr.ResourceType), rr.ResourceName
 	})
+	if refused, ok := h.tooManyPartitions(creq, distinctResources); ok {
+		return refused
+	}
 	h.adminMu.Lock()
 	defer h.adminMu.Unlock()
 	var answered requestPartitions
@@ -64,5 +70,5 @@ func (h *Handler) handleAlterConfigs(req *kmsg.AlterConfigsRequest) kmsg.Respons
 		sr.ErrorMessage = errMessage(err)
 		resp.Resources = append(resp.Resources, sr)
 	}
-	return resp
+	return reply(resp)
 }

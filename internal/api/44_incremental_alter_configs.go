@@ -1,10 +1,13 @@
 package api
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // IncrementalAlterConfigs: v0-1
@@ -21,13 +24,16 @@ import (
 // Version notes:
 // * v1: flexible versions
 
-func init() { regKey(44, 0, 1, replying((*Handler).handleIncrementalAlterConfigs)) }
+func init() { regKey(44, 0, 1, (*Handler).handleIncrementalAlterConfigs) }
 
-func (h *Handler) handleIncrementalAlterConfigs(req *kmsg.IncrementalAlterConfigsRequest) kmsg.Response {
+func (h *Handler) handleIncrementalAlterConfigs(_ context.Context, creq *server.Request, req *kmsg.IncrementalAlterConfigsRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
-	repeated := repeatedResources(req.Resources, func(rr *kmsg.IncrementalAlterConfigsRequestResource) (int8, string) {
+	repeated, distinctResources := repeatedResources(req.Resources, func(rr *kmsg.IncrementalAlterConfigsRequestResource) (int8, string) {
 		return int8(rr.ResourceType), rr.ResourceName
 	})
+	if refused, ok := h.tooManyPartitions(creq, distinctResources); ok {
+		return refused
+	}
 	h.adminMu.Lock()
 	defer h.adminMu.Unlock()
 	var answered requestPartitions
@@ -64,5 +70,5 @@ func (h *Handler) handleIncrementalAlterConfigs(req *kmsg.IncrementalAlterConfig
 		sr.ErrorMessage = errMessage(err)
 		resp.Resources = append(resp.Resources, sr)
 	}
-	return resp
+	return reply(resp)
 }

@@ -46,6 +46,11 @@ const LeaderEpoch = 0
 // the fetch anyway.
 const DefaultMaxFetchWait = 30 * time.Second
 
+// DefaultMaxPartitionsPerRequest is the default Config.MaxPartitionsPerRequest:
+// a broker holds no more partitions than that by default (--max-partitions),
+// so no client needs to name more in one request.
+const DefaultMaxPartitionsPerRequest = 100_000
+
 // Defaults are the broker-level topic config defaults (Kafka's log.* broker
 // configs). Explicit names the broker configs set by the operator, reported
 // with source STATIC_BROKER_CONFIG instead of DEFAULT_CONFIG.
@@ -121,7 +126,11 @@ type Config struct {
 	// asking for hours holds the broker's resources no longer than this.
 	// Default DefaultMaxFetchWait.
 	MaxFetchWait time.Duration
-	Defaults     Defaults
+	// MaxPartitionsPerRequest bounds the distinct partitions (or config
+	// resources) one request may name (tooManyPartitions). Default
+	// DefaultMaxPartitionsPerRequest.
+	MaxPartitionsPerRequest int
+	Defaults                Defaults
 
 	// WritePath overrides the partition log's write path (zero: the log's
 	// default).
@@ -188,6 +197,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.MaxFetchWait <= 0 {
 		cfg.MaxFetchWait = DefaultMaxFetchWait
+	}
+	if cfg.MaxPartitionsPerRequest <= 0 {
+		cfg.MaxPartitionsPerRequest = DefaultMaxPartitionsPerRequest
 	}
 	h := &Handler{
 		cfg:    cfg,

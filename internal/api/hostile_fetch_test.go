@@ -104,7 +104,9 @@ func TestHostileFetchDuplicatesBuildNoResponse(t *testing.T) {
 // (about 35 bytes each), not of a read per partition: the handler allocates
 // less than twice what decoding the request does (it used to be four times).
 func TestHostileFetchOfAMillionMissingPartitions(t *testing.T) {
-	tb := startTestBroker(t, Config{})
+	// Above the default MaxPartitionsPerRequest, to see the cost per
+	// missing partition at scale.
+	tb := startTestBroker(t, Config{MaxPartitionsPerRequest: 2_000_000})
 	tb.createTopic(t, "t", 1)
 	c := dialRaw(t, tb.addr)
 	const partitions = 1_000_000

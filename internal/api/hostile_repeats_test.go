@@ -172,3 +172,67 @@ func TestHostileAlterConfigsRepeatsOneResource(t *testing.T) {
 		t.Errorf("the other topic has retention.ms=%q, want 5000", v)
 	}
 }
+
+// TestHostileRequestsNamingTooManyPartitions: a 5 MB Produce naming a
+// million partitions that do not exist used to allocate 440 MB for its
+// answers. A request naming more distinct partitions (or config resources)
+// than Config.MaxPartitionsPerRequest closes its connection, like a frame
+// over the size limit; at the limit it is answered.
+func TestHostileRequestsNamingTooManyPartitions(t *testing.T) {
+	const limit = 1000
+	tb := startTestBroker(t, Config{MaxPartitionsPerRequest: limit})
+	tb.createTopic(t, "t", 1)
+	produce := func(n int) kmsg.Request {
+		req := kmsg.NewPtrProduceRequest()
+		req.Version, req.Acks = 9, 1
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic = "t"
+		for p := range n {
+			rp := kmsg.NewProduceRequestTopicPartition()
+			rp.Partition = int32(p + 1)
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+		return req
+	}
+	fetch := func(n int) kmsg.Request {
+		req := fetchRequest("t", n, 0, 0)
+		for i := range req.Topics[0].Partitions {
+			req.Topics[0].Partitions[i].Partition = int32(i)
+		}
+		return req
+	}
+	listOffsets := func(n int) kmsg.Request {
+		req := kmsg.NewPtrListOffsetsRequest()
+		req.Version = 7
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = "t"
+		for p := range n {
+			rp := kmsg.NewListOffsetsRequestTopicPartition()
+			rp.Partition = int32(p)
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+		return req
+	}
+	describeConfigs := func(n int) kmsg.Request {
+		req := kmsg.NewPtrDescribeConfigsRequest()
+		req.Version = 4
+		for i := range n {
+			rr := kmsg.NewDescribeConfigsRequestResource()
+			rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, fmt.Sprint("no-such-topic-", i)
+			req.Resources = append(req.Resources, rr)
+		}
+		return req
+	}
+	for name, build := range map[string]func(int) kmsg.Request{
+		"Produce": produce, "Fetch": fetch, "ListOffsets": listOffsets, "DescribeConfigs": describeConfigs,
+	} {
+		c := dialRaw(t, tb.addr)
+		if _, err := c.roundTrip(build(limit), 10*time.Second); err != nil {
+			t.Errorf("%s naming %d partitions: %v", name, limit, err)
+		}
+		c.send(build(limit + 1))
+		c.expectClosed(fmt.Sprintf("%s naming %d partitions", name, limit+1))
+	}
+}

@@ -1,5 +1,11 @@
 package api
 
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/server"
+)
+
 // smallRequest is the count of topic entries, and of partition entries, up
 // to which requestPartitions finds repeats by a scan instead of a map: most
 // requests name a few partitions, and the scan allocates nothing.
@@ -98,9 +104,9 @@ func (r *requestPartitions) partition(topic, partition, entry int32) (first int3
 // entry's topic and partition count, partition its i-th partition) and
 // returns the distinct partitions named more than once, numbered in the
 // order first named: the numbering a second walk with a fresh
-// requestPartitions gives them. nil when there is none (the usual case:
-// no allocation).
-func repeatedPartitions[T any](topics []T, topic func(*T) (topicKey, int), partition func(*T, int) int32) map[int32]bool {
+// requestPartitions gives them (nil when there is none, the usual case: no
+// allocation), and the count of distinct partitions.
+func repeatedPartitions[T any](topics []T, topic func(*T) (topicKey, int), partition func(*T, int) int32) (map[int32]bool, int) {
 	var (
 		entries  requestPartitions
 		repeated map[int32]bool
@@ -124,7 +130,7 @@ func repeatedPartitions[T any](topics []T, topic func(*T) (topicKey, int), parti
 			}
 		}
 	}
-	return repeated
+	return repeated, int(distinct)
 }
 
 // resourceKey is a config resource (DescribeConfigs, AlterConfigs,
@@ -136,8 +142,26 @@ func resourceKey(resourceType int8, name string) topicKey {
 
 // repeatedResources is repeatedPartitions for a list of config resources
 // (each one "partition" 0 of its resourceKey).
-func repeatedResources[T any](resources []T, key func(*T) (resourceType int8, name string)) map[int32]bool {
+func repeatedResources[T any](resources []T, key func(*T) (resourceType int8, name string)) (map[int32]bool, int) {
 	return repeatedPartitions(resources, func(r *T) (topicKey, int) {
 		return resourceKey(key(r)), 1
 	}, func(*T, int) int32 { return 0 })
+}
+
+// tooManyPartitions reports whether a request naming distinct partitions
+// (or config resources) asks for more work than one request may: each
+// costs an answer of some hundred bytes in memory, all held until the
+// response is written, so millions of them (a few bytes each in the
+// request) would let one request exhaust the broker. No client needs more
+// than a broker holds (Config.MaxPartitionsPerRequest). The request is
+// refused like a frame over socket.request.max.bytes: the connection
+// closes, and the log says why.
+func (h *Handler) tooManyPartitions(creq *server.Request, distinct int) (server.Response, bool) {
+	if distinct <= h.cfg.MaxPartitionsPerRequest {
+		return server.Response{}, false
+	}
+	h.log.Warn("closing connection: request names too many partitions",
+		"api", kmsg.NameForKey(creq.Key), "partitions", distinct, "max_partitions_per_request", h.cfg.MaxPartitionsPerRequest,
+		"client", creq.Remote, "client_id", creq.ClientID)
+	return server.Response{None: true, Close: true}, true
 }
