@@ -1,8 +1,12 @@
 package api
 
 import (
+	"context"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // OffsetForLeaderEpoch: v0-4
@@ -22,10 +26,16 @@ import (
 // * v1: LeaderEpoch in the response; v2: CurrentLeaderEpoch, ThrottleMillis
 // * v3: ReplicaID; v4: flexible versions
 
-func init() { regKey(23, 0, 4, replying((*Handler).handleOffsetForLeaderEpoch)) }
+func init() { regKey(23, 0, 4, (*Handler).handleOffsetForLeaderEpoch) }
 
-func (h *Handler) handleOffsetForLeaderEpoch(req *kmsg.OffsetForLeaderEpochRequest) kmsg.Response {
+func (h *Handler) handleOffsetForLeaderEpoch(_ context.Context, creq *server.Request, req *kmsg.OffsetForLeaderEpochRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+	_, distinctPartitions := repeatedPartitions(req.Topics, func(rt *kmsg.OffsetForLeaderEpochRequestTopic) (topicKey, int) {
+		return topicKey{name: rt.Topic}, len(rt.Partitions)
+	}, func(rt *kmsg.OffsetForLeaderEpochRequestTopic, i int) int32 { return rt.Partitions[i].Partition })
+	if refused, ok := h.tooManyPartitions(creq, distinctPartitions); ok {
+		return refused
+	}
 	var seen requestPartitions
 	for _, rt := range req.Topics {
 		st := kmsg.NewOffsetForLeaderEpochResponseTopic()
@@ -56,5 +66,5 @@ func (h *Handler) handleOffsetForLeaderEpoch(req *kmsg.OffsetForLeaderEpochReque
 			resp.Topics = append(resp.Topics, st)
 		}
 	}
-	return resp
+	return reply(resp)
 }

@@ -180,7 +180,7 @@ func TestHostileAlterConfigsRepeatsOneResource(t *testing.T) {
 // over the size limit; at the limit it is answered.
 func TestHostileRequestsNamingTooManyPartitions(t *testing.T) {
 	const limit = 1000
-	tb := startTestBroker(t, Config{MaxPartitionsPerRequest: limit})
+	tb := startTestBroker(t, Config{MaxPartitionsPerRequest: limit}) // AutoCreateTopics off
 	tb.createTopic(t, "t", 1)
 	produce := func(n int) kmsg.Request {
 		req := kmsg.NewPtrProduceRequest()
@@ -225,8 +225,32 @@ func TestHostileRequestsNamingTooManyPartitions(t *testing.T) {
 		}
 		return req
 	}
+	metadata := func(n int) kmsg.Request {
+		req := kmsg.NewPtrMetadataRequest()
+		req.Version = 12
+		for i := range n {
+			rt := kmsg.NewMetadataRequestTopic()
+			rt.Topic = ptr(fmt.Sprint("no-such-topic-", i))
+			req.Topics = append(req.Topics, rt)
+		}
+		return req
+	}
+	offsetForLeaderEpoch := func(n int) kmsg.Request {
+		req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+		req.Version, req.ReplicaID = 4, -1
+		rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
+		rt.Topic = "t"
+		for p := range n {
+			rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+			rp.Partition = int32(p)
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+		return req
+	}
 	for name, build := range map[string]func(int) kmsg.Request{
 		"Produce": produce, "Fetch": fetch, "ListOffsets": listOffsets, "DescribeConfigs": describeConfigs,
+		"Metadata": metadata, "OffsetForLeaderEpoch": offsetForLeaderEpoch,
 	} {
 		c := dialRaw(t, tb.addr)
 		if _, err := c.roundTrip(build(limit), 10*time.Second); err != nil {
