@@ -76,12 +76,26 @@ type fetchTopic struct {
 	name  string
 	id    [16]byte
 	parts []*fetchPart
-	// missing are the partitions that do not exist (the topic is unknown,
-	// or the partition is past its count), answered missingCode after
-	// parts with nothing read: 4 bytes each, so a request naming millions
-	// of partitions that do not exist costs little more than its answer.
-	missing     []int32
-	missingCode int16
+	// missing, if any, are the partitions that do not exist (behind a
+	// pointer: fetchTopic stays 64 bytes on the usual path).
+	missing *missingPartitions
+}
+
+// missingPartitions are partitions of a topic that do not exist (the topic
+// is unknown, or the partition is past its count), answered code after the
+// topic's other partitions with nothing read: 4 bytes each, so a request
+// naming millions of partitions that do not exist costs little more than
+// its answer.
+type missingPartitions struct {
+	partitions []int32
+	code       int16
+}
+
+func (t *fetchTopic) missingCount() int {
+	if t.missing == nil {
+		return 0
+	}
+	return len(t.missing.partitions)
 }
 
 func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *kmsg.FetchRequest) server.Response {
@@ -146,15 +160,18 @@ func (h *Handler) fetchParts(req *kmsg.FetchRequest) (topics []fetchTopic, parts
 			tk = topicKey{name: rt.Topic}
 		}
 		topicIndex := seen.topic(tk)
-		ft := fetchTopic{name: rt.Topic, id: rt.TopicID, missingCode: kerr.UnknownTopicOrPartition.Code}
-		if byID && t == nil {
-			ft.missingCode = kerr.UnknownTopicID.Code
-		}
+		ft := fetchTopic{name: rt.Topic, id: rt.TopicID}
 		for _, rp := range rt.Partitions {
 			l := t.partition(rp.Partition)
 			if l == nil {
 				if _, repeated := seen.partition(topicIndex, rp.Partition, -1); !repeated {
-					ft.missing = append(ft.missing, rp.Partition)
+					if ft.missing == nil {
+						ft.missing = &missingPartitions{code: kerr.UnknownTopicOrPartition.Code}
+						if byID && t == nil {
+							ft.missing.code = kerr.UnknownTopicID.Code
+						}
+					}
+					ft.missing.partitions = append(ft.missing.partitions, rp.Partition)
 					missing = true
 					distinct++
 				}
@@ -173,7 +190,7 @@ func (h *Handler) fetchParts(req *kmsg.FetchRequest) (topics []fetchTopic, parts
 			ft.parts = append(ft.parts, fp)
 			parts = append(parts, fp)
 		}
-		if len(ft.parts) > 0 || len(ft.missing) > 0 {
+		if len(ft.parts) > 0 || ft.missing != nil {
 			topics = append(topics, ft)
 		}
 	}
@@ -269,7 +286,7 @@ func encodeFetch(version int16, topics []fetchTopic) *server.Frame {
 	flexible := version >= 12
 	nPieces, headerBytes := 1, 16
 	for _, t := range topics {
-		headerBytes += 24 + len(t.name) + 48*len(t.missing)
+		headerBytes += 24 + len(t.name) + 48*t.missingCount()
 		for _, fp := range t.parts {
 			nPieces += 1 + len(fp.result.Chunks)
 			headerBytes += 56
@@ -328,7 +345,7 @@ func encodeFetch(version int16, topics []fetchTopic) *server.Frame {
 		} else {
 			buf = kbin.AppendString(buf, t.name)
 		}
-		arrayLen(len(t.parts) + len(t.missing))
+		arrayLen(len(t.parts) + t.missingCount())
 		for _, fp := range t.parts {
 			var n int64
 			for _, c := range fp.result.Chunks {
@@ -346,10 +363,12 @@ func encodeFetch(version int16, topics []fetchTopic) *server.Frame {
 				buf = append(buf, 0) // partition tagged fields
 			}
 		}
-		for _, p := range t.missing {
-			partitionHeader(p, t.missingCode, -1, -1, 0)
-			if flexible {
-				buf = append(buf, 0) // partition tagged fields
+		if m := t.missing; m != nil {
+			for _, p := range m.partitions {
+				partitionHeader(p, m.code, -1, -1, 0)
+				if flexible {
+					buf = append(buf, 0) // partition tagged fields
+				}
 			}
 		}
 		if flexible {

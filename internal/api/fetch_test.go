@@ -67,8 +67,8 @@ func TestEncodeFetchMatchesKmsg(t *testing.T) {
 				{partition: 7, errorCode: kerr.OffsetOutOfRange.Code, hwm: 5, logStart: 1},
 			}},
 			{name: "t2", id: id2, parts: []*fetchPart{{partition: 3, hwm: 0, logStart: 0}},
-				missing: []int32{9}, missingCode: kerr.UnknownTopicOrPartition.Code},
-			{name: "gone", id: [16]byte{7}, missing: []int32{0, 2}, missingCode: kerr.UnknownTopicID.Code},
+				missing: &missingPartitions{partitions: []int32{9}, code: kerr.UnknownTopicOrPartition.Code}},
+			{name: "gone", id: [16]byte{7}, missing: &missingPartitions{partitions: []int32{0, 2}, code: kerr.UnknownTopicID.Code}},
 		}
 		raw := materialize(t, encodeFetch(v, topics))
 		resp := kmsg.FetchResponse{Version: v}
