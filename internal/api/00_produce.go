@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -8,7 +9,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sushka-io/sushka/internal/plog"
-	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/server"
 )
 
@@ -30,6 +30,10 @@ import (
 //   requests of an idempotent producer share fsyncs too.
 // * TimeoutMillis is ignored: there are no replicas to wait for.
 // * Transactional produce is refused (transactions are not built yet).
+// * A partition named by more than one entry gets INVALID_REQUEST, once,
+//   and none of its batches is appended (Kafka keeps the last entry and
+//   drops the others unanswered); the request's other partitions are
+//   appended as usual.
 //
 // Version notes:
 // * v3: TransactionID, record batches
@@ -38,9 +42,12 @@ import (
 // * v9: flexible versions
 // * v13: TopicID instead of the topic name (KIP-516)
 
-func init() { regKey(0, 3, 13) }
+func init() {
+	k := regKey(0, 3, 13, (*Handler).handleProduce)
+	k.ordered = true // Handler.Ordered
+}
 
-func (h *Handler) handleProduce(creq *server.Request, req *kmsg.ProduceRequest) server.Response {
+func (h *Handler) handleProduce(_ context.Context, creq *server.Request, req *kmsg.ProduceRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 
 	var ack plog.AckPolicy
@@ -61,19 +68,40 @@ func (h *Handler) handleProduce(creq *server.Request, req *kmsg.ProduceRequest) 
 	}
 
 	type job struct {
-		sp      *kmsg.ProduceResponseTopicPartition
-		log     *plog.Log
-		records []byte
-		topic   string
+		topicIndex, partitionIndex int32 // of its answer in resp.Topics
+		log                        *plog.Log
+		records                    []byte
+		topic                      string
 	}
 	var jobs []job
 	failed := false
 
-	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
+	// A partition named by more than one entry: which batch would the
+	// client want first, and which offsets would it match to which? Kafka
+	// keeps the last entry and drops the others unanswered; we append none
+	// and answer the partition once with INVALID_REQUEST, so nothing is
+	// lost unseen and a partition repeated a million times costs one
+	// answer.
+	repeated, distinctPartitions := repeatedPartitions(req.Topics, func(rt *kmsg.ProduceRequestTopic) (topicKey, int) {
+		return produceTopicKey(req.Version, rt), len(rt.Partitions)
+	}, func(rt *kmsg.ProduceRequestTopic, i int) int32 { return rt.Partitions[i].Partition })
+	if refused, ok := h.tooManyPartitions(creq, distinctPartitions); ok {
+		creq.Sequenced()
+		return refused
+	}
+
+	// With repeats, the same walk again numbers the entries as
+	// repeatedPartitions did, to answer each partition once.
+	var answered requestPartitions
+	distinct := int32(0)
+	resp.Topics = make([]kmsg.ProduceResponseTopic, 0, len(req.Topics))
 	for i := range req.Topics {
 		rt := &req.Topics[i]
-		st := &resp.Topics[i]
-		*st = kmsg.NewProduceResponseTopic()
+		var ti int32
+		if repeated != nil {
+			ti = answered.topic(produceTopicKey(req.Version, rt))
+		}
+		st := kmsg.NewProduceResponseTopic()
 		st.Topic = rt.Topic
 		st.TopicID = rt.TopicID
 		var t *topic
@@ -82,11 +110,21 @@ func (h *Handler) handleProduce(creq *server.Request, req *kmsg.ProduceRequest) 
 		} else {
 			t = h.lookup(rt.Topic)
 		}
-		st.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(rt.Partitions))
+		if repeated == nil {
+			// The usual request: every entry is a distinct partition.
+			st.Partitions = make([]kmsg.ProduceResponseTopicPartition, 0, len(rt.Partitions))
+		}
 		for j := range rt.Partitions {
 			rp := &rt.Partitions[j]
-			sp := &st.Partitions[j]
-			*sp = kmsg.NewProduceResponseTopicPartition()
+			var entry int32
+			if repeated != nil {
+				var again bool
+				if entry, again = answered.partition(ti, rp.Partition, distinct); again {
+					continue // answered with its first entry
+				}
+				distinct++
+			}
+			sp := kmsg.NewProduceResponseTopicPartition()
 			sp.Partition = rp.Partition
 			sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = -1, -1, -1
 			fail := func(code int16, msg string) {
@@ -104,6 +142,8 @@ func (h *Handler) handleProduce(creq *server.Request, req *kmsg.ProduceRequest) 
 				// Not TRANSACTIONAL_ID_AUTHORIZATION_FAILED: nothing is
 				// wrong with the client's rights, the feature is absent.
 				fail(kerr.InvalidRequest.Code, "transactions are not supported yet")
+			case repeated[entry]:
+				fail(kerr.InvalidRequest.Code, "partition named more than once in the request: none of its batches was appended")
 			case l == nil && t == nil && req.Version >= 13:
 				fail(kerr.UnknownTopicID.Code, "")
 			case l == nil:
@@ -111,8 +151,12 @@ func (h *Handler) handleProduce(creq *server.Request, req *kmsg.ProduceRequest) 
 			case len(rp.Records) == 0:
 				fail(kerr.InvalidRecord.Code, "no record batch")
 			default:
-				jobs = append(jobs, job{sp: sp, log: l, records: rp.Records, topic: t.meta.Name})
+				jobs = append(jobs, job{topicIndex: int32(len(resp.Topics)), partitionIndex: int32(len(st.Partitions)), log: l, records: rp.Records, topic: t.meta.Name})
 			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		if len(st.Partitions) > 0 {
+			resp.Topics = append(resp.Topics, st)
 		}
 	}
 
@@ -143,12 +187,13 @@ func (h *Handler) handleProduce(creq *server.Request, req *kmsg.ProduceRequest) 
 		if err == nil {
 			res, err = q.pending.Wait()
 		}
-		h.finishProduce(req.Version, q.j.sp, q.j.topic, len(q.j.records), time.Since(q.start), res, err)
+		sp := &resp.Topics[q.j.topicIndex].Partitions[q.j.partitionIndex]
+		h.finishProduce(req.Version, sp, q.j.topic, len(q.j.records), time.Since(q.start), res, err)
 	}
 
 	if req.Acks == 0 {
 		for _, j := range jobs {
-			if j.sp.ErrorCode != 0 {
+			if resp.Topics[j.topicIndex].Partitions[j.partitionIndex].ErrorCode != 0 {
 				failed = true
 			}
 		}
@@ -166,7 +211,7 @@ func (h *Handler) finishProduce(version int16, sp *kmsg.ProduceResponseTopicPart
 		}
 	}
 	if err != nil && !errors.Is(err, plog.ErrDuplicateSequence) {
-		code := produceErrorCode(err)
+		code := errorCode(err)
 		sp.ErrorCode = code
 		if version >= 8 {
 			sp.ErrorMessage = errMessage(err)
@@ -181,23 +226,10 @@ func (h *Handler) finishProduce(version int16, sp *kmsg.ProduceResponseTopicPart
 	sp.LogStartOffset = res.LogStartOffset
 }
 
-// produceErrorCode maps an Append error to the code Kafka returns.
-func produceErrorCode(err error) int16 {
-	switch {
-	case errors.Is(err, plog.ErrBatchTooLarge):
-		return kerr.MessageTooLarge.Code
-	case errors.Is(err, batch.ErrInvalidRecord):
-		return kerr.InvalidRecord.Code
-	case errors.Is(err, plog.ErrCorruptBatch), errors.Is(err, batch.ErrCorrupt):
-		return kerr.CorruptMessage.Code
-	case errors.Is(err, plog.ErrOutOfOrderSequence):
-		return kerr.OutOfOrderSequenceNumber.Code
-	case errors.Is(err, plog.ErrInvalidProducerEpoch):
-		return kerr.InvalidProducerEpoch.Code
-	case errors.Is(err, plog.ErrUnknownProducerID):
-		return kerr.UnknownProducerID.Code
-	case errors.Is(err, plog.ErrClosed):
-		return kerr.NotLeaderForPartition.Code
+// produceTopicKey is how a produce request names a topic entry.
+func produceTopicKey(version int16, rt *kmsg.ProduceRequestTopic) topicKey {
+	if version >= 13 {
+		return topicKey{id: rt.TopicID}
 	}
-	return kerr.KafkaStorageError.Code
+	return topicKey{name: rt.Topic}
 }

@@ -3,8 +3,6 @@ package api
 import (
 	"context"
 	"encoding/binary"
-	"errors"
-	"reflect"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
@@ -26,9 +24,21 @@ import (
 // * MaxBytes / per-partition MaxBytes as in KIP-74: the first batch of the
 //   first non-empty partition is returned even when larger than both.
 // * Long poll (design D6): with fewer than MinBytes available the request
-//   waits up to MaxWaitMillis on the partition logs' Wait channels, so an
-//   append wakes it at once and an idle caught-up consumer costs nothing.
-//   Any partition error answers at once.
+//   waits up to MaxWaitMillis, capped at Config.MaxFetchWait, on one
+//   plog.Waker registered with every partition it reads, so an append to any
+//   of them wakes it at once, an idle caught-up consumer costs nothing, and
+//   a wait costs the same for one partition or a hundred thousand. It ends
+//   at once when the request's context does (the client disconnected, the
+//   server shuts down). Any partition error answers at once.
+// * A partition named more than once is read and answered once, with the
+//   last entry's offset and max bytes at the first entry's place, as Kafka
+//   does (its FetchRequest keys partitions in a LinkedHashMap): a request
+//   repeating one partition a million times costs one read, one wait
+//   registration and one answer.
+// * A partition that does not exist (unknown topic, or past the topic's
+//   count) is answered UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID by ID)
+//   after the topic's partitions that do, from a 4-byte note instead of a
+//   fetchPart: millions of them cost about their answer's bytes.
 // * Fetch sessions (KIP-227) are not kept: we answer SessionID 0, which
 //   tells clients to send full requests; a request naming a session gets
 //   FETCH_SESSION_ID_NOT_FOUND.
@@ -43,9 +53,10 @@ import (
 // * v12: flexible versions; v13: TopicID instead of the topic name
 // * v15-18: broker-only fields (ReplicaState, ReplicaDirectoryID, HighWatermark tags)
 
-func init() { regKey(1, 4, 18) }
+func init() { regKey(1, 4, 18, (*Handler).handleFetch) }
 
-// fetchPart is one requested partition and, once read, its answer.
+// fetchPart is one requested partition that exists (log is set) and, once
+// read, its answer.
 type fetchPart struct {
 	topic      string
 	topicID    [16]byte
@@ -65,6 +76,26 @@ type fetchTopic struct {
 	name  string
 	id    [16]byte
 	parts []*fetchPart
+	// missing, if any, are the partitions that do not exist (behind a
+	// pointer: fetchTopic stays 64 bytes on the usual path).
+	missing *missingPartitions
+}
+
+// missingPartitions are partitions of a topic that do not exist (the topic
+// is unknown, or the partition is past its count), answered code after the
+// topic's other partitions with nothing read: 4 bytes each, so a request
+// naming millions of partitions that do not exist costs little more than
+// its answer.
+type missingPartitions struct {
+	partitions []int32
+	code       int16
+}
+
+func (t *fetchTopic) missingCount() int {
+	if t.missing == nil {
+		return 0
+	}
+	return len(t.missing.partitions)
 }
 
 func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *kmsg.FetchRequest) server.Response {
@@ -73,81 +104,20 @@ func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *km
 		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
 		return server.Response{Body: resp}
 	}
-
-	topics := make([]fetchTopic, len(req.Topics))
-	var parts []*fetchPart
-	for i, rt := range req.Topics {
-		var t *topic
-		if req.Version >= 13 {
-			t = h.lookupID(rt.TopicID)
-		} else {
-			t = h.lookup(rt.Topic)
-		}
-		ft := &topics[i]
-		ft.name, ft.id = rt.Topic, rt.TopicID
-		for _, rp := range rt.Partitions {
-			fp := &fetchPart{topic: rt.Topic, topicID: rt.TopicID, partition: rp.Partition, offset: rp.FetchOffset, maxBytes: int64(rp.PartitionMaxBytes), hwm: -1, logStart: -1}
-			if t != nil {
-				fp.topic = t.meta.Name
-			}
-			fp.log = t.partition(rp.Partition)
-			if fp.log == nil {
-				fp.errorCode = kerr.UnknownTopicOrPartition.Code
-				if req.Version >= 13 && t == nil {
-					fp.errorCode = kerr.UnknownTopicID.Code
-				}
-			}
-			ft.parts = append(ft.parts, fp)
-			parts = append(parts, fp)
-		}
+	topics, parts, missing, distinctPartitions := h.fetchParts(req)
+	if refused, ok := h.tooManyPartitions(creq, distinctPartitions); ok {
+		return refused // nothing read yet: nothing to release
+	}
+	maxBytes := int64(req.MaxBytes)
+	total, anyError := h.readFetch(parts, maxBytes)
+	anyError = anyError || missing
+	maxWait := min(time.Duration(req.MaxWaitMillis)*time.Millisecond, h.cfg.MaxFetchWait)
+	// Kafka answers at once a fetch that asks for no partition.
+	if total < int64(req.MinBytes) && !anyError && maxWait > 0 && len(parts) > 0 {
+		h.longPollFetch(ctx, parts, int64(req.MinBytes), maxBytes, maxWait)
 	}
 
-	maxWait := time.Duration(req.MaxWaitMillis) * time.Millisecond
-	deadline := time.Now().Add(maxWait)
-	var (
-		waits []<-chan struct{}
-		timer *time.Timer
-	)
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for {
-		waits = waits[:0]
-		for _, fp := range parts {
-			if fp.log != nil && fp.errorCode == 0 {
-				// Before reading, so an append after the read still wakes us.
-				waits = append(waits, fp.log.Wait())
-			}
-		}
-		total, anyError := h.readFetch(parts, int64(req.MaxBytes))
-		remaining := time.Until(deadline)
-		if total >= int64(req.MinBytes) || anyError || remaining <= 0 || len(waits) == 0 {
-			break
-		}
-		releaseFetch(parts)
-		if timer == nil {
-			timer = time.NewTimer(remaining)
-		} else {
-			timer.Reset(remaining)
-		}
-		if !waitAny(ctx, timer.C, waits) {
-			// The connection closed or the server is shutting down: answer
-			// with what there is (nothing); the writer drops it if the
-			// connection is gone.
-			h.readFetch(parts, int64(req.MaxBytes))
-			break
-		}
-	}
-
-	var fetched int64
-	for _, fp := range parts {
-		for _, c := range fp.result.Chunks {
-			fetched += c.Len
-		}
-	}
-	if m := h.cfg.Metrics; m != nil && fetched > 0 {
+	if m := h.cfg.Metrics; m != nil {
 		for _, fp := range parts {
 			var n int64
 			for _, c := range fp.result.Chunks {
@@ -163,6 +133,110 @@ func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *km
 	return server.Response{Frame: frame}
 }
 
+// fetchParts resolves the requested partitions, in request order, each
+// once: a later entry for a partition already seen replaces its offset and
+// max bytes (Kafka's behaviour) and adds nothing. Partitions that do not
+// exist go to their topic's missing list (missing reports any). A topic
+// entry left with no partitions is dropped.
+func (h *Handler) fetchParts(req *kmsg.FetchRequest) (topics []fetchTopic, parts []*fetchPart, missing bool, distinct int) {
+	byID := req.Version >= 13 // topics are named by ID, not by name
+	n := 0
+	for _, rt := range req.Topics {
+		n += len(rt.Partitions)
+	}
+	seen := requestPartitions{partitionsHint: n}
+	topics = make([]fetchTopic, 0, len(req.Topics))
+	parts = make([]*fetchPart, 0, min(n, 1024))
+	// The partitions are allocated in chunks, not one by one; a full chunk
+	// is never appended to, so the pointers in parts stay valid.
+	var chunk []fetchPart
+	for _, rt := range req.Topics {
+		var t *topic
+		tk := topicKey{id: rt.TopicID}
+		if byID {
+			t = h.lookupID(rt.TopicID)
+		} else {
+			t = h.lookup(rt.Topic)
+			tk = topicKey{name: rt.Topic}
+		}
+		topicIndex := seen.topic(tk)
+		ft := fetchTopic{name: rt.Topic, id: rt.TopicID}
+		for _, rp := range rt.Partitions {
+			l := t.partition(rp.Partition)
+			if l == nil {
+				if _, repeated := seen.partition(topicIndex, rp.Partition, -1); !repeated {
+					if ft.missing == nil {
+						ft.missing = &missingPartitions{code: kerr.UnknownTopicOrPartition.Code}
+						if byID && t == nil {
+							ft.missing.code = kerr.UnknownTopicID.Code
+						}
+					}
+					ft.missing.partitions = append(ft.missing.partitions, rp.Partition)
+					missing = true
+					distinct++
+				}
+				continue
+			}
+			if first, repeated := seen.partition(topicIndex, rp.Partition, int32(len(parts))); repeated {
+				parts[first].offset, parts[first].maxBytes = rp.FetchOffset, int64(rp.PartitionMaxBytes)
+				continue
+			}
+			if len(chunk) == cap(chunk) {
+				chunk = make([]fetchPart, 0, min(n-len(parts), 1024))
+			}
+			chunk = append(chunk, fetchPart{topic: rt.Topic, topicID: rt.TopicID, partition: rp.Partition, offset: rp.FetchOffset, maxBytes: int64(rp.PartitionMaxBytes), hwm: -1, logStart: -1})
+			fp := &chunk[len(chunk)-1]
+			fp.topic, fp.log = t.meta.Name, l
+			ft.parts = append(ft.parts, fp)
+			parts = append(parts, fp)
+		}
+		if len(ft.parts) > 0 || ft.missing != nil {
+			topics = append(topics, ft)
+		}
+	}
+	return topics, parts, missing, distinct + len(parts)
+}
+
+// longPollFetch waits until the partitions hold minBytes, maxWait passes or
+// ctx ends, and leaves the last read in parts. One Waker is registered with
+// every partition log for the whole wait and removed before returning, so
+// no registration outlives the request.
+func (h *Handler) longPollFetch(ctx context.Context, parts []*fetchPart, minBytes, maxBytes int64, maxWait time.Duration) {
+	w := plog.NewWaker()
+	for _, fp := range parts {
+		fp.log.AddWaker(w)
+	}
+	defer func() {
+		for _, fp := range parts {
+			fp.log.RemoveWaker(w)
+		}
+	}()
+	timer := time.NewTimer(maxWait)
+	defer timer.Stop()
+	for {
+		// Read again now that the Waker is registered: an append between
+		// the first read and the registration is seen here, and one after
+		// it has signalled w.
+		releaseFetch(parts)
+		total, anyError := h.readFetch(parts, maxBytes)
+		if total >= minBytes || anyError {
+			return
+		}
+		select {
+		case <-w.C:
+		case <-timer.C:
+			// Answer with what arrived since the last read.
+			releaseFetch(parts)
+			h.readFetch(parts, maxBytes)
+			return
+		case <-ctx.Done():
+			// The client disconnected or the server is shutting down:
+			// the answer (nothing new) is dropped with the connection.
+			return
+		}
+	}
+}
+
 // readFetch reads every partition within the response budget; it returns
 // the bytes gathered and whether any partition has an error.
 func (h *Handler) readFetch(parts []*fetchPart, maxBytes int64) (total int64, anyError bool) {
@@ -170,10 +244,6 @@ func (h *Handler) readFetch(parts []*fetchPart, maxBytes int64) (total int64, an
 		maxBytes = 1<<31 - 1
 	}
 	for _, fp := range parts {
-		if fp.log == nil {
-			anyError = true
-			continue
-		}
 		fp.errorCode = 0
 		budget := min(fp.maxBytes, maxBytes-total)
 		if budget <= 0 && total > 0 {
@@ -183,7 +253,7 @@ func (h *Handler) readFetch(parts []*fetchPart, maxBytes int64) (total int64, an
 		}
 		res, err := fp.log.Read(fp.offset, max(budget, 0), total == 0)
 		if err != nil {
-			fp.errorCode = fetchErrorCode(err)
+			fp.errorCode = errorCode(err)
 			fp.hwm, fp.logStart = fp.log.HighWatermark(), fp.log.LogStartOffset()
 			if fp.errorCode == kerr.KafkaStorageError.Code {
 				h.log.Error("read failed", "topic", fp.topic, "partition", fp.partition, "offset", fp.offset, "err", err)
@@ -209,40 +279,6 @@ func releaseFetch(parts []*fetchPart) {
 	}
 }
 
-func fetchErrorCode(err error) int16 {
-	switch {
-	case errors.Is(err, plog.ErrOffsetOutOfRange):
-		return kerr.OffsetOutOfRange.Code
-	case errors.Is(err, plog.ErrClosed):
-		return kerr.NotLeaderForPartition.Code
-	}
-	return kerr.KafkaStorageError.Code
-}
-
-// waitAny blocks until one of waits is closed (true), the timer fires
-// (true) or ctx ends (false).
-func waitAny(ctx context.Context, timer <-chan time.Time, waits []<-chan struct{}) bool {
-	if len(waits) == 1 {
-		select {
-		case <-waits[0]:
-			return true
-		case <-timer:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	cases := make([]reflect.SelectCase, 0, len(waits)+2)
-	cases = append(cases,
-		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
-		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer)})
-	for _, w := range waits {
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w)})
-	}
-	chosen, _, _ := reflect.Select(cases)
-	return chosen != 0
-}
-
 // encodeFetch encodes a Fetch response body of the given version, with each
 // partition's records as file pieces. It follows kmsg's FetchResponse
 // AppendTo field by field.
@@ -250,7 +286,7 @@ func encodeFetch(version int16, topics []fetchTopic) *server.Frame {
 	flexible := version >= 12
 	nPieces, headerBytes := 1, 16
 	for _, t := range topics {
-		headerBytes += 24 + len(t.name)
+		headerBytes += 24 + len(t.name) + 48*t.missingCount()
 		for _, fp := range t.parts {
 			nPieces += 1 + len(fp.result.Chunks)
 			headerBytes += 56
@@ -268,6 +304,33 @@ func encodeFetch(version int16, topics []fetchTopic) *server.Frame {
 			buf = kbin.AppendArrayLen(buf, n)
 		}
 	}
+	// partitionHeader appends a partition's answer up to its record bytes
+	// (recordsLen of them, which follow as file pieces).
+	partitionHeader := func(partition int32, errorCode int16, hwm, logStart, recordsLen int64) {
+		buf = binary.BigEndian.AppendUint32(buf, uint32(partition))
+		buf = binary.BigEndian.AppendUint16(buf, uint16(errorCode))
+		buf = binary.BigEndian.AppendUint64(buf, uint64(hwm))
+		buf = binary.BigEndian.AppendUint64(buf, uint64(hwm)) // LastStableOffset (v4+)
+		if version >= 5 {
+			buf = binary.BigEndian.AppendUint64(buf, uint64(logStart))
+		}
+		// AbortedTransactions (v4+): null, there are no transactions.
+		if flexible {
+			buf = kbin.AppendUvarint(buf, 0)
+		} else {
+			buf = binary.BigEndian.AppendUint32(buf, 0xffffffff)
+		}
+		if version >= 11 {
+			buf = binary.BigEndian.AppendUint32(buf, 0xffffffff) // PreferredReadReplica -1
+		}
+		// RecordBatches: nullable bytes; empty (not null) without data,
+		// as Kafka sends.
+		if flexible {
+			buf = kbin.AppendUvarint(buf, uint32(recordsLen+1))
+		} else {
+			buf = binary.BigEndian.AppendUint32(buf, uint32(recordsLen))
+		}
+	}
 	buf = binary.BigEndian.AppendUint32(buf, 0) // ThrottleMillis (v1+)
 	if version >= 7 {
 		buf = binary.BigEndian.AppendUint16(buf, 0) // ErrorCode
@@ -282,35 +345,13 @@ func encodeFetch(version int16, topics []fetchTopic) *server.Frame {
 		} else {
 			buf = kbin.AppendString(buf, t.name)
 		}
-		arrayLen(len(t.parts))
+		arrayLen(len(t.parts) + t.missingCount())
 		for _, fp := range t.parts {
-			buf = binary.BigEndian.AppendUint32(buf, uint32(fp.partition))
-			buf = binary.BigEndian.AppendUint16(buf, uint16(fp.errorCode))
-			buf = binary.BigEndian.AppendUint64(buf, uint64(fp.hwm))
-			buf = binary.BigEndian.AppendUint64(buf, uint64(fp.hwm)) // LastStableOffset (v4+)
-			if version >= 5 {
-				buf = binary.BigEndian.AppendUint64(buf, uint64(fp.logStart))
-			}
-			// AbortedTransactions (v4+): null, there are no transactions.
-			if flexible {
-				buf = kbin.AppendUvarint(buf, 0)
-			} else {
-				buf = binary.BigEndian.AppendUint32(buf, 0xffffffff)
-			}
-			if version >= 11 {
-				buf = binary.BigEndian.AppendUint32(buf, 0xffffffff) // PreferredReadReplica -1
-			}
 			var n int64
 			for _, c := range fp.result.Chunks {
 				n += c.Len
 			}
-			// RecordBatches: nullable bytes; empty (not null) without data,
-			// as Kafka sends.
-			if flexible {
-				buf = kbin.AppendUvarint(buf, uint32(n+1))
-			} else {
-				buf = binary.BigEndian.AppendUint32(buf, uint32(n))
-			}
+			partitionHeader(fp.partition, fp.errorCode, fp.hwm, fp.logStart, n)
 			if n > 0 {
 				pieces = append(pieces, server.Piece{Bytes: buf[start:len(buf):len(buf)]})
 				start = len(buf)
@@ -320,6 +361,14 @@ func encodeFetch(version int16, topics []fetchTopic) *server.Frame {
 			}
 			if flexible {
 				buf = append(buf, 0) // partition tagged fields
+			}
+		}
+		if m := t.missing; m != nil {
+			for _, p := range m.partitions {
+				partitionHeader(p, m.code, -1, -1, 0)
+				if flexible {
+					buf = append(buf, 0) // partition tagged fields
+				}
 			}
 		}
 		if flexible {

@@ -1,8 +1,12 @@
 package api
 
 import (
+	"context"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // ListOffsets: v0-10
@@ -16,31 +20,53 @@ import (
 // * >= 0: the first offset whose timestamp is at least the given one; none
 //   gives offset -1, timestamp -1, as Kafka does.
 // * v0 answers in OldStyleOffsets (MaxNumOffsets is honoured as 0 or 1).
+// * A partition named more than once is INVALID_REQUEST, as in Kafka, and
+//   looked up for none of its entries; we answer it once (Kafka answers
+//   every entry), so a partition repeated a million times costs one answer.
+//   A lookup by timestamp may decompress a batch: the request stops looking
+//   when its context ends (the client went away).
 //
 // Version notes:
 // * v1: one offset per partition, Timestamp in the response
 // * v2: IsolationLevel; v3: no change; v4: CurrentLeaderEpoch, LeaderEpoch
 // * v6: flexible versions; v7: -3; v8: -4; v9: -5; v10: TimeoutMillis
 
-func init() { regKey(2, 0, 10) }
+func init() { regKey(2, 0, 10, (*Handler).handleListOffsets) }
 
-func (h *Handler) handleListOffsets(req *kmsg.ListOffsetsRequest) kmsg.Response {
+func (h *Handler) handleListOffsets(ctx context.Context, creq *server.Request, req *kmsg.ListOffsetsRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
-	for _, rt := range req.Topics {
+	repeated, distinctPartitions := repeatedPartitions(req.Topics, func(rt *kmsg.ListOffsetsRequestTopic) (topicKey, int) {
+		return topicKey{name: rt.Topic}, len(rt.Partitions)
+	}, func(rt *kmsg.ListOffsetsRequestTopic, i int) int32 { return rt.Partitions[i].Partition })
+	if refused, ok := h.tooManyPartitions(creq, distinctPartitions); ok {
+		return refused
+	}
+	var answered requestPartitions
+	distinct := int32(0)
+	for i := range req.Topics {
+		rt := &req.Topics[i]
+		ti := answered.topic(topicKey{name: rt.Topic})
 		st := kmsg.NewListOffsetsResponseTopic()
 		st.Topic = rt.Topic
 		t := h.lookup(rt.Topic)
 		for _, rp := range rt.Partitions {
+			entry, again := answered.partition(ti, rp.Partition, distinct)
+			if again {
+				continue // answered with its first entry
+			}
+			distinct++
+			if ctx.Err() != nil {
+				return server.Response{None: true, Close: true} // the client is gone
+			}
 			sp := kmsg.NewListOffsetsResponseTopicPartition()
 			sp.Partition = rp.Partition
 			sp.Timestamp, sp.Offset, sp.LeaderEpoch = -1, -1, LeaderEpoch
 			l := t.partition(rp.Partition)
-			if l == nil {
-				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-				st.Partitions = append(st.Partitions, sp)
-				continue
-			}
 			switch ts := rp.Timestamp; {
+			case repeated[entry]:
+				sp.ErrorCode = kerr.InvalidRequest.Code
+			case l == nil:
+				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			case ts == -1:
 				sp.Offset = l.HighWatermark()
 			case ts == -2 || ts == -4 || ts == -5:
@@ -51,7 +77,7 @@ func (h *Handler) handleListOffsets(req *kmsg.ListOffsetsRequest) kmsg.Response 
 				off, found, ok, err := l.OffsetForTimestamp(ts)
 				switch {
 				case err != nil:
-					sp.ErrorCode = fetchErrorCode(err)
+					sp.ErrorCode = errorCode(err)
 				case ok:
 					sp.Offset, sp.Timestamp = off, found
 				}
@@ -63,7 +89,9 @@ func (h *Handler) handleListOffsets(req *kmsg.ListOffsetsRequest) kmsg.Response 
 			}
 			st.Partitions = append(st.Partitions, sp)
 		}
-		resp.Topics = append(resp.Topics, st)
+		if len(st.Partitions) > 0 || len(rt.Partitions) == 0 { // not all repeats
+			resp.Topics = append(resp.Topics, st)
+		}
 	}
-	return resp
+	return reply(resp)
 }

@@ -1,10 +1,13 @@
 package api
 
 import (
+	"context"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sushka-io/sushka/internal/group"
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // Metadata: v0-13
@@ -19,6 +22,10 @@ import (
 // * v10+: topics may be named by ID; an unknown ID is UNKNOWN_TOPIC_ID.
 // * __consumer_offsets (the group coordinator's, groups.go) is listed as an
 //   internal topic.
+// * A topic named more than once is answered once, as Kafka does (it
+//   collects the requested topics in a set): a 20 kB request naming a
+//   10,000-partition topic a thousand times must not build ten million
+//   partition answers.
 //
 // Version notes:
 // * v1: ControllerID, IsInternal, Rack; null topics means all
@@ -32,9 +39,9 @@ import (
 // * v10: TopicID
 // * v13: top-level ErrorCode
 
-func init() { regKey(3, 0, 13) }
+func init() { regKey(3, 0, 13, (*Handler).handleMetadata) }
 
-func (h *Handler) handleMetadata(req *kmsg.MetadataRequest) kmsg.Response {
+func (h *Handler) handleMetadata(_ context.Context, creq *server.Request, req *kmsg.MetadataRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.MetadataResponse)
 
 	b := kmsg.NewMetadataResponseBroker()
@@ -53,11 +60,21 @@ func (h *Handler) handleMetadata(req *kmsg.MetadataRequest) kmsg.Response {
 		if st, ok := h.offsetsTopicMetadata(); ok {
 			resp.Topics = append(resp.Topics, st)
 		}
-		return resp
+		return reply(resp)
+	}
+	_, distinctTopics := repeatedPartitions(req.Topics, func(rt *kmsg.MetadataRequestTopic) (topicKey, int) {
+		return metadataTopicKey(rt), 1
+	}, func(*kmsg.MetadataRequestTopic, int) int32 { return 0 })
+	if refused, ok := h.tooManyPartitions(creq, distinctTopics); ok {
+		return refused
 	}
 
 	allowCreate := h.cfg.AutoCreateTopics && (req.Version < 4 || req.AllowAutoTopicCreation)
-	for _, rt := range req.Topics {
+	var seen requestPartitions
+	for i, rt := range req.Topics {
+		if seen.topic(metadataTopicKey(&rt)) != int32(i) {
+			continue // answered with its first entry
+		}
 		var t *topic
 		if rt.Topic == nil {
 			// v10+: by topic ID.
@@ -88,7 +105,16 @@ func (h *Handler) handleMetadata(req *kmsg.MetadataRequest) kmsg.Response {
 		}
 		resp.Topics = append(resp.Topics, h.metadataTopic(t))
 	}
-	return resp
+	return reply(resp)
+}
+
+// metadataTopicKey is how a Metadata request names a topic: by name, or
+// (v10+, a null name) by ID.
+func metadataTopicKey(rt *kmsg.MetadataRequestTopic) topicKey {
+	if rt.Topic != nil {
+		return topicKey{name: *rt.Topic}
+	}
+	return topicKey{id: rt.TopicID}
 }
 
 func (h *Handler) metadataTopic(t *topic) kmsg.MetadataResponseTopic {

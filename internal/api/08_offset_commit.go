@@ -1,5 +1,7 @@
 package api
 
+import "github.com/twmb/franz-go/pkg/kmsg"
+
 // OffsetCommit: v0-9
 //
 // Behavior (internal/group):
@@ -22,4 +24,4 @@ package api
 // * v9: GROUP_ID_NOT_FOUND, KIP-848 member epochs
 // * v10 (topic IDs) is not served yet
 
-func init() { regKey(8, 0, 9) }
+func init() { regKey(8, 0, 9, viaCoordinator[*kmsg.OffsetCommitRequest]) }

@@ -1,5 +1,7 @@
 package api
 
+import "github.com/twmb/franz-go/pkg/kmsg"
+
 // OffsetFetch: v0-9
 //
 // Behavior (internal/group):
@@ -15,4 +17,4 @@ package api
 // * v9: KIP-848 MemberID and MemberEpoch
 // * v10 (topic IDs) is not served yet
 
-func init() { regKey(9, 0, 9) }
+func init() { regKey(9, 0, 9, viaCoordinator[*kmsg.OffsetFetchRequest]) }

@@ -1,5 +1,7 @@
 package api
 
+import "github.com/twmb/franz-go/pkg/kmsg"
+
 // FindCoordinator: v0-6
 //
 // Behavior (internal/group):
@@ -12,4 +14,4 @@ package api
 // * v1: CoordinatorType, ErrorMessage; v3: flexible
 // * v4: batched CoordinatorKeys (KIP-699); v6: share coordinator type
 
-func init() { regKey(10, 0, 6) }
+func init() { regKey(10, 0, 6, viaCoordinator[*kmsg.FindCoordinatorRequest]) }

@@ -1,5 +1,7 @@
 package api
 
+import "github.com/twmb/franz-go/pkg/kmsg"
+
 // JoinGroup: v0-9
 //
 // Behavior (internal/group):
@@ -19,4 +21,4 @@ package api
 // * v6: flexible; v7: ProtocolType in the response; v8: Reason
 // * v9: SkipAssignment (KIP-814)
 
-func init() { regKey(11, 0, 9) }
+func init() { regKey(11, 0, 9, viaCoordinator[*kmsg.JoinGroupRequest]) }

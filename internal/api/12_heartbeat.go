@@ -1,5 +1,7 @@
 package api
 
+import "github.com/twmb/franz-go/pkg/kmsg"
+
 // Heartbeat: v0-4
 //
 // Behavior (internal/group):
@@ -11,4 +13,4 @@ package api
 // Version notes:
 // * v3: InstanceID; v4: flexible
 
-func init() { regKey(12, 0, 4) }
+func init() { regKey(12, 0, 4, viaCoordinator[*kmsg.HeartbeatRequest]) }

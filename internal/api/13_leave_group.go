@@ -1,5 +1,7 @@
 package api
 
+import "github.com/twmb/franz-go/pkg/kmsg"
+
 // LeaveGroup: v0-5
 //
 // Behavior (internal/group):
@@ -11,4 +13,4 @@ package api
 // Version notes:
 // * v3: batched Members; v4: flexible; v5: Reason
 
-func init() { regKey(13, 0, 5) }
+func init() { regKey(13, 0, 5, viaCoordinator[*kmsg.LeaveGroupRequest]) }

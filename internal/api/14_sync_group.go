@@ -1,5 +1,7 @@
 package api
 
+import "github.com/twmb/franz-go/pkg/kmsg"
+
 // SyncGroup: v0-5
 //
 // Behavior (internal/group):
@@ -11,4 +13,4 @@ package api
 // Version notes:
 // * v3: InstanceID; v4: flexible; v5: ProtocolType and Protocol checked
 
-func init() { regKey(14, 0, 5) }
+func init() { regKey(14, 0, 5, viaCoordinator[*kmsg.SyncGroupRequest]) }

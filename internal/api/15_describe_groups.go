@@ -1,5 +1,7 @@
 package api
 
+import "github.com/twmb/franz-go/pkg/kmsg"
+
 // DescribeGroups: v0-6
 //
 // Behavior (internal/group):
@@ -12,4 +14,4 @@ package api
 // * v3: authorized operations; v4: InstanceID; v5: flexible
 // * v6: ErrorMessage, GROUP_ID_NOT_FOUND
 
-func init() { regKey(15, 0, 6) }
+func init() { regKey(15, 0, 6, viaCoordinator[*kmsg.DescribeGroupsRequest]) }

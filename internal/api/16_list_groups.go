@@ -1,5 +1,7 @@
 package api
 
+import "github.com/twmb/franz-go/pkg/kmsg"
+
 // ListGroups: v0-5
 //
 // Behavior (internal/group):
@@ -9,4 +11,4 @@ package api
 // * v3: flexible; v4: StatesFilter (case-insensitive)
 // * v5: TypesFilter (classic, consumer)
 
-func init() { regKey(16, 0, 5) }
+func init() { regKey(16, 0, 5, viaCoordinator[*kmsg.ListGroupsRequest]) }

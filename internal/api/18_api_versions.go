@@ -1,8 +1,6 @@
 package api
 
 import (
-	"sort"
-
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -22,16 +20,16 @@ import (
 // * v3: ClientSoftwareName/Version, flexible versions, features (tagged)
 // * v5: ClusterID, NodeID in the request
 
-func init() { regKey(18, 0, 5) }
+func init() { regKey(18, 0, 5, replying((*Handler).handleApiVersions)) }
 
 func (h *Handler) handleApiVersions(req *kmsg.ApiVersionsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.ApiVersionsResponse)
-	own := served[18]
-	if req.Version > own.max {
+	own := servedKey(18)
+	if req.Version > own.maxVersion {
 		resp.Version = 0
 		resp.ErrorCode = kerr.UnsupportedVersion.Code
 		k := kmsg.NewApiVersionsResponseApiKey()
-		k.ApiKey, k.MinVersion, k.MaxVersion = 18, own.min, own.max
+		k.ApiKey, k.MinVersion, k.MaxVersion = 18, own.minVersion, own.maxVersion
 		resp.ApiKeys = append(resp.ApiKeys, k)
 		return resp
 	}
@@ -39,11 +37,13 @@ func (h *Handler) handleApiVersions(req *kmsg.ApiVersionsRequest) kmsg.Response 
 		resp.ErrorCode = kerr.RebootstrapRequired.Code
 		return resp
 	}
-	for key, v := range served {
+	for key, v := range apiKeys { // in key order
+		if v == nil {
+			continue
+		}
 		k := kmsg.NewApiVersionsResponseApiKey()
-		k.ApiKey, k.MinVersion, k.MaxVersion = key, v.min, v.max
+		k.ApiKey, k.MinVersion, k.MaxVersion = int16(key), v.minVersion, v.maxVersion
 		resp.ApiKeys = append(resp.ApiKeys, k)
 	}
-	sort.Slice(resp.ApiKeys, func(i, j int) bool { return resp.ApiKeys[i].ApiKey < resp.ApiKeys[j].ApiKey })
 	return resp
 }

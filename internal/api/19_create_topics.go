@@ -28,7 +28,7 @@ import (
 //   factor and the resulting configs
 // * v7: TopicID in the response
 
-func init() { regKey(19, 0, 7) }
+func init() { regKey(19, 0, 7, replying((*Handler).handleCreateTopics)) }
 
 func (h *Handler) handleCreateTopics(req *kmsg.CreateTopicsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)

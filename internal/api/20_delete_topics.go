@@ -20,7 +20,7 @@ import (
 // * v1: ThrottleMillis; v4: flexible versions; v5: ErrorMessage
 // * v6: topics by name or ID (KIP-516)
 
-func init() { regKey(20, 0, 6) }
+func init() { regKey(20, 0, 6, replying((*Handler).handleDeleteTopics)) }
 
 func (h *Handler) handleDeleteTopics(req *kmsg.DeleteTopicsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DeleteTopicsResponse)

@@ -15,7 +15,7 @@ import (
 // Version notes:
 // * v1: no change; v2: flexible versions
 
-func init() { regKey(21, 0, 2) }
+func init() { regKey(21, 0, 2, replying((*Handler).handleDeleteRecords)) }
 
 func (h *Handler) handleDeleteRecords(req *kmsg.DeleteRecordsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DeleteRecordsResponse)
@@ -44,7 +44,7 @@ func (h *Handler) handleDeleteRecords(req *kmsg.DeleteRecordsRequest) kmsg.Respo
 			}
 			start, err := l.DeleteRecordsBefore(offset)
 			if err != nil {
-				sp.ErrorCode = fetchErrorCode(err)
+				sp.ErrorCode = errorCode(err)
 			} else {
 				sp.LowWatermark = start
 			}

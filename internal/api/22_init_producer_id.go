@@ -1,6 +1,8 @@
 package api
 
 import (
+	"context"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -27,23 +29,23 @@ import (
 // * v3: ProducerID, ProducerEpoch (KIP-360); v4: PRODUCER_FENCED
 // * v5: no change (KIP-890)
 
-func init() { regKey(22, 0, 5) }
+func init() { regKey(22, 0, 5, (*Handler).handleInitProducerID) }
 
-func (h *Handler) handleInitProducerID(creq *server.Request, req *kmsg.InitProducerIDRequest) kmsg.Response {
+func (h *Handler) handleInitProducerID(_ context.Context, creq *server.Request, req *kmsg.InitProducerIDRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
 	if req.TransactionalID != nil {
 		h.log.Warn("InitProducerID with a transactional id refused: transactions are not supported yet",
 			"transactional_id", *req.TransactionalID, "client", creq.Remote, "client_id", creq.ClientID)
 		resp.ErrorCode = kerr.InvalidRequest.Code
-		return resp
+		return reply(resp)
 	}
 	id, err := h.cfg.Catalog.NextProducerID()
 	if err != nil {
 		h.log.Error("allocating a producer id failed", "err", err)
 		resp.ErrorCode = kerr.KafkaStorageError.Code
-		return resp
+		return reply(resp)
 	}
 	resp.ProducerID, resp.ProducerEpoch = id, 0
-	return resp
+	return reply(resp)
 }

@@ -1,8 +1,12 @@
 package api
 
 import (
+	"context"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // OffsetForLeaderEpoch: v0-4
@@ -14,20 +18,34 @@ import (
 // * v2+: a CurrentLeaderEpoch above ours is UNKNOWN_LEADER_EPOCH, below ours
 //   FENCED_LEADER_EPOCH, as a Kafka leader answers.
 // * Clients use it (KIP-320) to detect truncation after a leader change.
+// * A partition named more than once is answered once, from its first
+//   entry (Kafka answers every entry): the answer to a request must not
+//   grow with repeats.
 //
 // Version notes:
 // * v1: LeaderEpoch in the response; v2: CurrentLeaderEpoch, ThrottleMillis
 // * v3: ReplicaID; v4: flexible versions
 
-func init() { regKey(23, 0, 4) }
+func init() { regKey(23, 0, 4, (*Handler).handleOffsetForLeaderEpoch) }
 
-func (h *Handler) handleOffsetForLeaderEpoch(req *kmsg.OffsetForLeaderEpochRequest) kmsg.Response {
+func (h *Handler) handleOffsetForLeaderEpoch(_ context.Context, creq *server.Request, req *kmsg.OffsetForLeaderEpochRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+	_, distinctPartitions := repeatedPartitions(req.Topics, func(rt *kmsg.OffsetForLeaderEpochRequestTopic) (topicKey, int) {
+		return topicKey{name: rt.Topic}, len(rt.Partitions)
+	}, func(rt *kmsg.OffsetForLeaderEpochRequestTopic, i int) int32 { return rt.Partitions[i].Partition })
+	if refused, ok := h.tooManyPartitions(creq, distinctPartitions); ok {
+		return refused
+	}
+	var seen requestPartitions
 	for _, rt := range req.Topics {
 		st := kmsg.NewOffsetForLeaderEpochResponseTopic()
 		st.Topic = rt.Topic
 		t := h.lookup(rt.Topic)
+		ti := seen.topic(topicKey{name: rt.Topic})
 		for _, rp := range rt.Partitions {
+			if _, again := seen.partition(ti, rp.Partition, 0); again {
+				continue
+			}
 			sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
 			sp.Partition = rp.Partition
 			sp.LeaderEpoch, sp.EndOffset = -1, -1
@@ -44,7 +62,9 @@ func (h *Handler) handleOffsetForLeaderEpoch(req *kmsg.OffsetForLeaderEpochReque
 			}
 			st.Partitions = append(st.Partitions, sp)
 		}
-		resp.Topics = append(resp.Topics, st)
+		if len(st.Partitions) > 0 || len(rt.Partitions) == 0 { // not all repeats
+			resp.Topics = append(resp.Topics, st)
+		}
 	}
-	return resp
+	return reply(resp)
 }

@@ -1,10 +1,13 @@
 package api
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // DescribeConfigs: v0-4
@@ -18,29 +21,49 @@ import (
 // * Broker resources (name "" or this node's ID): the broker's configs,
 //   all read-only (none can be changed while running).
 // * Other resource types are INVALID_REQUEST.
+// * A resource named more than once is INVALID_REQUEST, answered once (as
+//   AlterConfigs treats repeated resources): each answer lists every
+//   config, so repeats would multiply a small request into a huge answer.
 //
 // Version notes:
 // * v1: IncludeSynonyms, Source (v0: IsDefault)
 // * v3: IncludeDocumentation, ConfigType; v4: flexible versions
 
-func init() { regKey(32, 0, 4) }
+func init() { regKey(32, 0, 4, (*Handler).handleDescribeConfigs) }
 
-func (h *Handler) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest) kmsg.Response {
+func (h *Handler) handleDescribeConfigs(_ context.Context, creq *server.Request, req *kmsg.DescribeConfigsRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
-	for _, rr := range req.Resources {
+	repeated, distinctResources := repeatedResources(req.Resources, func(rr *kmsg.DescribeConfigsRequestResource) (int8, string) {
+		return int8(rr.ResourceType), rr.ResourceName
+	})
+	if refused, ok := h.tooManyPartitions(creq, distinctResources); ok {
+		return refused
+	}
+	var answered requestPartitions
+	distinct := int32(0)
+	for i := range req.Resources {
+		rr := &req.Resources[i]
+		entry, again := answered.partition(answered.topic(resourceKey(int8(rr.ResourceType), rr.ResourceName)), 0, distinct)
+		if again {
+			continue // answered with its first entry
+		}
+		distinct++
 		sr := kmsg.NewDescribeConfigsResponseResource()
 		sr.ResourceType, sr.ResourceName = rr.ResourceType, rr.ResourceName
 		var entries []configEntry
 		var err error
-		switch rr.ResourceType {
-		case resourceTopic:
+		switch {
+		case repeated[entry]:
+			sr.ErrorCode = kerr.InvalidRequest.Code
+			err = fmt.Errorf("resource %s named more than once in the request", rr.ResourceName)
+		case rr.ResourceType == resourceTopic:
 			if t := h.lookup(rr.ResourceName); t == nil {
 				sr.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				err = fmt.Errorf("unknown topic %s", rr.ResourceName)
 			} else {
 				entries = h.topicConfigEntries(t.meta, rr.ConfigNames)
 			}
-		case resourceBroker:
+		case rr.ResourceType == resourceBroker:
 			if err = h.checkBrokerResource(rr.ResourceName); err != nil {
 				sr.ErrorCode = kerr.InvalidRequest.Code
 			} else {
@@ -76,5 +99,5 @@ func (h *Handler) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest) kmsg.R
 		}
 		resp.Resources = append(resp.Resources, sr)
 	}
-	return resp
+	return reply(resp)
 }

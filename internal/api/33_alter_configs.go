@@ -1,6 +1,14 @@
 package api
 
-import "github.com/twmb/franz-go/pkg/kmsg"
+import (
+	"context"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/server"
+)
 
 // AlterConfigs: v0-2
 //
@@ -12,22 +20,42 @@ import "github.com/twmb/franz-go/pkg/kmsg"
 // * Broker resources: INVALID_REQUEST, broker configs cannot be changed
 //   while running (Kafka's answer for non-dynamic configs).
 // * ValidateOnly checks and changes nothing.
+// * A resource named more than once is INVALID_REQUEST (as Kafka: "each
+//   resource must appear at most once"), answered once and not altered:
+//   every alteration rewrites the catalogue, so repeats must not multiply
+//   the disk work done under the admin lock.
 //
 // Version notes:
 // * v1: no change; v2: flexible versions
 
-func init() { regKey(33, 0, 2) }
+func init() { regKey(33, 0, 2, (*Handler).handleAlterConfigs) }
 
-func (h *Handler) handleAlterConfigs(req *kmsg.AlterConfigsRequest) kmsg.Response {
+func (h *Handler) handleAlterConfigs(_ context.Context, creq *server.Request, req *kmsg.AlterConfigsRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.AlterConfigsResponse)
+	repeated, distinctResources := repeatedResources(req.Resources, func(rr *kmsg.AlterConfigsRequestResource) (int8, string) {
+		return int8(rr.ResourceType), rr.ResourceName
+	})
+	if refused, ok := h.tooManyPartitions(creq, distinctResources); ok {
+		return refused
+	}
 	h.adminMu.Lock()
 	defer h.adminMu.Unlock()
-	for _, rr := range req.Resources {
+	var answered requestPartitions
+	for i := range req.Resources {
+		rr := &req.Resources[i]
+		entry, again := answered.partition(answered.topic(resourceKey(int8(rr.ResourceType), rr.ResourceName)), 0, int32(len(resp.Resources)))
+		if again {
+			continue // answered with its first entry
+		}
 		sr := kmsg.NewAlterConfigsResponseResource()
 		sr.ResourceType, sr.ResourceName = rr.ResourceType, rr.ResourceName
 		var err error
-		switch rr.ResourceType {
-		case resourceTopic:
+		switch {
+		case repeated[entry]:
+			// Kafka: "Each resource must appear at most once."
+			sr.ErrorCode = kerr.InvalidRequest.Code
+			err = fmt.Errorf("resource %s named more than once in the request: not altered", rr.ResourceName)
+		case rr.ResourceType == resourceTopic:
 			configs := map[string]string{}
 			for _, c := range rr.Configs {
 				if c.Value == nil {
@@ -42,5 +70,5 @@ func (h *Handler) handleAlterConfigs(req *kmsg.AlterConfigsRequest) kmsg.Respons
 		sr.ErrorMessage = errMessage(err)
 		resp.Resources = append(resp.Resources, sr)
 	}
-	return resp
+	return reply(resp)
 }

@@ -14,6 +14,8 @@ import (
 // * One log directory, the data directory, with every requested partition
 //   (all on a null topic list) and its size on disk (plog.Size). OffsetLag
 //   is 0: there are no future replicas.
+// * A partition named more than once is listed once, as Kafka does (it
+//   collects the requested partitions in a set).
 // * v4+: TotalBytes / UsableBytes of the data directory's filesystem
 //   (statfs), -1 when unknown.
 //
@@ -21,7 +23,7 @@ import (
 // * v1: no change; v2: flexible versions; v3: top-level ErrorCode
 // * v4: TotalBytes, UsableBytes; v5: IsCordoned (never)
 
-func init() { regKey(35, 0, 5) }
+func init() { regKey(35, 0, 5, replying((*Handler).handleDescribeLogDirs)) }
 
 func (h *Handler) handleDescribeLogDirs(req *kmsg.DescribeLogDirsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeLogDirsResponse)
@@ -34,13 +36,18 @@ func (h *Handler) handleDescribeLogDirs(req *kmsg.DescribeLogDirsRequest) kmsg.R
 		dir.UsableBytes = int64(st.Bavail) * st.Bsize
 	}
 
+	var seen requestPartitions
 	add := func(t *topic, partitions []int32) {
 		dt := kmsg.NewDescribeLogDirsResponseDirTopic()
 		dt.Topic = t.meta.Name
+		ti := seen.topic(topicKey{name: t.meta.Name})
 		for _, p := range partitions {
 			l := t.partition(p)
 			if l == nil {
 				continue // Kafka omits partitions it does not host
+			}
+			if _, again := seen.partition(ti, p, 0); again {
+				continue
 			}
 			dp := kmsg.NewDescribeLogDirsResponseDirTopicPartition()
 			dp.Partition = p

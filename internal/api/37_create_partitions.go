@@ -20,7 +20,7 @@ import (
 // Version notes:
 // * v1: no change; v2: flexible versions; v3: no change
 
-func init() { regKey(37, 0, 3) }
+func init() { regKey(37, 0, 3, replying((*Handler).handleCreatePartitions)) }
 
 func (h *Handler) handleCreatePartitions(req *kmsg.CreatePartitionsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.CreatePartitionsResponse)

@@ -1,5 +1,7 @@
 package api
 
+import "github.com/twmb/franz-go/pkg/kmsg"
+
 // DeleteGroups: v0-2
 //
 // Behavior (internal/group):
@@ -11,4 +13,4 @@ package api
 // Version notes:
 // * v2: flexible
 
-func init() { regKey(42, 0, 2) }
+func init() { regKey(42, 0, 2, viaCoordinator[*kmsg.DeleteGroupsRequest]) }

@@ -1,11 +1,14 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // IncrementalAlterConfigs: v0-1
@@ -16,22 +19,40 @@ import (
 //   overrides; the result is validated as a whole and applied atomically.
 // * Broker resources: INVALID_REQUEST (broker configs are static).
 // * ValidateOnly checks and changes nothing.
+// * A resource named more than once is INVALID_REQUEST (as Kafka: "each
+//   resource must appear at most once"), answered once and not altered.
 //
 // Version notes:
 // * v1: flexible versions
 
-func init() { regKey(44, 0, 1) }
+func init() { regKey(44, 0, 1, (*Handler).handleIncrementalAlterConfigs) }
 
-func (h *Handler) handleIncrementalAlterConfigs(req *kmsg.IncrementalAlterConfigsRequest) kmsg.Response {
+func (h *Handler) handleIncrementalAlterConfigs(_ context.Context, creq *server.Request, req *kmsg.IncrementalAlterConfigsRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
+	repeated, distinctResources := repeatedResources(req.Resources, func(rr *kmsg.IncrementalAlterConfigsRequestResource) (int8, string) {
+		return int8(rr.ResourceType), rr.ResourceName
+	})
+	if refused, ok := h.tooManyPartitions(creq, distinctResources); ok {
+		return refused
+	}
 	h.adminMu.Lock()
 	defer h.adminMu.Unlock()
-	for _, rr := range req.Resources {
+	var answered requestPartitions
+	for i := range req.Resources {
+		rr := &req.Resources[i]
+		entry, again := answered.partition(answered.topic(resourceKey(int8(rr.ResourceType), rr.ResourceName)), 0, int32(len(resp.Resources)))
+		if again {
+			continue // answered with its first entry
+		}
 		sr := kmsg.NewIncrementalAlterConfigsResponseResource()
 		sr.ResourceType, sr.ResourceName = rr.ResourceType, rr.ResourceName
 		var err error
-		switch rr.ResourceType {
-		case resourceTopic:
+		switch {
+		case repeated[entry]:
+			// Kafka: "Each resource must appear at most once."
+			sr.ErrorCode = kerr.InvalidRequest.Code
+			err = fmt.Errorf("resource %s named more than once in the request: not altered", rr.ResourceName)
+		case rr.ResourceType == resourceTopic:
 			t := h.lookup(rr.ResourceName)
 			if t == nil {
 				sr.ErrorCode = kerr.UnknownTopicOrPartition.Code
@@ -53,5 +74,5 @@ func (h *Handler) handleIncrementalAlterConfigs(req *kmsg.IncrementalAlterConfig
 		sr.ErrorMessage = errMessage(err)
 		resp.Resources = append(resp.Resources, sr)
 	}
-	return resp
+	return reply(resp)
 }

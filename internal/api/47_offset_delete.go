@@ -1,5 +1,7 @@
 package api
 
+import "github.com/twmb/franz-go/pkg/kmsg"
+
 // OffsetDelete: v0-0
 //
 // Behavior (internal/group):
@@ -8,4 +10,4 @@ package api
 //   (GROUP_SUBSCRIBED_TO_TOPIC); other non-empty groups: NON_EMPTY_GROUP.
 // * Unknown group: GROUP_ID_NOT_FOUND.
 
-func init() { regKey(47, 0, 0) }
+func init() { regKey(47, 0, 0, viaCoordinator[*kmsg.OffsetDeleteRequest]) }

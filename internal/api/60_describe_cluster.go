@@ -14,7 +14,7 @@ import (
 // Version notes:
 // * v1: EndpointType; v2: IncludeFencedBrokers, IsFenced
 
-func init() { regKey(60, 0, 2) }
+func init() { regKey(60, 0, 2, replying((*Handler).handleDescribeCluster)) }
 
 func (h *Handler) handleDescribeCluster(req *kmsg.DescribeClusterRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeClusterResponse)

@@ -1,5 +1,7 @@
 package api
 
+import "github.com/twmb/franz-go/pkg/kmsg"
+
 // ConsumerGroupHeartbeat: v0-1
 //
 // Behavior (internal/group, KIP-848):
@@ -21,4 +23,4 @@ package api
 // Version notes:
 // * v1: SubscribedTopicRegex, client-generated member IDs (KIP-1082)
 
-func init() { regKey(68, 0, 1) }
+func init() { regKey(68, 0, 1, viaCoordinator[*kmsg.ConsumerGroupHeartbeatRequest]) }

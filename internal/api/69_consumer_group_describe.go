@@ -1,5 +1,7 @@
 package api
 
+import "github.com/twmb/franz-go/pkg/kmsg"
+
 // ConsumerGroupDescribe: v0-1
 //
 // Behavior (internal/group, KIP-848):
@@ -10,4 +12,4 @@ package api
 // Version notes:
 // * v1: MemberType
 
-func init() { regKey(69, 0, 1) }
+func init() { regKey(69, 0, 1, viaCoordinator[*kmsg.ConsumerGroupDescribeRequest]) }

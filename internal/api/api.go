@@ -1,6 +1,10 @@
 // Package api serves the Kafka API keys, one file per key in the style of
 // franz-go's kfake: NN_name.go opens with the versions served and the notes
-// on what each version changed. The directory listing is the coverage table.
+// on what each version changed, and registers its handler with that version
+// range (regKey). The directory listing is the coverage table; the registry
+// is the only list of keys: ApiVersions, the server's decoding (Versions)
+// and dispatch (Handle) all read it. errors.go is the one mapping from
+// errors to Kafka error codes.
 //
 // The Handler holds the broker's topics: the catalogue (internal/meta) and
 // one open partition log (internal/plog) per partition, stored under
@@ -36,6 +40,16 @@ import (
 // LeaderEpoch is every partition's leader epoch: one node, never re-elected.
 const LeaderEpoch = 0
 
+// DefaultMaxFetchWait is the default Config.MaxFetchWait: Kafka clients'
+// default request.timeout.ms (30 s), past which the client has given up on
+// the fetch anyway.
+const DefaultMaxFetchWait = 30 * time.Second
+
+// DefaultMaxPartitionsPerRequest is the default Config.MaxPartitionsPerRequest:
+// a broker holds no more partitions than that by default (--max-partitions),
+// so no client needs to name more in one request.
+const DefaultMaxPartitionsPerRequest = 100_000
+
 // Metrics receives the handler's measurements; nil methods are not called.
 type Metrics interface {
 	ProducedBytes(topic string, n int)
@@ -59,7 +73,15 @@ type Config struct {
 	// must not be able to exhaust the node. Default 10000.
 	MaxPartitionsPerTopic int32
 	MaxRequestBytes       int32
-	Defaults              Defaults
+	// MaxFetchWait caps a Fetch's long poll (MaxWaitMillis): a client
+	// asking for hours holds the broker's resources no longer than this.
+	// Default DefaultMaxFetchWait.
+	MaxFetchWait time.Duration
+	// MaxPartitionsPerRequest bounds the distinct partitions (or config
+	// resources) one request may name (tooManyPartitions). Default
+	// DefaultMaxPartitionsPerRequest.
+	MaxPartitionsPerRequest int
+	Defaults                Defaults
 
 	// WritePath overrides the partition log's write path (zero: the log's
 	// default).
@@ -129,6 +151,12 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if err := cfg.Defaults.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.MaxFetchWait <= 0 {
+		cfg.MaxFetchWait = DefaultMaxFetchWait
+	}
+	if cfg.MaxPartitionsPerRequest <= 0 {
+		cfg.MaxPartitionsPerRequest = DefaultMaxPartitionsPerRequest
 	}
 	h := &Handler{
 		cfg:    cfg,
@@ -337,95 +365,102 @@ func (h *Handler) autoCreate(name string) (*topic, int16) {
 	return t, 0
 }
 
-// errorCode maps catalogue and log errors to Kafka error codes.
-func errorCode(err error) int16 {
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, meta.ErrTopicExists):
-		return kerr.TopicAlreadyExists.Code
-	case errors.Is(err, meta.ErrUnknownTopic):
-		return kerr.UnknownTopicOrPartition.Code
-	case errors.Is(err, meta.ErrInvalidTopic):
-		return kerr.InvalidTopicException.Code
-	case errors.Is(err, meta.ErrBadPartitions):
-		return kerr.InvalidPartitions.Code
-	}
-	// Everything else comes from the storage: the partition log's I/O
-	// errors are sticky and mean this partition's disk failed.
-	return kerr.KafkaStorageError.Code
-}
-
 // --- server.Handler ---
 
-type versionRange struct{ min, max int16 }
+// apiKey is one served API key: the versions served and the handler. Each
+// NN_name.go file registers its key in its init (regKey); ApiVersions lists
+// exactly these keys, the server decodes only these versions (Versions) and
+// Handle dispatches through the same entry, so a key is advertised if and
+// only if it is dispatched.
+type apiKey struct {
+	minVersion, maxVersion int16
+	// ordered: requests of this key on one connection are started in
+	// arrival order (see Handler.Ordered).
+	ordered bool
+	handle  func(h *Handler, ctx context.Context, req *server.Request) server.Response
+}
 
-// served is the registry filled by each NN_*.go file's init (regKey).
-var served = map[int16]versionRange{}
+// apiKeys is the registry, indexed by API key; nil for keys not served.
+// Written only by init functions, read-only afterwards.
+var apiKeys [kmsg.MaxKey + 1]*apiKey
 
-func regKey(key, minVersion, maxVersion int16) {
-	if _, dup := served[key]; dup {
+// keyHandler is a handler for one request type: the method expression of
+// a Handler method, (*Handler).handleX.
+type keyHandler[Req kmsg.Request] func(h *Handler, ctx context.Context, creq *server.Request, req Req) server.Response
+
+// regKey registers API key with its version range and handler, and returns
+// the entry for options (ordered). It panics (at init, so at every start and
+// in every test) on a key registered twice, a handler for another request
+// type, or versions kmsg cannot decode.
+func regKey[Req kmsg.Request](key, minVersion, maxVersion int16, handle keyHandler[Req]) *apiKey {
+	if key < 0 || int(key) >= len(apiKeys) {
+		panic(fmt.Sprintf("api key %d outside kmsg's keys", key))
+	}
+	if apiKeys[key] != nil {
 		panic(fmt.Sprintf("api key %d registered twice", key))
 	}
-	served[key] = versionRange{minVersion, maxVersion}
+	body := kmsg.RequestForKey(key)
+	if _, ok := body.(Req); !ok || body == nil {
+		var want Req
+		panic(fmt.Sprintf("api key %d (%s) registered with a handler for %T", key, kmsg.NameForKey(key), want))
+	}
+	if minVersion < 0 || minVersion > maxVersion || maxVersion > body.MaxVersion() {
+		panic(fmt.Sprintf("api key %d (%s): versions %d..%d, kmsg decodes 0..%d", key, kmsg.NameForKey(key), minVersion, maxVersion, body.MaxVersion()))
+	}
+	k := &apiKey{
+		minVersion: minVersion,
+		maxVersion: maxVersion,
+		handle: func(h *Handler, ctx context.Context, req *server.Request) server.Response {
+			return handle(h, ctx, req, req.Body.(Req))
+		},
+	}
+	apiKeys[key] = k
+	return k
+}
+
+// replying adapts a handler that needs only the decoded body and always
+// answers with one kmsg response.
+func replying[Req kmsg.Request](handle func(h *Handler, req Req) kmsg.Response) keyHandler[Req] {
+	return func(h *Handler, _ context.Context, _ *server.Request, req Req) server.Response {
+		return reply(handle(h, req))
+	}
+}
+
+// servedKey returns the registry entry of key, or nil.
+func servedKey(key int16) *apiKey {
+	if key < 0 || int(key) >= len(apiKeys) {
+		return nil
+	}
+	return apiKeys[key]
 }
 
 // Versions implements server.Handler.
 func (h *Handler) Versions(key int16) (int16, int16, bool) {
-	v, ok := served[key]
-	return v.min, v.max, ok
+	k := servedKey(key)
+	if k == nil {
+		return 0, 0, false
+	}
+	return k.minVersion, k.maxVersion, true
 }
 
 // Ordered implements server.Handler: produce requests on one connection
 // reach the logs in arrival order, as Kafka guarantees by handling one
 // request per connection at a time. Idempotent producers pipeline up to five
 // batches per partition and rely on it.
-func (h *Handler) Ordered(key int16) bool { return key == 0 }
+func (h *Handler) Ordered(key int16) bool {
+	k := servedKey(key)
+	return k != nil && k.ordered
+}
 
 // Handle implements server.Handler.
 func (h *Handler) Handle(ctx context.Context, req *server.Request) server.Response {
-	switch body := req.Body.(type) {
-	case *kmsg.ProduceRequest:
-		return h.handleProduce(req, body)
-	case *kmsg.FetchRequest:
-		return h.handleFetch(ctx, req, body)
-	case *kmsg.ListOffsetsRequest:
-		return reply(h.handleListOffsets(body))
-	case *kmsg.MetadataRequest:
-		return reply(h.handleMetadata(body))
-	case *kmsg.ApiVersionsRequest:
-		return reply(h.handleApiVersions(body))
-	case *kmsg.CreateTopicsRequest:
-		return reply(h.handleCreateTopics(body))
-	case *kmsg.DeleteTopicsRequest:
-		return reply(h.handleDeleteTopics(body))
-	case *kmsg.DeleteRecordsRequest:
-		return reply(h.handleDeleteRecords(body))
-	case *kmsg.InitProducerIDRequest:
-		return reply(h.handleInitProducerID(req, body))
-	case *kmsg.OffsetForLeaderEpochRequest:
-		return reply(h.handleOffsetForLeaderEpoch(body))
-	case *kmsg.DescribeConfigsRequest:
-		return reply(h.handleDescribeConfigs(body))
-	case *kmsg.AlterConfigsRequest:
-		return reply(h.handleAlterConfigs(body))
-	case *kmsg.DescribeLogDirsRequest:
-		return reply(h.handleDescribeLogDirs(body))
-	case *kmsg.CreatePartitionsRequest:
-		return reply(h.handleCreatePartitions(body))
-	case *kmsg.IncrementalAlterConfigsRequest:
-		return reply(h.handleIncrementalAlterConfigs(body))
-	case *kmsg.DescribeClusterRequest:
-		return reply(h.handleDescribeCluster(body))
-	case *kmsg.OffsetCommitRequest, *kmsg.OffsetFetchRequest, *kmsg.FindCoordinatorRequest,
-		*kmsg.JoinGroupRequest, *kmsg.HeartbeatRequest, *kmsg.LeaveGroupRequest,
-		*kmsg.SyncGroupRequest, *kmsg.DescribeGroupsRequest, *kmsg.ListGroupsRequest,
-		*kmsg.DeleteGroupsRequest, *kmsg.OffsetDeleteRequest,
-		*kmsg.ConsumerGroupHeartbeatRequest, *kmsg.ConsumerGroupDescribeRequest:
-		return h.handleGroup(ctx, req) // groups.go, internal/group
+	k := servedKey(req.Key)
+	if k == nil {
+		// The server decodes only keys Versions serves, so this is a bug.
+		h.log.Error("closing connection: no handler", "key", req.Key, "client", req.Remote)
+		return server.Response{None: true, Close: true}
 	}
-	h.log.Warn("closing connection: no handler", "key", req.Key, "client", req.Remote)
-	return server.Response{None: true, Close: true}
+	return k.handle(h, ctx, req)
 }
 
 func reply(r kmsg.Response) server.Response { return server.Response{Body: r} }

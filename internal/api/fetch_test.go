@@ -56,8 +56,8 @@ func TestEncodeFetchMatchesKmsg(t *testing.T) {
 	id1 := [16]byte{1, 2, 3}
 	id2 := [16]byte{9}
 
-	served := served[1]
-	for v := served.min; v <= served.max; v++ {
+	fetch := servedKey(1)
+	for v := fetch.minVersion; v <= fetch.maxVersion; v++ {
 		topics := []fetchTopic{
 			{name: "t1", id: id1, parts: []*fetchPart{
 				{partition: 0, hwm: 5, logStart: 1, result: plog.ReadResult{Chunks: []plog.Chunk{
@@ -66,15 +66,22 @@ func TestEncodeFetchMatchesKmsg(t *testing.T) {
 				}}},
 				{partition: 7, errorCode: kerr.OffsetOutOfRange.Code, hwm: 5, logStart: 1},
 			}},
-			{name: "t2", id: id2, parts: []*fetchPart{{partition: 3, hwm: 0, logStart: 0}}},
+			{name: "t2", id: id2, parts: []*fetchPart{{partition: 3, hwm: 0, logStart: 0}},
+				missing: &missingPartitions{partitions: []int32{9}, code: kerr.UnknownTopicOrPartition.Code}},
+			{name: "gone", id: [16]byte{7}, missing: &missingPartitions{partitions: []int32{0, 2}, code: kerr.UnknownTopicID.Code}},
 		}
 		raw := materialize(t, encodeFetch(v, topics))
 		resp := kmsg.FetchResponse{Version: v}
 		if err := resp.ReadFrom(raw); err != nil {
 			t.Fatalf("v%d: kmsg cannot decode: %v", v, err)
 		}
-		if len(resp.Topics) != 2 || len(resp.Topics[0].Partitions) != 2 || len(resp.Topics[1].Partitions) != 1 {
+		if len(resp.Topics) != 3 || len(resp.Topics[0].Partitions) != 2 || len(resp.Topics[1].Partitions) != 2 || len(resp.Topics[2].Partitions) != 2 {
 			t.Fatalf("v%d: shape %+v", v, resp)
+		}
+		for _, p := range append(resp.Topics[1].Partitions[1:], resp.Topics[2].Partitions...) {
+			if p.ErrorCode == 0 || p.HighWatermark != -1 || len(p.RecordBatches) != 0 {
+				t.Fatalf("v%d: missing partition answered %+v", v, p)
+			}
 		}
 		if v >= 13 {
 			if resp.Topics[0].TopicID != id1 || resp.Topics[1].TopicID != id2 {

@@ -44,6 +44,9 @@ type Log struct {
 	waited   bool          // (mu) someone holds waitCh
 	failed   error         // (mu) sticky I/O error
 
+	// wakers (mu) are signalled wherever waitCh is closed (waker.go).
+	wakers map[*Waker]struct{}
+
 	w writer // owned by the writer goroutine
 
 	syncs atomic.Int64 // group fsyncs of the active segment, for stats
@@ -379,6 +382,7 @@ func (l *Log) Close() error {
 	l.mu.Lock()
 	close(l.waitCh)
 	l.waitCh = make(chan struct{})
+	l.signalWakersLocked()
 	l.mu.Unlock()
 	l.closeFiles()
 	return err
@@ -455,6 +459,7 @@ func (l *Log) publishLocked(hwm int64) {
 		l.waitCh = make(chan struct{})
 		l.waited = false
 	}
+	l.signalWakersLocked()
 }
 
 // makeDirDurable creates dir and any missing parents, and syncs the parent

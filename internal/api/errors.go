@@ -1,0 +1,53 @@
+package api
+
+import (
+	"errors"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/sushka-io/sushka/internal/meta"
+	"github.com/sushka-io/sushka/internal/plog"
+	"github.com/sushka-io/sushka/internal/plog/batch"
+)
+
+// errorCodes is the package's one mapping from the errors of the catalogue
+// (internal/meta) and the partition log (internal/plog, plog/batch) to the
+// Kafka error codes clients react to. The first entry the error matches
+// (errors.Is) wins; the sentinels of different packages never wrap each
+// other, so the order only matters within one package.
+var errorCodes = []struct {
+	err  error
+	code int16
+}{
+	{meta.ErrTopicExists, kerr.TopicAlreadyExists.Code},
+	{meta.ErrUnknownTopic, kerr.UnknownTopicOrPartition.Code},
+	{meta.ErrInvalidTopic, kerr.InvalidTopicException.Code},
+	{meta.ErrBadPartitions, kerr.InvalidPartitions.Code},
+
+	{plog.ErrBatchTooLarge, kerr.MessageTooLarge.Code},
+	{batch.ErrInvalidRecord, kerr.InvalidRecord.Code},
+	{plog.ErrCorruptBatch, kerr.CorruptMessage.Code},
+	{batch.ErrCorrupt, kerr.CorruptMessage.Code},
+	{plog.ErrOutOfOrderSequence, kerr.OutOfOrderSequenceNumber.Code},
+	{plog.ErrInvalidProducerEpoch, kerr.InvalidProducerEpoch.Code},
+	{plog.ErrUnknownProducerID, kerr.UnknownProducerID.Code},
+	{plog.ErrOffsetOutOfRange, kerr.OffsetOutOfRange.Code},
+	// A closed log is a partition this node no longer leads (deleted, or
+	// the broker is shutting down): the client refreshes its metadata.
+	{plog.ErrClosed, kerr.NotLeaderForPartition.Code},
+}
+
+// errorCode maps an error to the Kafka error code of the response (0 for
+// nil). Anything unknown comes from the storage: the partition log's I/O
+// errors are sticky and mean this partition's disk failed.
+func errorCode(err error) int16 {
+	if err == nil {
+		return 0
+	}
+	for _, e := range errorCodes {
+		if errors.Is(err, e.err) {
+			return e.code
+		}
+	}
+	return kerr.KafkaStorageError.Code
+}
