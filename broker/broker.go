@@ -150,6 +150,7 @@ func New(cfg Config) (*Broker, error) {
 		Defaults:              defaults(cfg),
 	})
 	if err != nil {
+		catalog.Close()
 		return nil, fmt.Errorf("broker: %w", err)
 	}
 	b.srv = server.New(server.Config{
@@ -289,7 +290,7 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	close(b.stopBG)
 	<-b.bgDone
 	closeErr := b.handler.Close()
-	return errors.Join(srvErr, closeErr)
+	return errors.Join(srvErr, closeErr, b.catalog.Close())
 }
 
 // background enforces retention periodically.
