@@ -460,3 +460,59 @@ func TestCatalogFullDisk(t *testing.T) {
 	}
 	_ = filepath.Join
 }
+
+// TestCatalogGroupCommit: concurrent changes share fsyncs, every one is
+// durable, and producer ids stay unique across a restart.
+func TestCatalogGroupCommit(t *testing.T) {
+	fs := vfs.NewMem()
+	c, err := open(fs, "/meta", smallOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const workers, each = 8, 100
+	syncsBefore := fs.SyncCount()
+	var wg sync.WaitGroup
+	ids := make(chan int64, workers*each)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				if _, err := c.CreateTopic(fmt.Sprintf("w%d-%d", w, i), 1, nil); err != nil {
+					t.Error(err)
+					return
+				}
+				id, err := c.NextProducerID()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ids <- id
+			}
+		}()
+	}
+	wg.Wait()
+	close(ids)
+	syncs := fs.SyncCount() - syncsBefore
+	seen := map[int64]bool{}
+	for id := range ids {
+		if seen[id] {
+			t.Fatalf("producer id %d handed out twice", id)
+		}
+		seen[id] = true
+	}
+	t.Logf("%d changes, %d syncs", workers*each, syncs)
+	c.Close()
+	c, err = open(fs.Crash(nil), "/meta", smallOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if n := len(c.Topics()); n != workers*each {
+		t.Fatalf("%d topics after reopen, want %d", n, workers*each)
+	}
+	id, _ := c.NextProducerID()
+	if seen[id] {
+		t.Fatalf("producer id %d handed out again after the restart", id)
+	}
+}
