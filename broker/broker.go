@@ -130,6 +130,11 @@ func New(cfg Config) (*Broker, error) {
 	if err := cfg.FS.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("broker: creating data directory: %w", err)
 	}
+	// The data directory's own entry must survive a crash, or everything
+	// acknowledged in a new one could go with it.
+	if err := cfg.FS.SyncDir(filepath.Dir(filepath.Clean(cfg.DataDir))); err != nil {
+		return nil, fmt.Errorf("broker: syncing the data directory's parent: %w", err)
+	}
 	catalog, err := meta.Open(cfg.FS, filepath.Join(cfg.DataDir, "meta"))
 	if err != nil {
 		return nil, fmt.Errorf("broker: %w", err)

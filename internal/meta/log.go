@@ -423,7 +423,27 @@ func (s *state) copyTopics() *state {
 	return out
 }
 
-// isNoSpace reports whether err is the disk being full (or over quota).
+// IsNoSpace reports whether err is the disk being full (or over quota).
+func IsNoSpace(err error) bool { return isNoSpace(err) }
+
+// ReleaseReserve gives up the space reserve so that a write that failed
+// for lack of space can be tried again: DeleteRecords' checkpoint of the
+// new log start, which then frees segments. It reports whether there was
+// a reserve to release. EnsureReserve takes the space back.
+func (c *Catalog) ReleaseReserve() bool {
+	c.commitMu.Lock()
+	defer c.commitMu.Unlock()
+	return c.releaseReserveCommitLocked()
+}
+
+// EnsureReserve writes the space reserve again if it was released and
+// there is room (best effort); the callers that free space call it.
+func (c *Catalog) EnsureReserve() {
+	c.commitMu.Lock()
+	defer c.commitMu.Unlock()
+	c.ensureReserve()
+}
+
 func isNoSpace(err error) bool {
 	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
@@ -439,8 +459,9 @@ func (c *Catalog) releaseReserveCommitLocked() bool {
 }
 
 // ensureReserve writes the reserve file if it is missing, best effort: on
-// a full disk it is left out until the next try (at start-up and after
-// every snapshot).
+// a full disk it is left out until the next try (at start-up, after every
+// snapshot, and on EnsureReserve). commitMu must be held (or the catalogue
+// not yet shared).
 func (c *Catalog) ensureReserve() {
 	if c.reserveSet || c.opts.reserveBytes <= 0 {
 		return

@@ -27,8 +27,9 @@
 // removed and the append written again (a failed write(2) wrote nothing
 // that counts: the log's size is only advanced after its fsync), so
 // metadata changes, above all DeleteTopics, which is how an operator frees
-// space, keep working on a full disk. The reserve is written again once
-// there is room. A failed fsync is never retried (the kernel may have
+// space, keep working on a full disk. DeleteRecords, the other way, needs a
+// block for its log-start checkpoint: it releases the reserve too
+// (ReleaseReserve). The reserve is written again once there is room. A failed fsync is never retried (the kernel may have
 // dropped the dirty pages): the catalogue then refuses changes until a
 // restart, and its state is reloaded from what was durable.
 //
