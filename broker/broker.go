@@ -51,6 +51,11 @@ type Config struct {
 	// MaxPartitionsPerTopic bounds the partition count of a topic
 	// (CreateTopics, CreatePartitions). Default 10000.
 	MaxPartitionsPerTopic int32
+	// MaxPartitions bounds the partitions of all topics together
+	// (CreateTopics, CreatePartitions, auto-creation answer
+	// INVALID_PARTITIONS beyond it). Default meta.DefaultMaxPartitions
+	// (100000); negative: no bound.
+	MaxPartitions int64
 	// NodeID is this broker's node ID. Default 0.
 	NodeID int32
 	// MaxRequestBytes closes connections sending larger frames. Default
@@ -139,6 +144,10 @@ func New(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("broker: %w", err)
 	}
+	if cfg.MaxPartitions == 0 {
+		cfg.MaxPartitions = meta.DefaultMaxPartitions
+	}
+	catalog.SetMaxPartitions(cfg.MaxPartitions)
 	b := &Broker{cfg: cfg, log: cfg.Logger, catalog: catalog, stopBG: make(chan struct{}), bgDone: make(chan struct{})}
 	b.metrics = newMetrics(cfg.Registry)
 	b.handler, err = api.New(api.Config{

@@ -27,6 +27,7 @@ import (
 
 	"github.com/sushka-io/sushka/broker"
 	"github.com/sushka-io/sushka/internal/diskprobe"
+	"github.com/sushka-io/sushka/internal/meta"
 )
 
 // serveFlags are `sushka serve`'s flags; each can also be set with the
@@ -40,6 +41,7 @@ type serveFlags struct {
 	defaultPartitions int32
 	nodeID            int32
 	maxPartitions     int32
+	maxAllPartitions  int64
 	maxRequestBytes   int32
 	logLevel          string
 	logFormat         string
@@ -74,6 +76,7 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.Int32Var(&f.defaultPartitions, "default-partitions", 1, "partition count of auto-created topics")
 	fl.Int32Var(&f.nodeID, "node-id", 0, "this broker's node ID")
 	fl.Int32Var(&f.maxPartitions, "max-partitions-per-topic", 10000, "largest partition count a topic may have")
+	fl.Int64Var(&f.maxAllPartitions, "max-partitions", meta.DefaultMaxPartitions, "most partitions of all topics together on this broker (-1: no limit)")
 	fl.Int32Var(&f.maxRequestBytes, "max-request-bytes", 100<<20, "largest request accepted; larger frames close the connection")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
@@ -160,6 +163,7 @@ func runServe(ctx context.Context, f serveFlags) error {
 		DefaultPartitions:     f.defaultPartitions,
 		NodeID:                f.nodeID,
 		MaxPartitionsPerTopic: f.maxPartitions,
+		MaxPartitions:         f.maxAllPartitions,
 		MaxRequestBytes:       f.maxRequestBytes,
 		Logger:                logger,
 		Registry:              reg,

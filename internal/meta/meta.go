@@ -120,6 +120,9 @@ type Catalog struct {
 	// id of that block is handed out only once it is durable.
 	producerIDs    *commitGroup
 	nextProducerID int64
+	// maxPartitions bounds the partitions of all topics together (0: no
+	// bound); see SetMaxPartitions.
+	maxPartitions int64
 }
 
 // commitGroup is the set of changes written by one write and one fsync.
@@ -188,6 +191,31 @@ func (c *Catalog) ClusterID() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.st.clusterID
+}
+
+// DefaultMaxPartitions is the broker's default bound on the partitions of
+// all topics together (--max-partitions).
+const DefaultMaxPartitions = 100000
+
+// SetMaxPartitions bounds the partitions of all topics together: each is a
+// directory, open files and a writer goroutine, so no client may create
+// enough to exhaust the node (design D13). Creations and growths beyond it
+// fail with ErrBadPartitions (INVALID_PARTITIONS, as Redpanda answers its
+// partition limits; Kafka has none). The internal __consumer_offsets is
+// not in the catalogue and not counted. n <= 0: no bound.
+func (c *Catalog) SetMaxPartitions(n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.maxPartitions = n
+}
+
+// checkLimitLocked refuses adding partitions beyond maxPartitions.
+func (c *Catalog) checkLimitLocked(added int32) error {
+	if c.maxPartitions > 0 && c.st.partitions+int64(added) > c.maxPartitions {
+		return fmt.Errorf("%w: %d more partitions would make %d on this broker, above its limit of %d (--max-partitions)",
+			ErrBadPartitions, added, c.st.partitions+int64(added), c.maxPartitions)
+	}
+	return nil
 }
 
 // PartitionCount is the number of partitions of all topics together.
@@ -276,7 +304,7 @@ func (c *Catalog) CheckCreate(name string, partitions int32, configs map[string]
 	if _, ok := c.st.topics[name]; ok {
 		return fmt.Errorf("%w: %s", ErrTopicExists, name)
 	}
-	return nil
+	return c.checkLimitLocked(partitions)
 }
 
 // CreateTopic adds a topic with a fresh random ID.
@@ -288,6 +316,10 @@ func (c *Catalog) CreateTopic(name string, partitions int32, configs map[string]
 	if _, ok := c.st.topics[name]; ok {
 		c.mu.Unlock()
 		return Topic{}, fmt.Errorf("%w: %s", ErrTopicExists, name)
+	}
+	if err := c.checkLimitLocked(partitions); err != nil {
+		c.mu.Unlock()
+		return Topic{}, err
 	}
 	var id [16]byte
 	for {
@@ -346,7 +378,7 @@ func (c *Catalog) checkPartitionsLocked(name string, n int32) error {
 	if n <= t.Partitions {
 		return fmt.Errorf("%w: topic %s has %d partitions; the count can only grow", ErrBadPartitions, name, t.Partitions)
 	}
-	return nil
+	return c.checkLimitLocked(n - t.Partitions)
 }
 
 // SetPartitions grows a topic to n partitions.
