@@ -324,8 +324,13 @@ func (s *Service) flush() {
 	}
 	if len(rd.Records) > 0 {
 		// After the responses: compaction's appends delay no one's ack.
+		unloaded := false
 		for p, err := range s.store.MaybeCompact() {
 			s.unload(p, err)
+			unloaded = true
+		}
+		if unloaded {
+			s.flush() // the answers of the requests that were waiting there
 		}
 	}
 }

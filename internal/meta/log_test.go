@@ -423,8 +423,30 @@ func TestCatalogFullDisk(t *testing.T) {
 		}
 	}
 	disk.SetCapacity(disk.Used()) // full
+	var images []*vfs.MemFS
+	rng := rand.New(rand.NewPCG(4, 4))
+	mem.SetSyncHook(func(vfs.Op, string) { images = append(images, mem.Crash(rng)) })
 	if err := c.DeleteTopic("t3"); err != nil {
 		t.Fatalf("delete on a full disk: %v", err)
+	}
+	mem.SetSyncHook(nil)
+	// A crash at any sync point of it (the reserve's removal, the record)
+	// keeps the other topics, and t3 once the delete returned.
+	for i, image := range images {
+		ic, err := open(image, "/meta", smallOptions)
+		if err != nil {
+			t.Fatalf("crash point %d: %v", i, err)
+		}
+		if n := len(ic.Topics()); n < 9 || n > 10 {
+			t.Fatalf("crash point %d: %d topics", i, n)
+		}
+		if _, ok := ic.Topic("t3"); ok && i == len(images)-1 {
+			t.Fatalf("crash point %d, after the delete's fsync: t3 is back", i)
+		}
+		ic.Close()
+	}
+	if len(images) == 0 {
+		t.Fatal("no sync point")
 	}
 	if _, err := mem.Stat("/meta/" + reserveFile); err == nil {
 		t.Fatal("the reserve was not used")
