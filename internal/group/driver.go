@@ -267,22 +267,28 @@ func (s *Service) flush() {
 	if rd.Empty() {
 		return
 	}
-	tooLarge := map[string]bool{}
+	// tooLarge holds, per group, the kinds of record (isOffsetKey) that
+	// could not be written because one of them exceeds a batch: all the
+	// group's records of that kind in this Ready are dropped, the others
+	// (independent keys) are written.
+	tooLarge := map[string]map[bool]bool{}
 	failedParts := map[int32]bool{}
 	if len(rd.Records) > 0 {
 		keep := rd.Records[:0:0]
 		for _, r := range rd.Records {
-			name, _ := RecordGroup(r.Key)
-			if len(r.Key)+len(r.Value) > s.store.MaxRecordBytes() {
-				if !tooLarge[name] {
-					s.log.Warn("group coordinator: a record is too large for "+OffsetsTopic+"; the group's requests fail and it goes back to its durable state",
-						"group", name, "bytes", len(r.Key)+len(r.Value), "max_bytes", s.store.MaxRecordBytes())
-				}
-				tooLarge[name] = true
+			if len(r.Key)+len(r.Value) <= s.store.MaxRecordBytes() {
+				continue
 			}
+			name, _ := RecordGroup(r.Key)
+			if tooLarge[name] == nil {
+				tooLarge[name] = map[bool]bool{}
+				s.log.Warn("group coordinator: a record is too large for "+OffsetsTopic+"; the group's requests fail and it goes back to its durable state",
+					"group", name, "bytes", len(r.Key)+len(r.Value), "max_bytes", s.store.MaxRecordBytes())
+			}
+			tooLarge[name][isOffsetKey(r.Key)] = true
 		}
 		for _, r := range rd.Records {
-			if name, _ := RecordGroup(r.Key); !tooLarge[name] {
+			if name, _ := RecordGroup(r.Key); !tooLarge[name][isOffsetKey(r.Key)] {
 				keep = append(keep, r)
 			}
 		}
@@ -315,7 +321,7 @@ func (s *Service) flush() {
 				body = ErrorResponse(c.req.Body, kerr.NotCoordinator.Code)
 				break
 			}
-			if tooLarge[name] {
+			if failedByTooLarge(c.req.Body, tooLarge[name]) {
 				body = ErrorResponse(c.req.Body, tooLargeCode(c.req.Body))
 				break
 			}

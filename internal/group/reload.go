@@ -158,6 +158,24 @@ func requestGroups(body kmsg.Request) []string {
 	return nil
 }
 
+// isOffsetKey reports whether a record key is an OffsetCommitKey (versions
+// 0 and 1) rather than group metadata.
+func isOffsetKey(key []byte) bool {
+	return len(key) >= 2 && binary.BigEndian.Uint16(key) <= 1
+}
+
+// failedByTooLarge reports whether a request of a group whose records of
+// the kinds in dropped (isOffsetKey) were not written must fail: offset
+// commits and fetches depend on the offset records only, every other
+// request on the group's metadata.
+func failedByTooLarge(body kmsg.Request, dropped map[bool]bool) bool {
+	switch body.(type) {
+	case *kmsg.OffsetCommitRequest, *kmsg.OffsetFetchRequest:
+		return dropped[true]
+	}
+	return dropped[false]
+}
+
 // tooLargeCode is what a request gets when its group's record does not fit
 // in a batch, as Kafka's GroupMetadataManager maps MESSAGE_TOO_LARGE and
 // RECORD_LIST_TOO_LARGE from the append: INVALID_COMMIT_OFFSET_SIZE for
