@@ -334,6 +334,13 @@ func (c *Catalog) writeLogCommitLocked(buf []byte) error {
 		return c.failCommitLocked(fmt.Errorf("meta: writing %s: %w", c.log.Name(), err), sticky)
 	}
 	if err := c.log.Sync(); err != nil {
+		// What reached the disk is unknown. Cut the file back to what was
+		// durable (best effort: its own sync is a new request, not a
+		// retry of this one), so the failed changes cannot come back at
+		// the next start; the catalogue refuses changes until then.
+		if c.log.Truncate(c.logSize) == nil {
+			c.log.Sync()
+		}
 		return c.failCommitLocked(fmt.Errorf("meta: syncing %s: %w", c.log.Name(), err), true)
 	}
 	c.logSize += int64(len(buf))

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -536,5 +537,57 @@ func TestCatalogGroupCommit(t *testing.T) {
 	id, _ := c.NextProducerID()
 	if seen[id] {
 		t.Fatalf("producer id %d handed out again after the restart", id)
+	}
+}
+
+// TestCatalogSyncFailureIsSticky: a failed fsync of the log fails the
+// change, takes it out of the state (nothing claims what may not be
+// durable), refuses later changes until a restart, and the failed change
+// does not come back at the restart.
+func TestCatalogSyncFailureIsSticky(t *testing.T) {
+	mem := vfs.NewMem()
+	var failing atomic.Bool
+	fs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op, path string) error {
+		if failing.Load() && op == vfs.OpSync && strings.HasSuffix(path, logFile) {
+			failing.Store(false) // once: the error is what must stick
+			return vfs.ErrInjected
+		}
+		return nil
+	}))
+	c, err := open(fs, "/meta", smallOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateTopic("before", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	failing.Store(true)
+	if _, err := c.CreateTopic("failed", 1, nil); !errors.Is(err, vfs.ErrInjected) {
+		t.Fatalf("create with a failing fsync: %v", err)
+	}
+	if _, ok := c.Topic("failed"); ok {
+		t.Fatal("the failed topic is in the state")
+	}
+	if _, err := c.CreateTopic("later", 1, nil); err == nil || !strings.Contains(err.Error(), "restart") {
+		t.Fatalf("a change after a failed fsync: %v", err)
+	}
+	if _, ok := c.Topic("before"); !ok {
+		t.Fatal("an acknowledged topic is gone")
+	}
+	c.Close()
+	// Whatever a crash keeps of the unsynced bytes, the failed change is
+	// not among them: the log was cut back to its durable size.
+	for seed := uint64(0); seed < 20; seed++ {
+		c, err = open(mem.Crash(rand.New(rand.NewPCG(seed, seed))), "/meta", smallOptions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := describe(c).String(); got != "before:1| " {
+			t.Fatalf("after restart (seed %d): %q", seed, got)
+		}
+		if _, err := c.CreateTopic("later", 1, nil); err != nil {
+			t.Fatalf("after restart: %v", err)
+		}
+		c.Close()
 	}
 }
