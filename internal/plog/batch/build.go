@@ -153,22 +153,9 @@ func ForEachKeyValue(b []byte, fn func(offsetDelta int32, key, value []byte) err
 		return errorf(KindInvalid, OffsetAttributes, "%s batch: ForEachKeyValue reads uncompressed batches only", c)
 	}
 	r := recordReader{b: b, pos: OffsetRecords, end: len(b)}
-	for i := int32(0); i < h.NumRecords; i++ {
-		if r.pos == r.end {
-			return r.errorAt(r.pos, "records end after %d of %d records", i, h.NumRecords)
-		}
-		rec, err := r.next(i)
-		if err != nil {
-			return err
-		}
-		if err := fn(rec.offsetDelta, r.nullableBytes(rec.keyPos), r.nullableBytes(rec.valuePos)); err != nil {
-			return err
-		}
-	}
-	if r.pos != r.end {
-		return r.errorAt(r.pos, "%d bytes left after the last of %d records", r.end-r.pos, h.NumRecords)
-	}
-	return nil
+	return r.each(h.NumRecords, func(rec record) (bool, error) {
+		return true, fn(rec.offsetDelta, r.nullableBytes(rec.keyPos), r.nullableBytes(rec.valuePos))
+	})
 }
 
 // nullableBytes returns the bytes whose varint length starts at pos, which

@@ -41,24 +41,32 @@ func ForEachRecord(b []byte, fn func(offsetDelta int32, timestamp int64) bool) e
 		}
 		r = recordReader{b: records, pos: 0, end: len(records), decompressed: true}
 	}
-	for i := int32(0); i < h.NumRecords; i++ {
+	return r.each(h.NumRecords, func(rec record) (bool, error) {
+		timestamp := h.BaseTimestamp + rec.timestampDelta
+		if h.LogAppendTime() {
+			timestamp = h.MaxTimestamp
+		}
+		return fn(rec.offsetDelta, timestamp), nil
+	})
+}
+
+// each parses count records and calls fn with each, until fn returns false
+// or an error; the records must fill the reader exactly.
+func (r *recordReader) each(count int32, fn func(record) (bool, error)) error {
+	for i := int32(0); i < count; i++ {
 		if r.pos == r.end {
-			return r.errorAt(r.pos, "records end after %d of %d records", i, h.NumRecords)
+			return r.errorAt(r.pos, "records end after %d of %d records", i, count)
 		}
 		rec, err := r.next(i)
 		if err != nil {
 			return err
 		}
-		timestamp := h.BaseTimestamp + rec.timestampDelta
-		if h.LogAppendTime() {
-			timestamp = h.MaxTimestamp
-		}
-		if !fn(rec.offsetDelta, timestamp) {
-			return nil
+		if more, err := fn(rec); !more || err != nil {
+			return err
 		}
 	}
 	if r.pos != r.end {
-		return r.errorAt(r.pos, "%d bytes left after the last of %d records", r.end-r.pos, h.NumRecords)
+		return r.errorAt(r.pos, "%d bytes left after the last of %d records", r.end-r.pos, count)
 	}
 	return nil
 }
