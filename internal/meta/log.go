@@ -319,7 +319,7 @@ func (c *Catalog) writeLogCommitLocked(buf []byte) error {
 		return c.failCommitLocked(errors.New("meta: catalogue closed"), true)
 	}
 	_, err := c.log.WriteAt(buf, c.logSize)
-	if isNoSpace(err) && c.releaseReserveCommitLocked() {
+	if IsNoSpace(err) && c.releaseReserveCommitLocked() {
 		_, err = c.log.WriteAt(buf, c.logSize)
 	}
 	if err != nil {
@@ -391,7 +391,8 @@ func (c *Catalog) maybeSnapshotCommitLocked() {
 		c.mu.Unlock()
 		return
 	}
-	// Encoding under mu keeps the state still; the file is written after.
+	// A copy taken under mu is the state at next; it is encoded and
+	// written without holding mu.
 	st := c.st.copyTopics()
 	next := c.nextOffset
 	c.mu.Unlock()
@@ -430,8 +431,6 @@ func (s *state) copyTopics() *state {
 	return out
 }
 
-// IsNoSpace reports whether err is the disk being full (or over quota).
-func IsNoSpace(err error) bool { return isNoSpace(err) }
 
 // ReleaseReserve gives up the space reserve so that a write that failed
 // for lack of space can be tried again: DeleteRecords' checkpoint of the
@@ -451,7 +450,8 @@ func (c *Catalog) EnsureReserve() {
 	c.ensureReserve()
 }
 
-func isNoSpace(err error) bool {
+// IsNoSpace reports whether err is the disk being full (or over quota).
+func IsNoSpace(err error) bool {
 	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
