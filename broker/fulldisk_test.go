@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -235,4 +236,65 @@ func TestDeleteTopicsCrash(t *testing.T) {
 		t.Fatalf("none of %d crash points had the deletion durable", len(images))
 	}
 	t.Logf("%d crash points, %d with the topic gone", len(images), gone)
+}
+
+// TestDeleteTopicsFailureUndoes: a deletion whose catalogue record cannot
+// be made durable fails and leaves the topic whole and served, and after a
+// restart too; a partition directory the catalogue does not know is never
+// removed by a start.
+func TestDeleteTopicsFailureUndoes(t *testing.T) {
+	mem := vfs.NewMem()
+	var failing atomic.Bool
+	fs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op, path string) error {
+		if failing.Load() && op == vfs.OpSync && strings.HasSuffix(path, "metadata.log") {
+			return vfs.ErrInjected
+		}
+		return nil
+	}))
+	mem.MkdirAll("/data/stranger-0", 0o755)
+	tb := startBroker(t, Config{FS: fs, DataDir: "/data"})
+	c := dialRaw(t, tb.AdvertisedAddr())
+	rawCreateTopic(t, c, "victim", 2)
+	produceSome(t, tb, "victim", 3)
+	failing.Store(true)
+	if code := rawDeleteTopic(c, "victim"); code != kerr.KafkaStorageError.Code {
+		t.Fatalf("delete with a failing catalogue: %v", kerr.ErrorForCode(code))
+	}
+	lo := kmsg.NewPtrListOffsetsRequest()
+	lo.Version = 1
+	lo.ReplicaID = -1
+	lo.Topics = []kmsg.ListOffsetsRequestTopic{{Topic: "victim", Partitions: []kmsg.ListOffsetsRequestTopicPartition{{Partition: 0, Timestamp: -1}, {Partition: 1, Timestamp: -1}}}}
+	var lor kmsg.ListOffsetsResponse
+	c.roundTrip(lo, &lor)
+	var total int64
+	for _, p := range lor.Topics[0].Partitions {
+		if p.ErrorCode != 0 {
+			t.Fatalf("the topic after a failed deletion: %v", kerr.ErrorForCode(p.ErrorCode))
+		}
+		total += p.Offset
+	}
+	if total != 3 {
+		t.Fatalf("the topic after a failed deletion has %d records, want 3", total)
+	}
+	failing.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	tb.Shutdown(ctx) // the catalogue's failed fsync is reported; expected
+	cancel()
+	<-tb.done
+	tb.Broker = nil
+
+	tb = startBroker(t, Config{FS: mem, DataDir: "/data"})
+	c = dialRaw(t, tb.AdvertisedAddr())
+	lor = kmsg.ListOffsetsResponse{}
+	c.roundTrip(lo, &lor)
+	total = 0
+	for _, p := range lor.Topics[0].Partitions {
+		total += p.Offset
+	}
+	if total != 3 {
+		t.Fatalf("after restart the topic has %d records, want 3", total)
+	}
+	if _, err := mem.Stat("/data/stranger-0"); err != nil {
+		t.Fatalf("a directory the catalogue does not know was removed: %v", err)
+	}
 }

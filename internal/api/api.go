@@ -179,7 +179,7 @@ func New(cfg Config) (*Handler, error) {
 		topics: make(map[string]*topic),
 		byID:   make(map[[16]byte]*topic),
 	}
-	if err := h.removeStrayPartitions(); err != nil { // 20_delete_topics.go
+	if err := h.finishDeletions(); err != nil { // 20_delete_topics.go
 		return nil, err
 	}
 	for _, mt := range cfg.Catalog.Topics() {

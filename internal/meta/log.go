@@ -431,7 +431,6 @@ func (s *state) copyTopics() *state {
 	return out
 }
 
-
 // ReleaseReserve gives up the space reserve so that a write that failed
 // for lack of space can be tried again: DeleteRecords' checkpoint of the
 // new log start, which then frees segments. It reports whether there was
