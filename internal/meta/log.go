@@ -406,14 +406,17 @@ func (c *Catalog) maybeSnapshotCommitLocked() {
 	// The snapshot has every record of the log: empty it. A crash before
 	// the truncation is durable leaves records below next, which replay
 	// skips.
-	if err := c.log.Truncate(0); err == nil {
-		err = c.log.Sync()
-		if err != nil {
-			c.failCommitLocked(fmt.Errorf("meta: syncing %s: %w", c.log.Name(), err), true)
-			return
-		}
-		c.logSize = 0
+	if err := c.log.Truncate(0); err != nil {
+		// The log keeps its records (replay skips them); try again once
+		// it has grown some more, not at every commit.
+		c.snapshotBytes = c.logSize + c.opts.minCompactBytes
+		return
 	}
+	if err := c.log.Sync(); err != nil {
+		c.failCommitLocked(fmt.Errorf("meta: syncing %s: %w", c.log.Name(), err), true)
+		return
+	}
+	c.logSize = 0
 	c.ensureReserve()
 }
 
