@@ -210,3 +210,55 @@ func TestStorageErrorFailsRequestsThenRecovers(t *testing.T) {
 		t.Fatalf("offset %d after restart, want 4", got[0])
 	}
 }
+
+// TestStorageErrorAnswersWaitingJoins: a JoinGroup waiting for a rebalance
+// in a partition whose log fails is answered at once (NOT_COORDINATOR),
+// not left hanging with its group forgotten.
+func TestStorageErrorAnswersWaitingJoins(t *testing.T) {
+	mem := vfs.NewMem()
+	var failing atomic.Bool
+	fs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op, path string) error {
+		if failing.Load() && (op == vfs.OpWrite || op == vfs.OpWritev || op == vfs.OpSync) {
+			return vfs.ErrInjected
+		}
+		return nil
+	}))
+	s := startServiceBatch(t, fs, 0)
+	defer s.Close()
+	if _, _, code := joinAndSync(t, s, "g", []byte("a")); code != 0 {
+		t.Fatalf("first member: %d", code)
+	}
+	// A second member's join waits for the first to rejoin.
+	waiting := make(chan *kmsg.JoinGroupResponse, 1)
+	join := kmsg.NewPtrJoinGroupRequest()
+	join.Version = 9
+	join.Group, join.ProtocolType = "g", "consumer"
+	join.SessionTimeoutMillis, join.RebalanceTimeoutMillis = 30000, 60000
+	join.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: []byte{0, 1}}}
+	if r := do[*kmsg.JoinGroupResponse](t, s, join); r.ErrorCode == kerr.MemberIDRequired.Code {
+		join.MemberID = r.MemberID
+	}
+	go func() {
+		resp, err := s.Do(t.Context(), "test", "/127.0.0.1", join)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		waiting <- resp.(*kmsg.JoinGroupResponse)
+	}()
+	select {
+	case r := <-waiting:
+		t.Fatalf("the second join did not wait: %+v", r)
+	case <-time.After(200 * time.Millisecond):
+	}
+	failing.Store(true)
+	do[*kmsg.OffsetCommitResponse](t, s, commitReq("other", -1, "", map[int32]int64{0: 1}))
+	select {
+	case r := <-waiting:
+		if r.ErrorCode != kerr.NotCoordinator.Code {
+			t.Fatalf("the waiting join got %v, want NOT_COORDINATOR", kerr.ErrorForCode(r.ErrorCode))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting join was never answered")
+	}
+}
