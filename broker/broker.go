@@ -52,6 +52,11 @@ type Config struct {
 	// MaxPartitionsPerTopic bounds the partition count of a topic
 	// (CreateTopics, CreatePartitions). Default 10000.
 	MaxPartitionsPerTopic int32
+	// MaxPartitions bounds the partitions of all topics together
+	// (CreateTopics, CreatePartitions, auto-creation answer
+	// INVALID_PARTITIONS beyond it). Default meta.DefaultMaxPartitions
+	// (100000); negative: no bound.
+	MaxPartitions int64
 	// NodeID is this broker's node ID. Default 0.
 	NodeID int32
 	// MaxRequestBytes closes connections sending larger frames. Default
@@ -169,10 +174,19 @@ func New(cfg Config) (*Broker, error) {
 	if err := cfg.FS.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("broker: creating data directory: %w", err)
 	}
+	// The data directory's own entry must survive a crash, or everything
+	// acknowledged in a new one could go with it.
+	if err := cfg.FS.SyncDir(filepath.Dir(filepath.Clean(cfg.DataDir))); err != nil {
+		return nil, fmt.Errorf("broker: syncing the data directory's parent: %w", err)
+	}
 	catalog, err := meta.Open(cfg.FS, filepath.Join(cfg.DataDir, "meta"))
 	if err != nil {
 		return nil, fmt.Errorf("broker: %w", err)
 	}
+	if cfg.MaxPartitions == 0 {
+		cfg.MaxPartitions = meta.DefaultMaxPartitions
+	}
+	catalog.SetMaxPartitions(cfg.MaxPartitions)
 	b := &Broker{cfg: cfg, log: cfg.Logger, catalog: catalog, stopBG: make(chan struct{}), bgDone: make(chan struct{})}
 	b.metrics = newMetrics(cfg.Registry)
 	b.handler, err = api.New(api.Config{
@@ -190,6 +204,7 @@ func New(cfg Config) (*Broker, error) {
 		FileCache:             plog.NewFileCache(cfg.MaxOpenSegmentFiles),
 	})
 	if err != nil {
+		catalog.Close()
 		return nil, fmt.Errorf("broker: %w", err)
 	}
 	b.srv = server.New(server.Config{
@@ -361,7 +376,7 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		closeErr = fmt.Errorf("broker: partition logs still closing at shutdown: %w", ctx.Err())
 	}
-	return errors.Join(srvErr, bgErr, closeErr)
+	return errors.Join(srvErr, bgErr, closeErr, b.catalog.Close())
 }
 
 // background enforces retention periodically.

@@ -27,6 +27,7 @@ import (
 
 	"github.com/sushka-io/sushka/broker"
 	"github.com/sushka-io/sushka/internal/diskprobe"
+	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/server"
 )
 
@@ -41,6 +42,7 @@ type serveFlags struct {
 	defaultPartitions int32
 	nodeID            int32
 	maxPartitions     int32
+	maxAllPartitions  int64
 	maxRequestBytes   int32
 	maxRequestMemory  int64
 	maxConnections    int
@@ -106,6 +108,7 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.Int32Var(&f.defaultPartitions, "default-partitions", 1, "partition count of auto-created topics")
 	fl.Int32Var(&f.nodeID, "node-id", 0, "this broker's node ID")
 	fl.Int32Var(&f.maxPartitions, "max-partitions-per-topic", 10000, "largest partition count a topic may have")
+	fl.Int64Var(&f.maxAllPartitions, "max-partitions", meta.DefaultMaxPartitions, "most partitions of all topics together on this broker (-1: no limit)")
 	fl.Int32Var(&f.maxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request accepted; larger frames close the connection (socket.request.max.bytes)")
 	fl.Int64Var(&f.maxRequestMemory, "max-request-memory", server.DefaultMaxRequestMemory, "request bytes all connections may hold in memory together; a connection waits (stops reading) while it is used up (queued.max.request.bytes)")
 	fl.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections, "open client connections; more are accepted and closed at once (max.connections)")
@@ -254,6 +257,7 @@ func runServe(ctx context.Context, f serveFlags) error {
 		DefaultPartitions:     f.defaultPartitions,
 		NodeID:                f.nodeID,
 		MaxPartitionsPerTopic: f.maxPartitions,
+		MaxPartitions:         f.maxAllPartitions,
 		MaxRequestBytes:       f.maxRequestBytes,
 		MaxRequestMemory:      f.maxRequestMemory,
 		MaxConnections:        f.maxConnections,

@@ -3,6 +3,8 @@ package api
 import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/meta"
 )
 
 // DeleteRecords: v0-2
@@ -11,6 +13,8 @@ import (
 // * Advances a partition's log start offset; -1 means the high watermark.
 //   An offset beyond the high watermark is OFFSET_OUT_OF_RANGE.
 // * The answer's LowWatermark is the new log start offset.
+// * Works on a full disk: the checkpoint's write takes the catalogue's
+//   space reserve (internal/meta) when it fails for lack of space.
 //
 // Version notes:
 // * v1: no change; v2: flexible versions
@@ -43,6 +47,15 @@ func (h *Handler) handleDeleteRecords(req *kmsg.DeleteRecordsRequest) kmsg.Respo
 				continue
 			}
 			start, err := l.DeleteRecordsBefore(offset)
+			if meta.IsNoSpace(err) && h.cfg.Catalog.ReleaseReserve() {
+				// A full disk: the checkpoint of the new log start needs
+				// a block, which the catalogue's reserve gives up; the
+				// segments deleted behind the new start give it back.
+				start, err = l.DeleteRecordsBefore(offset)
+			}
+			if err == nil {
+				h.cfg.Catalog.EnsureReserve()
+			}
 			if err != nil {
 				sp.ErrorCode = errorCode(err)
 			} else {

@@ -164,6 +164,9 @@ func New(cfg Config) (*Handler, error) {
 		topics: make(map[string]*topic),
 		byID:   make(map[[16]byte]*topic),
 	}
+	if err := h.finishDeletions(); err != nil { // 20_delete_topics.go
+		return nil, err
+	}
 	for _, mt := range cfg.Catalog.Topics() {
 		t := &topic{meta: mt}
 		for p := int32(0); p < mt.Partitions; p++ {

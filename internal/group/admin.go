@@ -30,7 +30,7 @@ func (c *Coordinator) findCoordinator(req *kmsg.FindCoordinatorRequest) *kmsg.Fi
 		case req.CoordinatorType == keyTypeTransaction:
 			// Transactions are not served yet (design D10: later).
 			co.ErrorCode = kerr.CoordinatorNotAvailable.Code
-		case c.cfg.Owns != nil && !c.cfg.Owns(c.partitionFor(key)):
+		case c.cfg.Owns != nil && !c.cfg.Owns(c.partitionFor(key)) || c.unloaded[c.partitionFor(key)]:
 			co.ErrorCode = kerr.CoordinatorNotAvailable.Code
 		case !c.loaded:
 			co.ErrorCode = kerr.CoordinatorNotAvailable.Code

@@ -154,6 +154,9 @@ type Coordinator struct {
 	now    time.Time
 	groups map[string]*group
 	out    Ready
+	// unloaded are the __consumer_offsets partitions whose groups are not
+	// in memory (their log failed; see UnloadPartition).
+	unloaded map[int32]bool
 }
 
 // New returns an empty coordinator; Load the log, then call Loaded.
@@ -173,14 +176,7 @@ func (c *Coordinator) Loaded(now time.Time) {
 	c.loaded = true
 	c.now = now
 	for _, g := range c.sortedGroups() {
-		for _, m := range g.members {
-			m.sessionDeadline = now.Add(m.sessionTimeout)
-		}
-		if g.kind == kindConsumer {
-			for _, m := range g.cmembers {
-				m.sessionDeadline = now.Add(c.cfg.ConsumerSessionTimeout)
-			}
-		}
+		c.startSessions(g)
 	}
 }
 
@@ -228,7 +224,7 @@ func (c *Coordinator) partitionFor(group string) int32 {
 // group is even looked at: NOT_COORDINATOR for a group another node
 // coordinates, COORDINATOR_LOAD_IN_PROGRESS while loading.
 func (c *Coordinator) checkCoordinator(group string) int16 {
-	if c.cfg.Owns != nil && !c.cfg.Owns(c.partitionFor(group)) {
+	if p := c.partitionFor(group); c.cfg.Owns != nil && !c.cfg.Owns(p) || c.unloaded[p] {
 		return kerr.NotCoordinator.Code
 	}
 	if !c.loaded {

@@ -21,10 +21,15 @@
 // answer a request handed in long before (JoinGroup and SyncGroup wait for
 // the rebalance to complete): Response.ID is the handle of its request. A
 // request is answered exactly once, unless the coordinator is discarded.
-// If persisting fails, the driver answers that Ready's requests with
-// ErrorResponse(COORDINATOR_NOT_AVAILABLE) and stops using the coordinator
-// (the storage's errors are sticky): the state in memory is then ahead of
-// the disk, and only a restart (replaying the log) makes them agree again.
+// If persisting fails, the state in memory is ahead of the disk for the
+// groups whose records were not written; the driver brings them back to
+// what is durable (reload.go) and fails only the requests that depended
+// on them: a record too large for any batch fails its group
+// (ReloadGroup; UNKNOWN_SERVER_ERROR, INVALID_COMMIT_OFFSET_SIZE for
+// OffsetCommit, as Kafka's GroupMetadataManager answers), a storage error
+// fails a __consumer_offsets partition (UnloadPartition; NOT_COORDINATOR,
+// Kafka's answer to KAFKA_STORAGE_ERROR) until its log can be reopened and
+// replayed (LoadPartition). No failure is sticky for the coordinator.
 //
 // Load(records) replays the log at start-up, before the first request;
 // until Loaded is called, requests are answered COORDINATOR_LOAD_IN_PROGRESS

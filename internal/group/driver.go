@@ -37,6 +37,9 @@ type ServiceConfig struct {
 	// __consumer_offsets store (StoreConfig); zero takes the defaults.
 	CompactAfterBytes   int64
 	OffsetsSegmentBytes int64
+	// OffsetsMaxBatchBytes bounds one batch of __consumer_offsets
+	// (StoreConfig.MaxBatchBytes); zero takes the default, 64 MiB.
+	OffsetsMaxBatchBytes int
 }
 
 // Service is the driver: the one goroutine that owns a Coordinator and the
@@ -57,7 +60,9 @@ type Service struct {
 	c       *Coordinator
 	nextID  uint64
 	pending map[uint64]*call
-	failed  error
+	// retryAt is when retryBroken next reopens the broken partitions
+	// (zero: none is broken).
+	retryAt time.Time
 }
 
 type call struct {
@@ -92,6 +97,7 @@ func Start(cfg ServiceConfig) (*Service, error) {
 
 		CompactAfterBytes: cfg.CompactAfterBytes,
 		SegmentBytes:      cfg.OffsetsSegmentBytes,
+		MaxBatchBytes:     cfg.OffsetsMaxBatchBytes,
 	})
 	if err != nil {
 		return nil, err
@@ -199,6 +205,7 @@ func (s *Service) run() {
 			}
 			return
 		case o := <-s.inbox:
+			s.retryBroken()
 			s.take(o)
 		drain:
 			for i := 1; i < maxDrain; i++ {
@@ -210,6 +217,7 @@ func (s *Service) run() {
 				}
 			}
 		case <-timer.C:
+			s.retryBroken()
 			s.c.Tick(s.clock.Now())
 		}
 		s.flush()
@@ -231,6 +239,9 @@ func (s *Service) resetTimer(t *time.Timer) {
 	if next := s.c.NextDeadline(); !next.IsZero() && next.Sub(s.clock.Now()) < d {
 		d = max(next.Sub(s.clock.Now()), time.Millisecond)
 	}
+	if !s.retryAt.IsZero() && s.retryAt.Sub(s.clock.Now()) < d {
+		d = max(s.retryAt.Sub(s.clock.Now()), time.Millisecond)
+	}
 	t.Reset(d)
 }
 
@@ -240,10 +251,6 @@ func (s *Service) take(o op) {
 		return
 	}
 	c := o.call
-	if s.failed != nil {
-		c.reply <- ErrorResponse(c.req.Body, kerr.CoordinatorNotAvailable.Code)
-		return
-	}
 	s.nextID++
 	c.req.ID = s.nextID
 	c.req.Now = s.clock.Now()
@@ -251,20 +258,56 @@ func (s *Service) take(o op) {
 	s.c.Handle(c.req)
 }
 
-// flush persists the Ready's records, then releases its responses.
+// flush persists the Ready's records, then releases its responses. What
+// could not be persisted fails alone (see reload.go): a record too large
+// for a batch fails its group's requests, a storage error those of its
+// partition, and the state in memory goes back to what is durable.
 func (s *Service) flush() {
 	rd := s.c.Ready()
 	if rd.Empty() {
 		return
 	}
-	if len(rd.Records) > 0 && s.failed == nil {
-		if err := s.store.Append(rd.Records); err != nil {
-			// The disk is behind the state in memory, and storage
-			// errors are sticky: stop coordinating until a restart
-			// replays the log.
-			s.failed = err
-			s.log.Error("group coordinator: persisting to __consumer_offsets failed; groups unavailable until restart", "err", err)
+	// tooLarge holds, per group, the kinds of record (isOffsetKey) that
+	// could not be written because one of them exceeds a batch: all the
+	// group's records of that kind in this Ready are dropped, the others
+	// (independent keys) are written.
+	tooLarge := map[string]map[bool]bool{}
+	failedParts := map[int32]bool{}
+	if len(rd.Records) > 0 {
+		keep := rd.Records[:0:0]
+		for _, r := range rd.Records {
+			if len(r.Key)+len(r.Value) <= s.store.MaxRecordBytes() {
+				continue
+			}
+			name, _ := RecordGroup(r.Key)
+			if tooLarge[name] == nil {
+				tooLarge[name] = map[bool]bool{}
+				s.log.Warn("group coordinator: a record is too large for "+OffsetsTopic+"; the group's requests fail and it goes back to its durable state",
+					"group", name, "bytes", len(r.Key)+len(r.Value), "max_bytes", s.store.MaxRecordBytes())
+			}
+			tooLarge[name][isOffsetKey(r.Key)] = true
 		}
+		for _, r := range rd.Records {
+			if name, _ := RecordGroup(r.Key); !tooLarge[name][isOffsetKey(r.Key)] {
+				keep = append(keep, r)
+			}
+		}
+		for p, err := range s.store.Append(keep) {
+			s.unload(p, err)
+			failedParts[p] = true
+		}
+		for name := range tooLarge {
+			if failedParts[s.c.partitionFor(name)] {
+				continue // unloaded with its partition
+			}
+			if err := s.c.ReloadGroup(name, s.store.LiveRecords(name), kerr.UnknownServerError.Code); err != nil {
+				s.unload(s.c.partitionFor(name), err)
+				failedParts[s.c.partitionFor(name)] = true
+			}
+		}
+		// Unloading and reloading answered waiting requests: send those
+		// too (they persist nothing).
+		rd.Responses = append(rd.Responses, s.c.Ready().Responses...)
 	}
 	for _, r := range rd.Responses {
 		c := s.pending[r.ID]
@@ -272,17 +315,65 @@ func (s *Service) flush() {
 			continue
 		}
 		delete(s.pending, r.ID)
-		if s.failed != nil && len(rd.Records) > 0 {
-			c.reply <- ErrorResponse(c.req.Body, kerr.CoordinatorNotAvailable.Code)
+		body := r.Body
+		for _, name := range requestGroups(c.req.Body) {
+			if failedParts[s.c.partitionFor(name)] {
+				body = ErrorResponse(c.req.Body, kerr.NotCoordinator.Code)
+				break
+			}
+			if failedByTooLarge(c.req.Body, tooLarge[name]) {
+				body = ErrorResponse(c.req.Body, tooLargeCode(c.req.Body))
+				break
+			}
+		}
+		c.reply <- body
+	}
+	if len(rd.Records) > 0 {
+		// After the responses: compaction's appends delay no one's ack.
+		unloaded := false
+		for p, err := range s.store.MaybeCompact() {
+			s.unload(p, err)
+			unloaded = true
+		}
+		if unloaded {
+			s.flush() // the answers of the requests that were waiting there
+		}
+	}
+}
+
+// unload takes partition p's groups out of service after its log failed;
+// retryBroken brings them back once the log reopens.
+func (s *Service) unload(p int32, err error) {
+	s.log.Error("group coordinator: persisting to "+OffsetsTopic+" failed; its groups answer NOT_COORDINATOR until the log can be written again",
+		"partition", p, "err", err)
+	s.c.UnloadPartition(p)
+	s.retryAt = s.clock.Now().Add(reopenInterval)
+}
+
+// reopenInterval is how often a broken __consumer_offsets partition is
+// reopened.
+const reopenInterval = 500 * time.Millisecond
+
+// retryBroken reopens the broken partitions, at most every
+// reopenInterval, and loads their groups again.
+func (s *Service) retryBroken() {
+	if s.retryAt.IsZero() || s.clock.Now().Before(s.retryAt) {
+		return
+	}
+	s.retryAt = time.Time{}
+	for p := int32(0); p < s.store.Partitions(); p++ {
+		if !s.store.Broken(p) {
 			continue
 		}
-		c.reply <- r.Body
-	}
-	if len(rd.Records) > 0 && s.failed == nil {
-		// After the responses: compaction's appends delay no one's ack.
-		if err := s.store.MaybeCompact(); err != nil {
-			s.failed = err
-			s.log.Error("group coordinator: compacting __consumer_offsets failed; groups unavailable until restart", "err", err)
+		records, err := s.store.Reopen(p)
+		if err == nil {
+			err = s.c.LoadPartition(p, records)
 		}
+		if err != nil {
+			s.log.Warn("group coordinator: "+OffsetsTopic+" partition still unavailable", "partition", p, "err", err)
+			s.retryAt = s.clock.Now().Add(reopenInterval)
+			continue
+		}
+		s.log.Info("group coordinator: "+OffsetsTopic+" partition available again", "partition", p, "records", len(records))
 	}
 }

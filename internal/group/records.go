@@ -187,42 +187,11 @@ func (c *Coordinator) apply(r Record) error {
 // non-idempotent producer would send it, with every record stamped
 // timestamp (ms). The base offset is 0: the log assigns it.
 func EncodeBatch(records []Record, timestamp int64) []byte {
-	var body, rec []byte
+	kvs := make([]batch.KeyValue, len(records))
 	for i, r := range records {
-		rec = rec[:0]
-		rec = append(rec, 0)                     // attributes
-		rec = binary.AppendVarint(rec, 0)        // timestampDelta
-		rec = binary.AppendVarint(rec, int64(i)) // offsetDelta
-		rec = appendVarintBytes(rec, r.Key)      //
-		rec = appendVarintBytes(rec, r.Value)    // nil: tombstone
-		rec = binary.AppendVarint(rec, 0)        // no headers
-		body = binary.AppendVarint(body, int64(len(rec)))
-		body = append(body, rec...)
+		kvs[i] = batch.KeyValue{Key: r.Key, Value: r.Value} // nil Value: tombstone
 	}
-	b := make([]byte, batch.HeaderSize, batch.HeaderSize+len(body))
-	binary.BigEndian.PutUint64(b[batch.OffsetBaseOffset:], 0)
-	binary.BigEndian.PutUint32(b[batch.OffsetLength:], uint32(batch.HeaderSize-batch.LengthFieldEnd+len(body)))
-	binary.BigEndian.PutUint32(b[batch.OffsetPartitionLeaderEpoch:], 0)
-	b[batch.OffsetMagic] = batch.Magic
-	binary.BigEndian.PutUint16(b[batch.OffsetAttributes:], 0)
-	binary.BigEndian.PutUint32(b[batch.OffsetLastOffsetDelta:], uint32(len(records)-1))
-	binary.BigEndian.PutUint64(b[batch.OffsetBaseTimestamp:], uint64(timestamp))
-	binary.BigEndian.PutUint64(b[batch.OffsetMaxTimestamp:], uint64(timestamp))
-	binary.BigEndian.PutUint64(b[batch.OffsetProducerID:], ^uint64(0)) // -1
-	binary.BigEndian.PutUint16(b[batch.OffsetProducerEpoch:], 0xffff)  // -1
-	binary.BigEndian.PutUint32(b[batch.OffsetBaseSequence:], 0xffffffff)
-	binary.BigEndian.PutUint32(b[batch.OffsetNumRecords:], uint32(len(records)))
-	b = append(b, body...)
-	binary.BigEndian.PutUint32(b[batch.OffsetCRC:], batch.CRC(b))
-	return b
-}
-
-func appendVarintBytes(dst, b []byte) []byte {
-	if b == nil {
-		return binary.AppendVarint(dst, -1)
-	}
-	dst = binary.AppendVarint(dst, int64(len(b)))
-	return append(dst, b...)
+	return batch.BuildRecords(kvs, 0, timestamp)
 }
 
 // DecodeBatches calls fn with the key and value of every record in data,
@@ -239,21 +208,11 @@ func DecodeBatches(data []byte, fn func(key, value []byte)) (next int64, err err
 		if h.Control() {
 			return nil
 		}
-		if h.Compression() != batch.CodecNone {
-			return fmt.Errorf("compressed batch at offset %d: %s", h.BaseOffset, h.Compression())
-		}
-		recs := b[batch.OffsetRecords:]
-		for i := int32(0); i < h.NumRecords; i++ {
-			n, w := binary.Varint(recs)
-			if w <= 0 || n < 0 || int64(len(recs)-w) < n {
-				return fmt.Errorf("batch at offset %d: record %d is truncated", h.BaseOffset, i)
-			}
-			var rec kmsg.Record
-			if err := rec.ReadFrom(recs[:w+int(n)]); err != nil {
-				return fmt.Errorf("batch at offset %d: record %d: %w", h.BaseOffset, i, err)
-			}
-			fn(rec.Key, rec.Value)
-			recs = recs[w+int(n):]
+		if err := batch.ForEachKeyValue(b, func(_ int32, key, value []byte) error {
+			fn(key, value)
+			return nil
+		}); err != nil {
+			return fmt.Errorf("batch at offset %d: %w", h.BaseOffset, err)
 		}
 		return nil
 	})

@@ -8,15 +8,21 @@ import (
 
 	"github.com/sushka-io/sushka/internal/clock"
 	"github.com/sushka-io/sushka/internal/plog"
+	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
 // offsetsSegmentBytes is Kafka's offsets.topic.segment.bytes.
 const offsetsSegmentBytes = 100 << 20
 
-// maxOffsetsBatchBytes bounds one append (a DeleteGroups of a group with
-// many offsets writes one batch of tombstones).
+// maxOffsetsBatchBytes bounds one batch of __consumer_offsets (the log's
+// MaxBatchBytes). Append splits a Ready's records into batches under it; a
+// single record above MaxRecordBytes cannot be written at all.
 const maxOffsetsBatchBytes = 64 << 20
+
+// recordOverheadBytes bounds what a record adds to its key and value in a
+// batch (length, attributes, deltas, key and value lengths, header count).
+const recordOverheadBytes = 32
 
 // readChunkBytes is how much replay reads at once.
 const readChunkBytes = 16 << 20
@@ -41,6 +47,8 @@ type StoreConfig struct {
 	// SegmentBytes of the partition logs, default Kafka's 100 MiB (tests
 	// make it small so compaction deletes segments).
 	SegmentBytes int64
+	// MaxBatchBytes bounds one batch, default 64 MiB (tests make it small).
+	MaxBatchBytes int
 }
 
 // Store is the __consumer_offsets topic: one partition log per partition,
@@ -55,10 +63,17 @@ type StoreConfig struct {
 // A crash in the middle leaves the old log start, and a replay of the old
 // records followed by (part of) the snapshot gives the same state, since
 // each key's effect is its latest value.
+//
+// A partition whose append fails (a storage error) is closed and marked
+// broken: Append and MaybeCompact skip it and report it, until Reopen opens
+// its log again (recovery truncates whatever the failed write left) and
+// replays it. Reopening never retries an fsync on the file whose fsync
+// failed; it reads back what the log holds and that becomes the state.
 type Store struct {
-	cfg  StoreConfig
-	logs []*plog.Log
-	live []*liveSet // per partition
+	cfg    StoreConfig
+	logs   []*plog.Log // nil while broken
+	live   []*liveSet  // per partition
+	broken []error     // per partition: why it is broken, or nil
 }
 
 // liveSet is the latest record of every key of one partition, with the
@@ -125,60 +140,121 @@ func OpenStore(cfg StoreConfig) (*Store, []Record, error) {
 	if cfg.SegmentBytes <= 0 {
 		cfg.SegmentBytes = offsetsSegmentBytes
 	}
-	s := &Store{cfg: cfg}
+	if cfg.MaxBatchBytes <= 0 {
+		cfg.MaxBatchBytes = maxOffsetsBatchBytes
+	}
+	s := &Store{cfg: cfg, logs: make([]*plog.Log, cfg.Partitions), live: make([]*liveSet, cfg.Partitions), broken: make([]error, cfg.Partitions)}
 	var records []Record
 	for p := int32(0); p < cfg.Partitions; p++ {
-		dir := filepath.Join(cfg.DataDir, fmt.Sprintf("%s-%d", OffsetsTopic, p))
-		// plog.Open creates the directory and makes its entry durable
-		// (creating it here first would skip that).
-		lc := plog.DefaultConfig(cfg.FS, dir)
-		lc.Clock = cfg.Clock
-		lc.Logger = cfg.Logger.With("topic", OffsetsTopic, "partition", p)
-		lc.SegmentBytes = cfg.SegmentBytes
-		lc.RetentionBytes, lc.RetentionTime = -1, -1 // compaction by snapshot bounds it
-		lc.MaxBatchBytes = maxOffsetsBatchBytes
-		lc.WritePath = cfg.WritePath
-		l, err := plog.Open(lc)
+		recs, err := s.open(p)
 		if err != nil {
 			s.Close()
-			return nil, nil, fmt.Errorf("group: opening %s: %w", dir, err)
-		}
-		s.logs = append(s.logs, l)
-		recs, err := replay(l, p)
-		if err != nil {
-			s.Close()
-			return nil, nil, fmt.Errorf("group: replaying %s: %w", dir, err)
+			return nil, nil, err
 		}
 		records = append(records, recs...)
-		ls := newLiveSet()
-		for _, r := range recs {
-			ls.add(r)
-		}
-		ls.sizeAtCheck = l.Size()
-		s.live = append(s.live, ls)
 	}
-	if err := s.MaybeCompact(); err != nil {
+	for p, err := range s.MaybeCompact() {
 		s.Close()
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("group: compacting %s-%d: %w", OffsetsTopic, p, err)
 	}
 	return s, records, nil
 }
 
+// open opens and replays partition p's log and rebuilds its live set.
+func (s *Store) open(p int32) ([]Record, error) {
+	dir := filepath.Join(s.cfg.DataDir, fmt.Sprintf("%s-%d", OffsetsTopic, p))
+	// plog.Open creates the directory and makes its entry durable
+	// (creating it here first would skip that).
+	lc := plog.DefaultConfig(s.cfg.FS, dir)
+	lc.Clock = s.cfg.Clock
+	lc.Logger = s.cfg.Logger.With("topic", OffsetsTopic, "partition", p)
+	lc.SegmentBytes = s.cfg.SegmentBytes
+	lc.RetentionBytes, lc.RetentionTime = -1, -1 // compaction by snapshot bounds it
+	lc.MaxBatchBytes = s.cfg.MaxBatchBytes
+	lc.WritePath = s.cfg.WritePath
+	l, err := plog.Open(lc)
+	if err != nil {
+		return nil, fmt.Errorf("group: opening %s: %w", dir, err)
+	}
+	recs, err := replay(l, p)
+	if err != nil {
+		l.Close()
+		return nil, fmt.Errorf("group: replaying %s: %w", dir, err)
+	}
+	ls := newLiveSet()
+	for _, r := range recs {
+		ls.add(r)
+	}
+	ls.sizeAtCheck = l.Size()
+	s.logs[p], s.live[p], s.broken[p] = l, ls, nil
+	return recs, nil
+}
+
+// Broken reports whether partition p failed and awaits Reopen.
+func (s *Store) Broken(p int32) bool { return s.broken[p] != nil }
+
+// Reopen opens a broken partition's log again and returns its records, as
+// OpenStore does; on error the partition stays broken.
+func (s *Store) Reopen(p int32) ([]Record, error) {
+	if s.broken[p] == nil {
+		return nil, fmt.Errorf("group: %s-%d is not broken", OffsetsTopic, p)
+	}
+	return s.open(p)
+}
+
+// breakPartition closes partition p after a failed write.
+func (s *Store) breakPartition(p int32, err error) {
+	if l := s.logs[p]; l != nil {
+		l.Close() // its error is the one already reported (sticky)
+	}
+	s.logs[p], s.broken[p] = nil, err
+}
+
+// MaxRecordBytes is the largest record (key and value) a batch can hold.
+func (s *Store) MaxRecordBytes() int {
+	return s.cfg.MaxBatchBytes - batch.HeaderSize - recordOverheadBytes
+}
+
+// LiveRecords returns the durable live records of one group, in the
+// order they were written.
+func (s *Store) LiveRecords(group string) []Record {
+	p := PartitionFor(group, int32(len(s.live)))
+	if s.live[p] == nil {
+		return nil
+	}
+	var out []Record
+	for _, r := range s.live[p].records() {
+		if g, err := RecordGroup(r.Key); err == nil && g == group {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // MaybeCompact compacts the partitions that have grown by
 // CompactAfterBytes and by four times their live records since their last
-// compaction. The Service calls it after its appends; it must not run
-// concurrently with Append.
-func (s *Store) MaybeCompact() error {
+// compaction, and returns the partitions that failed (now broken). The
+// Service calls it after its appends; it must not run concurrently with
+// Append.
+func (s *Store) MaybeCompact() map[int32]error {
+	var failed map[int32]error
 	for p, ls := range s.live {
+		if s.logs[p] == nil {
+			continue
+		}
 		grown := s.logs[p].Size() - ls.sizeAtCheck
 		if grown < s.cfg.CompactAfterBytes || grown < 4*ls.bytes {
 			continue
 		}
 		if err := s.compact(int32(p)); err != nil {
-			return err
+			if failed == nil {
+				failed = map[int32]error{}
+			}
+			failed[int32(p)] = err
+			s.breakPartition(int32(p), err)
 		}
 	}
-	return nil
+	return failed
 }
 
 // compact appends the live records of partition p again and advances the
@@ -191,8 +267,8 @@ func (s *Store) compact(p int32) error {
 	now := s.cfg.Clock.Now().UnixMilli()
 	for len(recs) > 0 {
 		n, size := 0, 0
-		for n < len(recs) && (n == 0 || size+len(recs[n].Key)+len(recs[n].Value)+64 < maxOffsetsBatchBytes/2) {
-			size += len(recs[n].Key) + len(recs[n].Value) + 64
+		for n < len(recs) && (n == 0 || size+recordBytes(recs[n]) <= s.batchBudget()) {
+			size += recordBytes(recs[n])
 			n++
 		}
 		res, err := l.Append(EncodeBatch(recs[:n], now), plog.AckForced)
@@ -261,30 +337,98 @@ func replay(l *plog.Log, partition int32) ([]Record, error) {
 	return records, nil
 }
 
-// Append writes records, one batch per partition, and returns once they
-// are fsync'd.
-func (s *Store) Append(records []Record) error {
-	byPartition := map[int32][]Record{}
-	var order []int32
-	for _, r := range records {
-		if _, ok := byPartition[r.Partition]; !ok {
-			order = append(order, r.Partition)
+// recordBytes is what a record takes in a batch, at most.
+func recordBytes(r Record) int { return len(r.Key) + len(r.Value) + recordOverheadBytes }
+
+// batchBudget is the room for records in one batch.
+func (s *Store) batchBudget() int { return s.cfg.MaxBatchBytes - batch.HeaderSize }
+
+// Append writes records, each at most MaxRecordBytes, and returns once
+// they are fsync'd, or the partitions that failed (now broken; records of
+// other partitions are durable). Within a partition the records of one
+// group stay in order and together in one batch when they fit in one;
+// records of different groups (different keys) may be reordered, and
+// batches are cut so none exceeds MaxBatchBytes.
+func (s *Store) Append(records []Record) map[int32]error {
+	type groupRecords struct {
+		partition int32
+		records   []Record
+	}
+	var order []*groupRecords
+	byGroup := map[string]*groupRecords{}
+	var failed map[int32]error
+	fail := func(p int32, err error) {
+		if failed == nil {
+			failed = map[int32]error{}
 		}
-		byPartition[r.Partition] = append(byPartition[r.Partition], r)
+		failed[p] = err
+	}
+	for _, r := range records {
+		name, err := RecordGroup(r.Key)
+		if err != nil || r.Partition < 0 || int(r.Partition) >= len(s.logs) {
+			fail(r.Partition, fmt.Errorf("group: a record for %s-%d (%d partitions) with key %x: %v", OffsetsTopic, r.Partition, len(s.logs), r.Key, err))
+			continue
+		}
+		g := byGroup[name]
+		if g == nil {
+			g = &groupRecords{partition: r.Partition}
+			byGroup[name] = g
+			order = append(order, g)
+		}
+		g.records = append(g.records, r)
 	}
 	now := s.cfg.Clock.Now().UnixMilli()
-	for _, p := range order {
-		if p < 0 || int(p) >= len(s.logs) {
-			return fmt.Errorf("group: record for %s-%d, which has %d partitions", OffsetsTopic, p, len(s.logs))
+	for p := int32(0); p < int32(len(s.logs)); p++ {
+		if failed[p] != nil {
+			continue
 		}
-		if _, err := s.logs[p].Append(EncodeBatch(byPartition[p], now), plog.AckForced); err != nil {
-			return fmt.Errorf("group: appending to %s-%d: %w", OffsetsTopic, p, err)
+		// Pack the groups' records into batches, a group whole where it
+		// fits.
+		var batches [][]Record
+		var cur []Record
+		size := 0
+		for _, g := range order {
+			if g.partition != p {
+				continue
+			}
+			groupSize := 0
+			for _, r := range g.records {
+				groupSize += recordBytes(r)
+			}
+			if len(cur) > 0 && size+groupSize > s.batchBudget() {
+				batches, cur, size = append(batches, cur), nil, 0
+			}
+			for _, r := range g.records {
+				if len(cur) > 0 && size+recordBytes(r) > s.batchBudget() {
+					batches, cur, size = append(batches, cur), nil, 0
+				}
+				cur = append(cur, r)
+				size += recordBytes(r)
+			}
 		}
-		for _, r := range byPartition[p] {
-			s.live[p].add(r)
+		if len(cur) > 0 {
+			batches = append(batches, cur)
+		}
+		if len(batches) == 0 {
+			continue
+		}
+		if s.logs[p] == nil {
+			fail(p, fmt.Errorf("group: %s-%d is unavailable: %w", OffsetsTopic, p, s.broken[p]))
+			continue
+		}
+		for _, b := range batches {
+			if _, err := s.logs[p].Append(EncodeBatch(b, now), plog.AckForced); err != nil {
+				err = fmt.Errorf("group: appending to %s-%d: %w", OffsetsTopic, p, err)
+				fail(p, err)
+				s.breakPartition(p, err)
+				break
+			}
+			for _, r := range b {
+				s.live[p].add(r)
+			}
 		}
 	}
-	return nil
+	return failed
 }
 
 // Partitions is the number of __consumer_offsets partitions.
@@ -302,6 +446,9 @@ func (s *Store) Log(p int32) *plog.Log {
 func (s *Store) Close() error {
 	var first error
 	for _, l := range s.logs {
+		if l == nil {
+			continue
+		}
 		if err := l.Close(); err != nil && first == nil {
 			first = err
 		}

@@ -1,25 +1,49 @@
 // Package meta is the broker's catalogue of topics: each topic's ID,
 // partition count and config overrides, and the producer-ID allocator.
 //
-// The catalogue is small and changes rarely, so it is one JSON file,
-// DATA/meta/catalog.json, rewritten atomically on every change (write a
-// temporary file, fsync it, rename it over the old one, fsync the
-// directory). A crash leaves either the old or the new catalogue, never a mix.
+// # Storage: a metadata log and snapshots
 //
-// Nothing here assumes a single broker (design D11): the catalogue records
+// Every change is a typed, versioned record (records.go) appended to the
+// metadata log, DATA/meta/metadata.log, and fsynced before the change
+// returns; changes that arrive together share one write and one fsync
+// (group commit). The whole catalogue at an offset is a snapshot,
+// DATA/meta/snapshot.json; once the log has grown past the size of the
+// snapshot (and at least minCompactBytes), a new snapshot is written
+// (temporary file, fsync, rename, directory sync) and the log is emptied,
+// so a change costs O(1) amortised whatever the number of topics. Open
+// reads the snapshot, then applies the log's records from the snapshot's
+// offset on, truncating a torn tail. A crash at any step leaves a snapshot
+// and a log that together give every acknowledged change: the log's
+// records below the snapshot's offset are skipped.
+//
+// The catalogue.json of earlier versions (the whole catalogue rewritten on
+// every change, which made creating n topics O(n²)) is read once and
+// migrated to a snapshot.
+//
+// # A full disk
+//
+// DATA/meta/reserve is a file of reserveBytes written at start-up. When an
+// append to the metadata log fails for lack of space, the reserve is
+// removed and the append written again (a failed write(2) wrote nothing
+// that counts: the log's size is only advanced after its fsync), so
+// metadata changes, above all DeleteTopics, which is how an operator frees
+// space, keep working on a full disk. DeleteRecords, the other way, needs a
+// block for its log-start checkpoint: it releases the reserve too
+// (ReleaseReserve). The reserve is written again once there is room. A failed fsync is never retried (the kernel may have
+// dropped the dirty pages): the catalogue then refuses changes until a
+// restart, and its state is reloaded from what was durable.
+//
+// Nothing here assumes a single broker (design D11): the records name
 // topics and partitions, not which node leads them; a replicated catalogue
-// would put the same records through consensus.
+// puts the same records through a raft log (as KRaft does).
 package meta
 
 import (
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -35,13 +59,10 @@ var (
 	ErrBadPartitions = errors.New("invalid partition count") // INVALID_PARTITIONS
 )
 
-// producerIDBlock is how many producer IDs are reserved by one catalogue
-// write. After a restart the unused rest of the block is skipped, so an ID
-// is never handed out twice.
+// producerIDBlock is how many producer IDs are reserved by one record.
+// After a restart the unused rest of the block is skipped, so an ID is
+// never handed out twice.
 const producerIDBlock = 1000
-
-// catalogFile is the catalogue's file name under the meta directory.
-const catalogFile = "catalog.json"
 
 // Topic is one topic's metadata. Values returned by the Catalog are copies.
 type Topic struct {
@@ -63,161 +84,150 @@ func (t Topic) clone() Topic {
 
 // Catalog is the persistent topic catalogue. It is safe for concurrent use;
 // every mutation is durable when it returns.
+//
+// A change is validated and applied to the state under mu, and its record
+// queued in the open commit group; then one of the waiting changers (the
+// one that takes commitMu first) writes every queued record with one write
+// and one fsync and releases the group. Readers may see a change while it
+// is being committed, but its caller hears of it only once it is durable;
+// if the commit fails, the state is reloaded from the files (what is
+// durable) and every change of the group fails.
 type Catalog struct {
-	fs  vfs.FS
-	dir string
+	fs   vfs.FS
+	dir  string
+	opts options
 
-	mu               sync.Mutex
-	topics           map[string]*Topic
-	byID             map[[16]byte]*Topic
-	nextProducerID   int64
-	producerIDBlockE int64 // exclusive end of the reserved block, persisted
-	clusterID        string
+	// commitMu is held by the changer writing a commit group (and by a
+	// snapshot); it is taken before mu.
+	commitMu sync.Mutex
+	// Guarded by commitMu: the open log file and its durable size.
+	log        vfs.File
+	logSize    int64
+	reserveSet bool // the reserve file exists
+	// snapshotBytes is the size of the last snapshot: the log is
+	// compacted once it is larger.
+	snapshotBytes int64
+
+	mu         sync.Mutex
+	st         *state
+	nextOffset int64        // offset of the next record
+	pending    []byte       // encoded batches of the open commit group
+	cur        *commitGroup // the open commit group
+	// failed is set by a failed fsync: changes are refused until a
+	// restart (fsync is never retried).
+	failed error
+	// producerIDs is the group of the latest producer-id block record: an
+	// id of that block is handed out only once it is durable.
+	producerIDs    *commitGroup
+	nextProducerID int64
+	// maxPartitions bounds the partitions of all topics together (0: no
+	// bound); see SetMaxPartitions.
+	maxPartitions int64
 }
 
-// onDisk is the catalogue file's format.
-type onDisk struct {
-	Version            int           `json:"version"`
-	Topics             []onDiskTopic `json:"topics"`
-	ProducerIDBlockEnd int64         `json:"producer_id_block_end"`
-	ClusterID          string        `json:"cluster_id"`
+// commitGroup is the set of changes written by one write and one fsync.
+// err is set before done is closed.
+type commitGroup struct {
+	done chan struct{}
+	err  error
 }
 
-type onDiskTopic struct {
-	Name       string            `json:"name"`
-	ID         string            `json:"id"` // 32 hex digits
-	Partitions int32             `json:"partitions"`
-	Configs    map[string]string `json:"configs,omitempty"`
+func newCommitGroup() *commitGroup { return &commitGroup{done: make(chan struct{})} }
+
+// options are the storage's sizes; tests make them small.
+type options struct {
+	minCompactBytes int64 // see minCompactBytes
+	reserveBytes    int64 // see reserveBytes
 }
 
 // Open loads the catalogue from dir (DATA/meta), creating it when absent.
 func Open(fs vfs.FS, dir string) (*Catalog, error) {
-	c := &Catalog{
-		fs:     fs,
-		dir:    dir,
-		topics: make(map[string]*Topic),
-		byID:   make(map[[16]byte]*Topic),
-	}
+	return open(fs, dir, options{minCompactBytes: minCompactBytes, reserveBytes: reserveBytes})
+}
+
+func open(fs vfs.FS, dir string, opts options) (*Catalog, error) {
+	c := &Catalog{fs: fs, dir: dir, opts: opts, cur: newCommitGroup()}
+	// The directory's own entry must be durable too, or a crash could
+	// take the whole catalogue with it.
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("meta: %w", err)
 	}
-	path := filepath.Join(dir, catalogFile)
-	if _, err := fs.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return c, c.initClusterID()
-	} else if err != nil {
+	if err := fs.SyncDir(filepath.Dir(dir)); err != nil {
 		return nil, fmt.Errorf("meta: %w", err)
 	}
-	raw, err := readAll(fs, path)
-	if err != nil {
-		return nil, fmt.Errorf("meta: reading %s: %w", path, err)
-	}
-	var d onDisk
-	if err := json.Unmarshal(raw, &d); err != nil {
-		return nil, fmt.Errorf("meta: %s is not a valid catalogue: %w", path, err)
-	}
-	if d.Version != 1 {
-		return nil, fmt.Errorf("meta: %s has unknown version %d", path, d.Version)
-	}
-	for _, dt := range d.Topics {
-		var id [16]byte
-		b, err := hex.DecodeString(dt.ID)
-		if err != nil || len(b) != 16 {
-			return nil, fmt.Errorf("meta: %s: topic %q has a bad id %q", path, dt.Name, dt.ID)
+	if err := c.open(); err != nil {
+		if c.log != nil {
+			c.log.Close()
 		}
-		copy(id[:], b)
-		t := &Topic{Name: dt.Name, ID: id, Partitions: dt.Partitions, Configs: dt.Configs}
-		if t.Configs == nil {
-			t.Configs = map[string]string{}
-		}
-		c.topics[t.Name] = t
-		c.byID[id] = t
-	}
-	c.producerIDBlockE = d.ProducerIDBlockEnd
-	c.nextProducerID = d.ProducerIDBlockEnd
-	c.clusterID = d.ClusterID
-	if c.clusterID == "" {
-		return c, c.initClusterID()
+		return nil, err
 	}
 	return c, nil
 }
 
-// initClusterID gives a new data directory its cluster ID: 16 random bytes
-// in unpadded URL-safe base64, like Kafka's.
-func (c *Catalog) initClusterID() error {
+// Close closes the metadata log; the catalogue must not be used after.
+func (c *Catalog) Close() error {
+	c.commitMu.Lock()
+	defer c.commitMu.Unlock()
+	if c.log == nil {
+		return nil
+	}
+	err := c.log.Close()
+	c.log = nil
+	return err
+}
+
+// newClusterID is a new data directory's cluster ID: 16 random bytes in
+// unpadded URL-safe base64, like Kafka's.
+func newClusterID() (string, error) {
 	var id [16]byte
 	if _, err := rand.Read(id[:]); err != nil {
-		return err
+		return "", err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.clusterID = base64.RawURLEncoding.EncodeToString(id[:])
-	return c.saveLocked()
+	return base64.RawURLEncoding.EncodeToString(id[:]), nil
 }
 
 // ClusterID is the data directory's cluster ID, fixed at creation.
 func (c *Catalog) ClusterID() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.clusterID
+	return c.st.clusterID
 }
 
-func readAll(fs vfs.FS, path string) ([]byte, error) {
-	fi, err := fs.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	f, err := fs.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	buf := make([]byte, fi.Size())
-	n, err := f.ReadAt(buf, 0)
-	if n == len(buf) {
-		return buf, nil
-	}
-	return nil, err
+// DefaultMaxPartitions is the broker's default bound on the partitions of
+// all topics together (--max-partitions).
+const DefaultMaxPartitions = 100000
+
+// SetMaxPartitions bounds the partitions of all topics together: each is a
+// directory, open files and a writer goroutine, so no client may create
+// enough to exhaust the node (design D13). Creations and growths beyond it
+// fail with ErrBadPartitions (INVALID_PARTITIONS, as Redpanda answers its
+// partition limits; Kafka has none). The internal __consumer_offsets is
+// not in the catalogue and not counted. n <= 0: no bound.
+func (c *Catalog) SetMaxPartitions(n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.maxPartitions = n
 }
 
-// saveLocked writes the catalogue atomically.
-func (c *Catalog) saveLocked() error {
-	d := onDisk{Version: 1, ProducerIDBlockEnd: c.producerIDBlockE, ClusterID: c.clusterID, Topics: []onDiskTopic{}}
-	for _, t := range c.sortedLocked() {
-		d.Topics = append(d.Topics, onDiskTopic{Name: t.Name, ID: hex.EncodeToString(t.ID[:]), Partitions: t.Partitions, Configs: t.Configs})
-	}
-	raw, err := json.MarshalIndent(d, "", "  ")
-	if err != nil {
-		return err
-	}
-	path := filepath.Join(c.dir, catalogFile)
-	tmp := path + ".tmp"
-	f, err := c.fs.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("meta: %w", err)
-	}
-	if _, err := f.Write(raw); err != nil {
-		f.Close()
-		return fmt.Errorf("meta: writing %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("meta: syncing %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("meta: %w", err)
-	}
-	if err := c.fs.Rename(tmp, path); err != nil {
-		return fmt.Errorf("meta: %w", err)
-	}
-	if err := c.fs.SyncDir(c.dir); err != nil {
-		return fmt.Errorf("meta: syncing %s: %w", c.dir, err)
+// checkLimitLocked refuses adding partitions beyond maxPartitions.
+func (c *Catalog) checkLimitLocked(added int32) error {
+	if c.maxPartitions > 0 && c.st.partitions+int64(added) > c.maxPartitions {
+		return fmt.Errorf("%w: %d more partitions would make %d on this broker, above its limit of %d (--max-partitions)",
+			ErrBadPartitions, added, c.st.partitions+int64(added), c.maxPartitions)
 	}
 	return nil
 }
 
+// PartitionCount is the number of partitions of all topics together.
+func (c *Catalog) PartitionCount() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.st.partitions
+}
+
 func (c *Catalog) sortedLocked() []*Topic {
-	ts := make([]*Topic, 0, len(c.topics))
-	for _, t := range c.topics {
+	ts := make([]*Topic, 0, len(c.st.topics))
+	for _, t := range c.st.topics {
 		ts = append(ts, t)
 	}
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
@@ -248,7 +258,7 @@ func ValidateTopicName(name string) error {
 func (c *Catalog) Topic(name string) (Topic, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t, ok := c.topics[name]
+	t, ok := c.st.topics[name]
 	if !ok {
 		return Topic{}, false
 	}
@@ -259,7 +269,7 @@ func (c *Catalog) Topic(name string) (Topic, bool) {
 func (c *Catalog) TopicByID(id [16]byte) (Topic, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t, ok := c.byID[id]
+	t, ok := c.st.byID[id]
 	if !ok {
 		return Topic{}, false
 	}
@@ -291,10 +301,10 @@ func (c *Catalog) CheckCreate(name string, partitions int32, configs map[string]
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.topics[name]; ok {
+	if _, ok := c.st.topics[name]; ok {
 		return fmt.Errorf("%w: %s", ErrTopicExists, name)
 	}
-	return nil
+	return c.checkLimitLocked(partitions)
 }
 
 // CreateTopic adds a topic with a fresh random ID.
@@ -303,119 +313,141 @@ func (c *Catalog) CreateTopic(name string, partitions int32, configs map[string]
 		return Topic{}, err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.topics[name]; ok {
+	if _, ok := c.st.topics[name]; ok {
+		c.mu.Unlock()
 		return Topic{}, fmt.Errorf("%w: %s", ErrTopicExists, name)
+	}
+	if err := c.checkLimitLocked(partitions); err != nil {
+		c.mu.Unlock()
+		return Topic{}, err
 	}
 	var id [16]byte
 	for {
 		if _, err := rand.Read(id[:]); err != nil {
+			c.mu.Unlock()
 			return Topic{}, err
 		}
-		if _, dup := c.byID[id]; !dup && id != [16]byte{} {
+		if _, dup := c.st.byID[id]; !dup && id != [16]byte{} {
 			break
 		}
 	}
-	t := &Topic{Name: name, ID: id, Partitions: partitions, Configs: maps.Clone(configs)}
-	if t.Configs == nil {
-		t.Configs = map[string]string{}
+	g, err := c.changeLocked(&TopicRecord{Name: name, ID: id, Partitions: partitions, Configs: configs})
+	t := c.st.topics[name]
+	var out Topic
+	if t != nil {
+		out = t.clone()
 	}
-	c.topics[name] = t
-	c.byID[id] = t
-	if err := c.saveLocked(); err != nil {
-		delete(c.topics, name)
-		delete(c.byID, id)
+	c.mu.Unlock()
+	if err != nil {
 		return Topic{}, err
 	}
-	return t.clone(), nil
+	if err := c.commit(g); err != nil {
+		return Topic{}, err
+	}
+	return out, nil
 }
 
 // DeleteTopic removes a topic from the catalogue.
 func (c *Catalog) DeleteTopic(name string) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	t, ok := c.topics[name]
+	t, ok := c.st.topics[name]
 	if !ok {
+		c.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrUnknownTopic, name)
 	}
-	delete(c.topics, name)
-	delete(c.byID, t.ID)
-	if err := c.saveLocked(); err != nil {
-		c.topics[name] = t
-		c.byID[t.ID] = t
+	g, err := c.changeLocked(&RemoveTopicRecord{ID: t.ID})
+	c.mu.Unlock()
+	if err != nil {
 		return err
 	}
-	return nil
+	return c.commit(g)
 }
 
 // CheckPartitions reports whether SetPartitions(name, n) would succeed.
 func (c *Catalog) CheckPartitions(name string, n int32) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t, ok := c.topics[name]
+	return c.checkPartitionsLocked(name, n)
+}
+
+func (c *Catalog) checkPartitionsLocked(name string, n int32) error {
+	t, ok := c.st.topics[name]
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownTopic, name)
 	}
 	if n <= t.Partitions {
 		return fmt.Errorf("%w: topic %s has %d partitions; the count can only grow", ErrBadPartitions, name, t.Partitions)
 	}
-	return nil
+	return c.checkLimitLocked(n - t.Partitions)
 }
 
 // SetPartitions grows a topic to n partitions.
 func (c *Catalog) SetPartitions(name string, n int32) error {
-	if err := c.CheckPartitions(name, n); err != nil {
-		return err
-	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	t, ok := c.topics[name]
-	if !ok {
-		return fmt.Errorf("%w: %s", ErrUnknownTopic, name)
-	}
-	old := t.Partitions
-	t.Partitions = n
-	if err := c.saveLocked(); err != nil {
-		t.Partitions = old
+	if err := c.checkPartitionsLocked(name, n); err != nil {
+		c.mu.Unlock()
 		return err
 	}
-	return nil
+	g, err := c.changeLocked(&PartitionsRecord{ID: c.st.topics[name].ID, Partitions: n})
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return c.commit(g)
 }
 
 // SetConfigs replaces a topic's config overrides. The caller validates them.
 func (c *Catalog) SetConfigs(name string, configs map[string]string) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	t, ok := c.topics[name]
+	t, ok := c.st.topics[name]
 	if !ok {
+		c.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrUnknownTopic, name)
 	}
-	old := t.Configs
-	t.Configs = maps.Clone(configs)
-	if t.Configs == nil {
-		t.Configs = map[string]string{}
-	}
-	if err := c.saveLocked(); err != nil {
-		t.Configs = old
+	g, err := c.changeLocked(&ConfigsRecord{ID: t.ID, Configs: configs})
+	c.mu.Unlock()
+	if err != nil {
 		return err
 	}
-	return nil
+	return c.commit(g)
 }
 
 // NextProducerID hands out a producer ID never handed out before, by this
 // process or an earlier one on the same data directory.
 func (c *Catalog) NextProducerID() (int64, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.nextProducerID >= c.producerIDBlockE {
-		old := c.producerIDBlockE
-		c.producerIDBlockE = c.nextProducerID + producerIDBlock
-		if err := c.saveLocked(); err != nil {
-			c.producerIDBlockE = old
-			return -1, err
+	for {
+		c.mu.Lock()
+		if c.nextProducerID >= c.st.producerIDBlockEnd {
+			g, err := c.changeLocked(&ProducerIDsRecord{BlockEnd: c.nextProducerID + producerIDBlock})
+			if err != nil {
+				c.mu.Unlock()
+				return -1, err
+			}
+			c.producerIDs = g
 		}
+		g := c.producerIDs
+		if g != nil {
+			select {
+			case <-g.done:
+				if g.err != nil {
+					// The block is not durable; the state was reloaded
+					// without it, and the next round reserves it again.
+					c.producerIDs = nil
+					c.mu.Unlock()
+					return -1, g.err
+				}
+				c.producerIDs = nil
+			default:
+				// Not durable yet: wait for it (or commit it) and look
+				// again.
+				c.mu.Unlock()
+				c.commit(g)
+				continue
+			}
+		}
+		id := c.nextProducerID
+		c.nextProducerID++
+		c.mu.Unlock()
+		return id, nil
 	}
-	id := c.nextProducerID
-	c.nextProducerID++
-	return id, nil
 }

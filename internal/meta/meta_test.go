@@ -86,3 +86,39 @@ func TestValidateConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxPartitions: creations and growths beyond the broker's bound fail
+// with ErrBadPartitions naming the limit; deleting makes room again.
+func TestMaxPartitions(t *testing.T) {
+	c, err := Open(vfs.NewMem(), "/meta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetMaxPartitions(10)
+	if _, err := c.CreateTopic("a", 6, nil); err != nil {
+		t.Fatal(err)
+	}
+	for name, err := range map[string]error{
+		"create":       func() error { _, err := c.CreateTopic("b", 5, nil); return err }(),
+		"check create": c.CheckCreate("b", 5, nil),
+		"grow":         c.SetPartitions("a", 11),
+		"check grow":   c.CheckPartitions("a", 11),
+	} {
+		if !errors.Is(err, ErrBadPartitions) || !strings.Contains(err.Error(), "limit of 10") {
+			t.Errorf("%s beyond the limit: %v", name, err)
+		}
+	}
+	if _, ok := c.Topic("b"); ok {
+		t.Fatal("topic b was created beyond the limit")
+	}
+	if _, err := c.CreateTopic("b", 4, nil); err != nil {
+		t.Fatalf("up to the limit: %v", err)
+	}
+	if err := c.DeleteTopic("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetPartitions("b", 10); err != nil {
+		t.Fatalf("after a deletion made room: %v", err)
+	}
+}

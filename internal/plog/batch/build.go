@@ -82,23 +82,139 @@ func Build(opts BuildOptions) []byte {
 	}
 	records = compress(opts.Codec, opts.Xerial, records)
 
+	return frame(header{
+		baseOffset:           opts.BaseOffset,
+		partitionLeaderEpoch: opts.PartitionLeaderEpoch,
+		attributes:           opts.Attributes&^AttrCompressionMask | int16(opts.Codec)&AttrCompressionMask,
+		records:              n,
+		baseTimestamp:        opts.BaseTimestamp,
+		maxTimestamp:         maxTimestamp,
+		producerID:           opts.ProducerID,
+		producerEpoch:        producerEpoch,
+		baseSequence:         baseSequence,
+	}, records)
+}
+
+// KeyValue is one record for BuildRecords. A nil Key or Value is written
+// as null (a nil Value is a tombstone in a compacted topic); an empty
+// non-nil one as zero bytes.
+type KeyValue struct {
+	Key, Value []byte
+}
+
+// BuildRecords frames records as one uncompressed batch, as a
+// non-idempotent producer would send it, with no headers and every record
+// stamped timestamp (ms since the epoch). It is how the broker writes its
+// own logs (__consumer_offsets, the metadata log): callers name records,
+// only this package knows the layout. records must not be empty.
+func BuildRecords(records []KeyValue, baseOffset, timestamp int64) []byte {
+	if len(records) == 0 {
+		panic("batch.BuildRecords: no records")
+	}
+	size := 0
+	for _, r := range records {
+		size += len(r.Key) + len(r.Value) + 3*binary.MaxVarintLen32
+	}
+	body := make([]byte, 0, size)
+	var rec []byte
+	for i, r := range records {
+		rec = rec[:0]
+		rec = append(rec, 0)                     // record attributes: unused
+		rec = binary.AppendVarint(rec, 0)        // timestampDelta
+		rec = binary.AppendVarint(rec, int64(i)) // offsetDelta
+		rec = appendNullableBytes(rec, r.Key)
+		rec = appendNullableBytes(rec, r.Value)
+		rec = binary.AppendVarint(rec, 0) // no headers
+		body = binary.AppendVarint(body, int64(len(rec)))
+		body = append(body, rec...)
+	}
+	return frame(header{
+		baseOffset:    baseOffset,
+		records:       len(records),
+		baseTimestamp: timestamp,
+		maxTimestamp:  timestamp,
+		producerID:    -1,
+		producerEpoch: -1,
+		baseSequence:  -1,
+	}, body)
+}
+
+// ForEachKeyValue calls fn with the offsetDelta, key and value of every
+// record of the uncompressed batch b, in order; nil means null. The slices
+// alias b. It checks the framing and the CRC first (KindCorrupt), then
+// that the records parse (KindInvalid); a compressed batch is KindInvalid:
+// the broker's own logs are never compressed.
+func ForEachKeyValue(b []byte, fn func(offsetDelta int32, key, value []byte) error) error {
+	h, err := checkFraming(b)
+	if err != nil {
+		return err
+	}
+	if c := h.Compression(); c != CodecNone {
+		return errorf(KindInvalid, OffsetAttributes, "%s batch: ForEachKeyValue reads uncompressed batches only", c)
+	}
+	r := recordReader{b: b, pos: OffsetRecords, end: len(b)}
+	var fnErr error
+	err = r.walk(h.NumRecords, false, func(rec record) bool {
+		fnErr = fn(rec.offsetDelta, r.nullableBytes(rec.keyPos), r.nullableBytes(rec.valuePos))
+		return fnErr == nil
+	})
+	if fnErr != nil {
+		return fnErr
+	}
+	return err
+}
+
+// nullableBytes returns the bytes whose varint length starts at pos, which
+// next has already checked; nil for length -1.
+func (r *recordReader) nullableBytes(pos int) []byte {
+	n, start, _ := readVarint(r.b, pos, r.end)
+	if n < 0 {
+		return nil
+	}
+	return r.b[start : start+int(n) : start+int(n)]
+}
+
+// header holds the fields frame writes; the CRC and lengths are computed.
+type header struct {
+	baseOffset           int64
+	partitionLeaderEpoch int32
+	attributes           int16
+	records              int
+	baseTimestamp        int64
+	maxTimestamp         int64
+	producerID           int64
+	producerEpoch        int16
+	baseSequence         int32
+}
+
+// frame writes the batch header h in front of the (possibly compressed)
+// records and sets the CRC.
+func frame(h header, records []byte) []byte {
 	b := make([]byte, HeaderSize, HeaderSize+len(records))
-	binary.BigEndian.PutUint64(b[OffsetBaseOffset:], uint64(opts.BaseOffset))
+	binary.BigEndian.PutUint64(b[OffsetBaseOffset:], uint64(h.baseOffset))
 	binary.BigEndian.PutUint32(b[OffsetLength:], uint32(HeaderSize-LengthFieldEnd+len(records)))
-	binary.BigEndian.PutUint32(b[OffsetPartitionLeaderEpoch:], uint32(opts.PartitionLeaderEpoch))
+	binary.BigEndian.PutUint32(b[OffsetPartitionLeaderEpoch:], uint32(h.partitionLeaderEpoch))
 	b[OffsetMagic] = Magic
-	attributes := opts.Attributes&^AttrCompressionMask | int16(opts.Codec)&AttrCompressionMask
-	binary.BigEndian.PutUint16(b[OffsetAttributes:], uint16(attributes))
-	binary.BigEndian.PutUint32(b[OffsetLastOffsetDelta:], uint32(n-1))
-	binary.BigEndian.PutUint64(b[OffsetBaseTimestamp:], uint64(opts.BaseTimestamp))
-	binary.BigEndian.PutUint64(b[OffsetMaxTimestamp:], uint64(maxTimestamp))
-	binary.BigEndian.PutUint64(b[OffsetProducerID:], uint64(opts.ProducerID))
-	binary.BigEndian.PutUint16(b[OffsetProducerEpoch:], uint16(producerEpoch))
-	binary.BigEndian.PutUint32(b[OffsetBaseSequence:], uint32(baseSequence))
-	binary.BigEndian.PutUint32(b[OffsetNumRecords:], uint32(n))
+	binary.BigEndian.PutUint16(b[OffsetAttributes:], uint16(h.attributes))
+	binary.BigEndian.PutUint32(b[OffsetLastOffsetDelta:], uint32(h.records-1))
+	binary.BigEndian.PutUint64(b[OffsetBaseTimestamp:], uint64(h.baseTimestamp))
+	binary.BigEndian.PutUint64(b[OffsetMaxTimestamp:], uint64(h.maxTimestamp))
+	binary.BigEndian.PutUint64(b[OffsetProducerID:], uint64(h.producerID))
+	binary.BigEndian.PutUint16(b[OffsetProducerEpoch:], uint16(h.producerEpoch))
+	binary.BigEndian.PutUint32(b[OffsetBaseSequence:], uint32(h.baseSequence))
+	binary.BigEndian.PutUint32(b[OffsetNumRecords:], uint32(h.records))
 	b = append(b, records...)
 	binary.BigEndian.PutUint32(b[OffsetCRC:], CRC(b))
 	return b
+}
+
+// appendNullableBytes appends a varint length and b; nil is length -1.
+func appendNullableBytes(dst, b []byte) []byte {
+	if b == nil {
+		return binary.AppendVarint(dst, -1)
+	}
+	dst = binary.AppendVarint(dst, int64(len(b)))
+	return append(dst, b...)
 }
 
 // appendPattern appends a varint length and size bytes of a pattern seeded

@@ -175,6 +175,9 @@ type record struct {
 	offsetDelta    int32
 	timestampDelta int64
 	offsetDeltaPos int
+	// keyPos and valuePos are where the key's and the value's varint
+	// lengths start (ForEachKeyValue reads them again).
+	keyPos, valuePos int
 }
 
 // fail reports a malformed record i at pos. A record that does not parse
@@ -218,9 +221,11 @@ func (r *recordReader) next(i int32) (record, error) {
 		return rec, r.fail(rec.offsetDeltaPos, i, "malformed offsetDelta varint")
 	}
 	var err error
+	rec.keyPos = pos
 	if pos, err = r.skipBytes(pos, end, i, "key", true); err != nil {
 		return rec, err
 	}
+	rec.valuePos = pos
 	if pos, err = r.skipBytes(pos, end, i, "value", true); err != nil {
 		return rec, err
 	}
