@@ -16,7 +16,9 @@ type AckPolicy uint8
 const (
 	// AckNone returns once the batch is queued for the writer (acks=0).
 	AckNone AckPolicy = iota
-	// AckWritten returns once the batch is in the page cache (acks=1).
+	// AckWritten returns once the batch is in the page cache (acks=1); it
+	// becomes visible to readers once the writer's next fsync, which every
+	// group that wrote bytes gets, has made it durable.
 	AckWritten
 	// AckForced returns once the batch is fdatasync'd (acks=-1/all).
 	AckForced

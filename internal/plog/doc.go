@@ -48,11 +48,32 @@
 //
 // One writer goroutine per partition owns the active segment. Append
 // validates in the caller's goroutine, then queues; the writer takes
-// everything queued, assigns offsets, writes the group with one writev(2)
-// (WriteSyscall) or copies it into the mapped segment (WriteMmap), issues one
-// fdatasync if any append in the group asked for AckForced, publishes the
-// new high watermark and acknowledges in offset order. A failed write or
-// fsync is sticky (*IOError): fsync is never retried.
+// everything queued (a group), assigns offsets and writes the group with one
+// writev(2) (WriteSyscall) or copies it into the mapped segment (WriteMmap).
+//
+// Visible means durable (design D14): a batch is published (below the high
+// watermark, returned by Read, waking Wait) only once it is fsynced, so no
+// reader ever sees a record that a crash could take away and whose offset a
+// different record could then take. Each group runs in this order:
+//
+//  1. write the group;
+//  2. acknowledge its AckNone and AckWritten appends (they asked for the
+//     page cache only);
+//  3. fdatasync the active segment if the group wrote anything;
+//  4. publish the group: new high watermark, readers woken;
+//  5. acknowledge its AckForced appends.
+//
+// This is adaptive group commit: there is no timer, and while one group's
+// fsync runs the next appends queue up and are written together. An
+// AckWritten producer learns its offset before the batch is visible; Read of
+// an offset written but not yet durable returns no chunks (not
+// ErrOffsetOutOfRange), and a fetch waits for it as for any new data. A
+// segment roll seals (fsyncs) the old segment and publishes what it holds
+// before the next segment is created. Recovery fsyncs the last segment before
+// publishing it, since after a process crash the page cache may still hold
+// batches that were never synced. A failed write or fsync is sticky
+// (*IOError): fsync is never retried, and what it would have covered is
+// never published.
 //
 // Core code takes its filesystem (internal/vfs) and clock (internal/clock)
 // from Config, so tests crash it on an in-memory filesystem.

@@ -83,7 +83,7 @@ type Log struct {
 
 	mu       sync.RWMutex
 	segments []*segment    // (mu) ordered by base offset; the last is active
-	hwm      int64         // (mu) offset after the last published batch
+	hwm      int64         // (mu) offset after the last published (durable) batch
 	logStart int64         // (mu)
 	waitCh   chan struct{} // (mu) closed when hwm next advances
 	waited   bool          // (mu) someone holds waitCh
@@ -92,6 +92,12 @@ type Log struct {
 	w writer // owned by the writer goroutine
 
 	syncs atomic.Int64 // group fsyncs of the active segment, for stats
+
+	// writtenEnd is the offset after the last batch written (set by the
+	// writer, >= hwm): offsets in [hwm, writtenEnd] are acknowledged to
+	// AckWritten producers but not yet durable, so a reader gets nothing
+	// there yet rather than ErrOffsetOutOfRange.
+	writtenEnd atomic.Int64
 
 	// broken is set, for its whole life, on a Log made by Failed: it has no
 	// segments and no writer, and refuses appends and reads with failed.
@@ -174,8 +180,10 @@ func (l *Log) SetConfig(cfg Config) {
 // touch records until Append returns, nor ever after it with AckNone (the
 // writer may still be writing them).
 //
-// Concurrent appends are written together (group commit) and acknowledged
-// in offset order. Append is Enqueue followed by Wait.
+// Concurrent appends are written together (group commit); within a group the
+// AckNone and AckWritten appends are acknowledged after the write, the
+// AckForced ones after the fsync that makes the group visible (doc.go,
+// Writing). Append is Enqueue followed by Wait.
 func (l *Log) Append(records []byte, ack AckPolicy) (AppendResult, error) {
 	p, err := l.Enqueue(records, ack)
 	if err != nil {
@@ -270,19 +278,21 @@ func validateRecords(records []byte, maxBatch int) error {
 // Read returns whole batches from offset as file ranges, at most maxBytes
 // unless atLeastOne and the first batch is bigger. An offset inside a batch
 // starts at that batch. offset == HighWatermark gives no chunks; an offset
-// outside [LogStartOffset, HighWatermark] gives ErrOffsetOutOfRange. The
-// ranges come from one segment; read again from the next offset for more.
+// outside [LogStartOffset, HighWatermark] gives ErrOffsetOutOfRange, except
+// that an offset already written but not yet durable gives no chunks (the
+// high watermark covers only durable batches, design D14). The ranges come
+// from one segment; read again from the next offset for more.
 func (l *Log) Read(offset, maxBytes int64, atLeastOne bool) (ReadResult, error) {
 	if l.broken {
 		return ReadResult{HighWatermark: -1, LogStartOffset: -1}, l.failed
 	}
 	l.mu.RLock()
 	res := ReadResult{HighWatermark: l.hwm, LogStartOffset: l.logStart}
-	if offset < l.logStart || offset > l.hwm {
+	if offset < l.logStart || offset > l.hwm && offset > l.writtenEnd.Load() {
 		l.mu.RUnlock()
 		return res, ErrOffsetOutOfRange
 	}
-	if offset == l.hwm {
+	if offset >= l.hwm {
 		l.mu.RUnlock()
 		return res, nil
 	}
@@ -328,7 +338,7 @@ func (l *Log) Read(offset, maxBytes int64, atLeastOne bool) (ReadResult, error) 
 			return res, err
 		}
 		if limit == start && atLeastOne {
-			h, err := readHeader(s, start)
+			h, err := readHeader(s, start, end)
 			if err != nil {
 				s.release()
 				return res, err
@@ -353,7 +363,8 @@ func (r *ReadResult) Release() {
 	}
 }
 
-// HighWatermark is the offset after the last published batch.
+// HighWatermark is the offset after the last published batch: every batch
+// below it is durable.
 func (l *Log) HighWatermark() int64 {
 	l.mu.RLock()
 	defer l.mu.RUnlock()

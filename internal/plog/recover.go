@@ -65,7 +65,15 @@ func (l *Log) recover() error {
 		prevNext = s.nextOffset
 	}
 	if n := len(l.segments); n > 0 {
-		l.hwm = l.segments[n-1].nextOffset
+		// After a crash of the process (not of the machine) the page cache
+		// may still hold batches that were written and never synced: they
+		// become visible now, so they must be durable first (design D14).
+		// Sealed segments were synced before the next one was created.
+		last := l.segments[n-1]
+		if err := last.file.Sync(); err != nil {
+			return &IOError{Op: "sync " + last.path, Err: err}
+		}
+		l.hwm = last.nextOffset
 		l.logStart = l.segments[0].base
 	}
 	if checkpoint > l.logStart {

@@ -35,7 +35,8 @@ func putReq(r *appendReq) {
 	reqPool.Put(r)
 }
 
-// pendingBatch is a batch written (or about to be) but not yet published.
+// pendingBatch is a batch of the active segment written (or about to be)
+// but not yet published: not yet known to be durable.
 type pendingBatch struct {
 	base, last, maxTs int64
 	pos, size         int64
@@ -56,7 +57,8 @@ type writer struct {
 	lastGroup int            // appends in the previous group
 	iov       [][]byte       // bytes of the group not yet written, for one writev
 	iovN      int64          // total length of iov
-	pend      []pendingBatch // the batches in iov, to publish once written
+	pend      []pendingBatch // batches assigned or written, not yet durable: to publish after the sync
+	unsynced  bool           // bytes were written to active since its last sync
 }
 
 func (w *writer) init(l *Log) {
@@ -75,6 +77,7 @@ func (w *writer) openActive() error {
 	l := w.l
 	l.mu.Lock()
 	w.next = l.hwm
+	l.writtenEnd.Store(w.next)
 	var last *segment
 	if n := len(l.segments); n > 0 {
 		last = l.segments[n-1]
@@ -153,10 +156,7 @@ func (w *writer) sealActive() error {
 			return &IOError{Op: "truncate", Err: err}
 		}
 	}
-	if err := s.file.Sync(); err != nil {
-		return &IOError{Op: "sync", Err: err}
-	}
-	return nil
+	return w.syncActive()
 }
 
 // closeActive seals the active segment at Close.
@@ -226,36 +226,72 @@ func (w *writer) drain() {
 	}
 }
 
-// commit writes, syncs, publishes and acknowledges one group.
+// commit writes, syncs, publishes and acknowledges one group, in the order
+// that makes visible mean durable (design D14): write; acknowledge AckNone
+// and AckWritten appends (they asked only for the page cache); fsync if the
+// group wrote anything; publish (high watermark, Read, Wait); acknowledge
+// AckForced appends. A group that wrote bytes is always synced before it is
+// published, so the fsync is adaptive group commit: while it runs, the next
+// appends queue up and form the next group.
 func (w *writer) commit() {
 	l := w.l
-	err := w.writeGroup()
-	if err != nil {
-		l.mu.Lock()
-		if l.failed == nil {
-			l.failed = err
-			l.logger.Error("partition log failed; appends refused until restart", "err", err)
-		}
-		err = l.failed
-		l.mu.Unlock()
-	}
+	err := w.fail(w.writeGroup())
 	logStart := l.LogStartOffset()
+	// Once acknowledged, a request belongs to its appender (or to the pool)
+	// again: the AckForced ones are set apart first, in place.
+	forced := w.group[:0]
 	for _, r := range w.group {
-		if err != nil && (r.err == nil || errors.Is(r.err, ErrDuplicateSequence)) {
-			r.err = err
-		}
-		r.result.LogStartOffset = logStart
-		if r.ack == AckNone {
-			putReq(r)
+		if r.ack == AckForced && err == nil {
+			forced = append(forced, r)
 			continue
 		}
-		r.done <- struct{}{}
+		w.acknowledge(r, err, logStart)
 	}
+	if err == nil && w.unsynced {
+		if err = w.fail(w.syncActive()); err == nil {
+			w.publish()
+		}
+	}
+	for _, r := range forced {
+		w.acknowledge(r, err, logStart)
+	}
+	clear(w.group) // no stale pointers to recycled requests
 	w.group = w.group[:0]
 }
 
-// writeGroup assigns offsets, writes and syncs the group. Requests refused by
-// the idempotence check get their error in r.err; an I/O error is returned.
+// fail makes err, an I/O error of the writer, the log's sticky error and
+// returns the sticky error (nil when err is nil).
+func (w *writer) fail(err error) error {
+	if err == nil {
+		return nil
+	}
+	l := w.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.failed == nil {
+		l.failed = err
+		l.logger.Error("partition log failed; appends refused until restart", "err", err)
+	}
+	return l.failed
+}
+
+// acknowledge hands r back to its appender (or recycles it, for AckNone)
+// with err, the group's I/O error, unless r has an error of its own.
+func (w *writer) acknowledge(r *appendReq, err error, logStart int64) {
+	if err != nil && (r.err == nil || errors.Is(r.err, ErrDuplicateSequence)) {
+		r.err = err
+	}
+	r.result.LogStartOffset = logStart
+	if r.ack == AckNone {
+		putReq(r)
+		return
+	}
+	r.done <- struct{}{}
+}
+
+// writeGroup assigns offsets and writes the group (syncing and publishing
+// only the part of it in a segment that is rolled). Requests refused by the
+// idempotence check get their error in r.err; an I/O error is returned.
 func (w *writer) writeGroup() error {
 	l := w.l
 	if err := l.Err(); err != nil {
@@ -272,8 +308,7 @@ func (w *writer) writeGroup() error {
 	if cfg.TimestampType == LogAppendTime {
 		appendTime = now.UnixMilli()
 	}
-	needSync := false
-	w.iov, w.iovN, w.pend = w.iov[:0], 0, w.pend[:0]
+	w.iov, w.iovN = w.iov[:0], 0
 	for _, r := range w.group {
 		size := int64(len(r.records))
 		if w.writePos+w.iovN+size > cfg.SegmentBytes && w.writePos+w.iovN > 0 {
@@ -285,28 +320,16 @@ func (w *writer) writeGroup() error {
 			}
 		}
 		if err := w.assign(r, appendTime); err != nil {
+			// A duplicate's original is written, in this group or an
+			// earlier one: it is acknowledged as its original once that is
+			// durable (AckForced appends are acknowledged after the sync).
 			r.err = err
-			if errors.Is(err, ErrDuplicateSequence) {
-				needSync = needSync || r.ack == AckForced // the original may be unsynced
-			}
 			continue
 		}
 		w.iov = append(w.iov, r.records)
 		w.iovN += int64(len(r.records))
-		if r.ack == AckForced {
-			needSync = true
-		}
 	}
-	if err := w.flush(); err != nil {
-		return err
-	}
-	if needSync {
-		if err := w.active.file.Sync(); err != nil {
-			return &IOError{Op: "sync", Err: err}
-		}
-		w.l.syncs.Add(1)
-	}
-	return nil
+	return w.flush()
 }
 
 // assign checks the idempotence of r's batches and assigns their offsets,
@@ -351,7 +374,9 @@ func (w *writer) assign(r *appendReq, appendTime int64) error {
 	return nil
 }
 
-// flush writes the pending bytes to the active segment and publishes them.
+// flush writes the bytes of iov to the active segment. They stay invisible
+// (pend) until syncActive has made them durable and publish has published
+// them.
 func (w *writer) flush() error {
 	if len(w.iov) == 0 {
 		return nil
@@ -379,23 +404,46 @@ func (w *writer) flush() error {
 		}
 	}
 	w.writePos += n
+	w.unsynced = true
+	w.l.writtenEnd.Store(w.next)
+	w.iov, w.iovN = w.iov[:0], 0
+	return nil
+}
+
+// syncActive makes everything written to the active segment durable.
+func (w *writer) syncActive() error {
+	if err := w.active.file.Sync(); err != nil {
+		return &IOError{Op: "sync", Err: err}
+	}
+	w.unsynced = false
+	w.l.syncs.Add(1)
+	return nil
+}
+
+// publish makes the written batches visible: it adds them to the active
+// segment's indexes and size, advances the high watermark and wakes the
+// readers waiting for it. Only durable batches may be published.
+func (w *writer) publish() {
+	if len(w.pend) == 0 {
+		return
+	}
 	interval := int64(w.l.config().IndexInterval)
-	l := w.l
+	s, l := w.active, w.l
 	l.mu.Lock()
 	for _, p := range w.pend {
 		s.noteBatchLocked(p.base, p.last, p.maxTs, p.pos, p.size, interval)
 	}
-	l.publishLocked(w.next)
+	l.publishLocked(w.pend[len(w.pend)-1].last + 1)
 	l.mu.Unlock()
-	w.iov, w.iovN, w.pend = w.iov[:0], 0, w.pend[:0]
-	return nil
+	w.pend = w.pend[:0]
 }
 
 // roll seals the active segment (durably: a sealed segment never has a torn
-// tail) and starts a new one at the next offset.
+// tail), publishes what it holds and starts a new one at the next offset.
 func (w *writer) roll() error {
 	if err := w.sealActive(); err != nil {
 		return err
 	}
+	w.publish()
 	return w.createSegment(w.next)
 }
