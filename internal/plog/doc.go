@@ -11,6 +11,15 @@
 //	log-start-offset           optional: the log start offset in decimal,
 //	                           written by DeleteRecordsBefore (temp file,
 //	                           fsync, rename, directory fsync)
+//	recovery-point             optional: the recovery point in decimal and a
+//	                           newline, written the same way
+//
+// The recovery point is an offset below which every batch was durable when
+// it was written (Kafka's recovery-point-offset-checkpoint, per partition).
+// The writer checkpoints the high watermark (every batch below it is
+// durable) at most every 10 seconds while appends arrive, after every
+// segment roll and at Close; recovery rewrites it when the recovered end
+// differs. A missing or unreadable checkpoint means "nothing known": -1.
 //
 // # Segment file
 //
@@ -38,11 +47,23 @@
 // Open scans every segment sequentially in large reads, checks each batch
 // (magic, length, offset continuity, CRC-32C), and rebuilds the sparse
 // offset index (one entry per IndexInterval bytes), the time index and the
-// idempotent-producer table. An invalid batch in the last segment is a torn
-// or preallocated tail and is truncated (the bytes dropped are logged),
-// unless a valid batch follows it: then, as anywhere in a sealed segment,
-// it is corruption, and Open returns a *CorruptionError naming the file and
-// position instead of silently dropping what follows.
+// idempotent-producer table. What an invalid batch means depends on where it
+// is:
+//
+//   - in the last segment at or past the recovery point: the unsynced tail
+//     of a crash, whose pages may have reached the disk torn or out of order
+//     (an invalid page followed by valid ones). Recovery truncates at the
+//     first invalid batch and logs the bytes dropped;
+//   - in the last segment below the recovery point, or a log that ends
+//     below it: corruption of durable data;
+//   - in a sealed segment: corruption, unless the rest of the segment is
+//     zeros (a preallocated segment sealed by a crash before its truncation
+//     was durable).
+//
+// On corruption Open returns a *CorruptionError naming the file and
+// position instead of silently dropping what follows. Recovery then fsyncs
+// the last segment (after a process crash the page cache may hold batches
+// that were never synced) and checkpoints the recovery point if it moved.
 //
 // # Writing
 //
@@ -54,26 +75,28 @@
 // Visible means durable (design D14): a batch is published (below the high
 // watermark, returned by Read, waking Wait) only once it is fsynced, so no
 // reader ever sees a record that a crash could take away and whose offset a
-// different record could then take. Each group runs in this order:
+// different record could then take. Every batch goes through, in order:
 //
-//  1. write the group;
-//  2. acknowledge its AckNone and AckWritten appends (they asked for the
+//  1. written with its group;
+//  2. its append acknowledged if AckNone or AckWritten (they asked for the
 //     page cache only);
-//  3. fdatasync the active segment if the group wrote anything;
-//  4. publish the group: new high watermark, readers woken;
-//  5. acknowledge its AckForced appends.
+//  3. fdatasync of the active segment (one for everything written so far);
+//  4. published: new high watermark, readers woken;
+//  5. its append acknowledged if AckForced.
 //
-// This is adaptive group commit: there is no timer, and while one group's
-// fsync runs the next appends queue up and are written together. An
-// AckWritten producer learns its offset before the batch is visible; Read of
-// an offset written but not yet durable returns no chunks (not
-// ErrOffsetOutOfRange), and a fetch waits for it as for any new data. A
-// segment roll seals (fsyncs) the old segment and publishes what it holds
-// before the next segment is created. Recovery fsyncs the last segment before
-// publishing it, since after a process crash the page cache may still hold
-// batches that were never synced. A failed write or fsync is sticky
-// (*IOError): fsync is never retried, and what it would have covered is
-// never published.
+// The fsync and the publication belong to a publisher (syncer.go). On
+// WriteSyscall it is a goroutine of its own: while it fsyncs, the writer
+// writes the next groups, and its next fsync covers them all (adaptive group
+// commit, no timer), so AckWritten appends run at page-cache speed and
+// become visible one fsync after their write. On WriteMmap the writer
+// publishes after each group itself, so that stores into the mapping never
+// overlap its msync. An AckWritten producer learns its offset before the
+// batch is visible; Read of an offset written but not yet durable returns no
+// chunks (not ErrOffsetOutOfRange), and a fetch waits for it as for any new
+// data. A segment roll seals (fsyncs) the old segment and publishes what it
+// holds before the next segment is created, so the publisher only ever
+// syncs the active segment. A failed write or fsync is sticky (*IOError):
+// fsync is never retried, and nothing is published after it.
 //
 // Core code takes its filesystem (internal/vfs) and clock (internal/clock)
 // from Config, so tests crash it on an in-memory filesystem.

@@ -25,7 +25,14 @@ const (
 	defaultIndexInterval = 4096
 	defaultQueueDepth    = 1024
 
-	logStartFile = "log-start-offset"
+	logStartFile      = "log-start-offset"
+	recoveryPointFile = "recovery-point"
+
+	// recoveryPointInterval is how often, at most, the writer checkpoints
+	// the recovery point while appends arrive (besides segment rolls and
+	// Close): past it, recovery truncates at the first invalid batch, so it
+	// bounds how much of the log is recovered leniently.
+	recoveryPointInterval = 10 * time.Second
 )
 
 // DefaultWritePath is the write path chosen by measurement (docs/benchmarks.md).
@@ -441,36 +448,46 @@ func (l *Log) closeFiles() {
 }
 
 // readLogStart reads the log start offset checkpoint (-1 when absent).
-func (l *Log) readLogStart() (int64, error) {
+func (l *Log) readLogStart() (int64, error) { return l.readCheckpoint(logStartFile) }
+
+// writeLogStart persists the log start offset.
+func (l *Log) writeLogStart(v int64) error { return l.writeCheckpoint(logStartFile, v) }
+
+// readCheckpoint reads the decimal offset in the checkpoint file name (-1
+// when absent or unreadable).
+func (l *Log) readCheckpoint(file string) (int64, error) {
 	fs := l.cfg.FS
-	name := path.Join(l.dir, logStartFile)
+	name := path.Join(l.dir, file)
 	f, err := fs.Open(name)
 	if err != nil {
 		if _, statErr := fs.Stat(name); statErr != nil {
 			return -1, nil // absent
 		}
-		return -1, &IOError{Op: "open " + logStartFile, Err: err}
+		return -1, &IOError{Op: "open " + file, Err: err}
 	}
 	defer f.Close()
 	buf := make([]byte, 32)
 	n, _ := f.ReadAt(buf, 0)
 	v, err := strconv.ParseInt(strings.TrimSpace(string(buf[:n])), 10, 64)
 	if err != nil {
-		// A torn checkpoint is only an optimisation lost: segments bound it.
-		l.logger.Warn("ignoring unreadable log start checkpoint", "err", err)
+		// Checkpoints are replaced atomically, so this is damage; both
+		// checkpoints only narrow what recovery assumes, so losing one
+		// loses an optimisation (log start) or strictness (recovery
+		// point), never data.
+		l.logger.Warn("ignoring unreadable checkpoint", "file", file, "err", err)
 		return -1, nil
 	}
 	return v, nil
 }
 
-// writeLogStart persists the log start offset: temp file, fsync, rename,
-// directory sync.
-func (l *Log) writeLogStart(v int64) error {
+// writeCheckpoint persists v in the checkpoint file name atomically: temp
+// file, fsync, rename, directory sync.
+func (l *Log) writeCheckpoint(file string, v int64) error {
 	fs := l.cfg.FS
-	tmp := path.Join(l.dir, logStartFile+".tmp")
+	tmp := path.Join(l.dir, file+".tmp")
 	f, err := fs.Create(tmp)
 	if err != nil {
-		return &IOError{Op: "checkpoint", Err: err}
+		return &IOError{Op: "checkpoint " + file, Err: err}
 	}
 	_, err = f.Write([]byte(strconv.FormatInt(v, 10) + "\n"))
 	if err == nil {
@@ -480,13 +497,13 @@ func (l *Log) writeLogStart(v int64) error {
 		err = cerr
 	}
 	if err == nil {
-		err = fs.Rename(tmp, path.Join(l.dir, logStartFile))
+		err = fs.Rename(tmp, path.Join(l.dir, file))
 	}
 	if err == nil {
 		err = fs.SyncDir(l.dir)
 	}
 	if err != nil {
-		return &IOError{Op: "checkpoint", Err: err}
+		return &IOError{Op: "checkpoint " + file, Err: err}
 	}
 	return nil
 }

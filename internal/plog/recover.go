@@ -43,8 +43,12 @@ func (l *Log) recover() error {
 	if err != nil {
 		return err
 	}
+	recoveryPoint, err := l.readCheckpoint(recoveryPointFile)
+	if err != nil {
+		return err
+	}
 	l.w.producers = newProducerTable()
-	sc := scanner{l: l}
+	sc := scanner{l: l, recoveryPoint: recoveryPoint}
 	now := l.cfg.Clock.Now()
 	var prevNext int64 = -1
 	for i, base := range bases {
@@ -70,6 +74,10 @@ func (l *Log) recover() error {
 		// become visible now, so they must be durable first (design D14).
 		// Sealed segments were synced before the next one was created.
 		last := l.segments[n-1]
+		if last.nextOffset < recoveryPoint {
+			return &CorruptionError{File: last.path, Pos: last.size, Reason: fmt.Sprintf(
+				"the log ends at offset %d, before its recovery point %d (offsets checkpointed as durable)", last.nextOffset, recoveryPoint)}
+		}
 		if err := last.file.Sync(); err != nil {
 			return &IOError{Op: "sync " + last.path, Err: err}
 		}
@@ -82,15 +90,29 @@ func (l *Log) recover() error {
 	if len(l.segments) == 0 && checkpoint > 0 {
 		l.hwm, l.logStart = checkpoint, checkpoint
 	}
+	// Everything below the high watermark is durable now: that is the new
+	// recovery point (written only when it moved, so a clean restart costs
+	// no checkpoint).
+	l.w.pub.recoveryPoint = recoveryPoint
+	if len(l.segments) > 0 && l.hwm != recoveryPoint {
+		if err := l.writeCheckpoint(recoveryPointFile, l.hwm); err != nil {
+			return err
+		}
+		l.w.pub.recoveryPoint = l.hwm
+	}
 	return nil
 }
 
 // scanner reads segments sequentially in large blocks.
 type scanner struct {
-	l      *Log
-	buf    []byte
-	bufPos int64 // file position of buf[0]
-	bufLen int
+	l *Log
+	// recoveryPoint is the checkpointed offset below which every batch was
+	// durable (-1 when unknown): an invalid batch below it is corruption,
+	// at or past it the unsynced tail of a crash.
+	recoveryPoint int64
+	buf           []byte
+	bufPos        int64 // file position of buf[0]
+	bufLen        int
 }
 
 // at returns the n bytes at pos of s's file, reading a new block when they
@@ -172,7 +194,7 @@ func (sc *scanner) scan(s *segment, last bool) error {
 			return err
 		}
 		if reason != "" {
-			return sc.invalid(s, last, pos, fileSize, h, reason)
+			return sc.invalid(s, last, pos, fileSize, next, reason)
 		}
 		s.noteBatchLocked(next, h.LastOffset(), h.MaxTimestamp, pos, int64(h.Size()), interval)
 		l.w.producers.record(&h, next, false)
@@ -182,37 +204,36 @@ func (sc *scanner) scan(s *segment, last bool) error {
 	return nil
 }
 
-// invalid decides what an invalid batch at pos means: a torn or
-// preallocated tail of the last segment (truncate it) or corruption
-// (refuse to open).
-func (sc *scanner) invalid(s *segment, last bool, pos, fileSize int64, h batch.Header, reason string) error {
+// invalid decides what an invalid batch at pos, which should start at
+// offset want, means: the unsynced tail of a crash in the last segment
+// (truncate it) or corruption (refuse to open).
+//
+// In the last segment, past the recovery point, the bytes may be a crash's
+// unsynced writes, which reach the disk torn or out of order (an invalid
+// page followed by valid ones): recovery truncates at the first invalid
+// batch. Below the recovery point every byte was durable, so an invalid
+// batch there is corruption. A sealed segment was synced before the next one
+// was created, so only a zero tail (a preallocated segment sealed by a crash
+// before its truncation was durable) may follow its data.
+func (sc *scanner) invalid(s *segment, last bool, pos, fileSize, want int64, reason string) error {
 	l := sc.l
-	corrupt := !last
-	if last && h.Magic == batch.Magic && h.Length >= batch.MinLength && h.Length <= maxSaneBatch {
-		// A torn write leaves nothing valid after it. A valid batch right
-		// after this one means the bad one was damaged in place.
-		nextPos := pos + int64(h.Size())
-		if nextPos < fileSize {
-			if _, _, why, err := sc.checkBatch(s, nextPos, fileSize, -1); err == nil && why == "" {
-				corrupt = true
-			}
-		}
-	}
-	if !last {
-		// A sealed segment is synced before the next one is created, but
-		// a zero tail (a preallocated segment sealed by a crash before its
-		// truncation was durable) is still not data.
+	corrupt := false
+	switch {
+	case !last:
 		zero, err := sc.allZero(s, pos, fileSize)
 		if err != nil {
 			return err
 		}
 		corrupt = !zero
+	case want < sc.recoveryPoint:
+		corrupt = true
+		reason = fmt.Sprintf("%s, below the recovery point %d", reason, sc.recoveryPoint)
 	}
 	if corrupt {
 		return &CorruptionError{File: s.path, Pos: pos, Reason: reason}
 	}
-	l.logger.Warn("truncating torn tail of segment", "file", s.path, "pos", pos,
-		"bytes", fileSize-pos, "reason", reason)
+	l.logger.Warn("truncating the unsynced tail of segment", "file", s.path, "pos", pos,
+		"bytes", fileSize-pos, "offset", want, "recovery_point", sc.recoveryPoint, "reason", reason)
 	if err := s.file.Truncate(pos); err != nil {
 		return &IOError{Op: "truncate " + s.path, Err: err}
 	}

@@ -109,7 +109,7 @@ var debugVisible = false
 
 // TestCrashReadersSeeOnlyDurable: appenders of every ack kind and readers
 // run concurrently; at a random sync or write the filesystem crashes
-// (keeping a random part of the unsynced writes). After recovery, every
+// (keeping a random part of the unsynced writes, in order or out of order). After recovery, every
 // batch any reader read before the crash is there byte for byte at its
 // offset: a reader never sees what a crash can take away (design D14), so
 // an offset is never reused for different records.
@@ -136,6 +136,7 @@ func crashWithReaders(t *testing.T, seed uint64, rng *rand.Rand, wp WritePath) (
 	mem := vfs.NewMem()
 	crashAt := 2 + rng.IntN(30) // the crash-th sync or write
 	crashRng := rand.New(rand.NewPCG(rng.Uint64(), seed))
+	outOfOrder := rng.IntN(2) == 0
 
 	// Readers hold seen for reading while they read and record; the crash
 	// takes it for writing, so the reads recorded when it is taken are
@@ -153,14 +154,14 @@ func crashWithReaders(t *testing.T, seed uint64, rng *rand.Rand, wp WritePath) (
 		}
 		if ops.Add(1) == int64(crashAt) {
 			seen.Lock()
-			crashed = mem.Crash(crashRng)
+			crashed = crashMem(mem, crashRng, outOfOrder)
 			seen.Unlock()
 		}
 		return nil
 	}))
 	cfg := Config{
 		FS: fs, Dir: "/d/t-0", WritePath: wp, Logger: quietLogger,
-		SegmentBytes:  int64(2048 + rng.IntN(8192)),
+		SegmentBytes:  int64(2048 + rng.IntN(32<<10)),
 		IndexInterval: 256 + rng.IntN(1024),
 	}
 	l, err := Open(cfg)
@@ -210,7 +211,7 @@ func crashWithReaders(t *testing.T, seed uint64, rng *rand.Rand, wp WritePath) (
 		go func() {
 			defer appenders.Done()
 			for i := 0; i < 15; i++ {
-				b := batch.Build(batch.BuildOptions{Records: 1 + appendRng.IntN(4), ValueSize: appendRng.IntN(300), ProducerID: -1, BaseTimestamp: stamp.Add(1)})
+				b := batch.Build(batch.BuildOptions{Records: 1 + appendRng.IntN(4), ValueSize: crashValueSize(appendRng), ProducerID: -1, BaseTimestamp: stamp.Add(1)})
 				if _, err := l.Append(b, AckPolicy(appendRng.IntN(3))); err != nil {
 					readErr.Store(err)
 					return

@@ -44,7 +44,8 @@ type pendingBatch struct {
 
 // writer is the single owner of the active segment and of the producer
 // table: everything here is touched only by the writer goroutine (and by
-// Open before the goroutine starts, and Close after it ends).
+// Open before the goroutine starts, and Close after it ends), except the
+// publisher, which has its own owner (syncer.go).
 type writer struct {
 	l         *Log
 	path      WritePath
@@ -57,8 +58,9 @@ type writer struct {
 	lastGroup int            // appends in the previous group
 	iov       [][]byte       // bytes of the group not yet written, for one writev
 	iovN      int64          // total length of iov
-	pend      []pendingBatch // batches assigned or written, not yet durable: to publish after the sync
-	unsynced  bool           // bytes were written to active since its last sync
+	pend      []pendingBatch // the group's batches, handed to the publisher once written
+
+	pub publisher // makes written batches durable, then visible
 }
 
 func (w *writer) init(l *Log) {
@@ -69,6 +71,7 @@ func (w *writer) init(l *Log) {
 	if w.producers.states == nil {
 		w.producers = newProducerTable()
 	}
+	w.pub.init(l)
 }
 
 // openActive makes the last segment writable, creating the first segment of
@@ -76,7 +79,7 @@ func (w *writer) init(l *Log) {
 func (w *writer) openActive() error {
 	l := w.l
 	l.mu.Lock()
-	w.next = l.hwm
+	w.next, w.pub.published = l.hwm, l.hwm
 	l.writtenEnd.Store(w.next)
 	var last *segment
 	if n := len(l.segments); n > 0 {
@@ -156,7 +159,10 @@ func (w *writer) sealActive() error {
 			return &IOError{Op: "truncate", Err: err}
 		}
 	}
-	return w.syncActive()
+	if err := s.file.Sync(); err != nil {
+		return &IOError{Op: "sync", Err: err}
+	}
+	return nil
 }
 
 // closeActive seals the active segment at Close.
@@ -174,14 +180,23 @@ func (w *writer) closeActive() error {
 		}
 		return failed
 	}
-	return w.sealActive()
+	if err := w.sealActive(); err != nil {
+		return err
+	}
+	w.pub.checkpointRecoveryPoint(true)
+	return nil
 }
 
 // run is the writer goroutine: it takes everything queued, writes it with
-// one system call (or one copy per append into the mapping), syncs once if
-// any append asked for AckForced, publishes and acknowledges in order.
+// one system call (or one copy per append into the mapping), acknowledges
+// what asked for the page cache only and hands the rest to the publisher,
+// which syncs, publishes and acknowledges the AckForced appends.
 func (w *writer) run() {
 	defer close(w.l.done)
+	if w.path != WriteMmap {
+		go w.pub.run()
+		defer w.pub.stop()
+	}
 	for {
 		select {
 		case r := <-w.l.queue:
@@ -226,13 +241,20 @@ func (w *writer) drain() {
 	}
 }
 
-// commit writes, syncs, publishes and acknowledges one group, in the order
-// that makes visible mean durable (design D14): write; acknowledge AckNone
-// and AckWritten appends (they asked only for the page cache); fsync if the
-// group wrote anything; publish (high watermark, Read, Wait); acknowledge
-// AckForced appends. A group that wrote bytes is always synced before it is
-// published, so the fsync is adaptive group commit: while it runs, the next
-// appends queue up and form the next group.
+// commit writes and acknowledges one group, in the order that makes visible
+// mean durable (design D14): write; acknowledge the AckNone and AckWritten
+// appends (they asked for the page cache only) and the refused ones; hand
+// the group's batches and AckForced appends to the publisher, which fsyncs,
+// publishes them (high watermark, Read, Wait) and then acknowledges the
+// AckForced appends. Every batch written is synced before it is published.
+//
+// On WriteSyscall the publisher is a goroutine of its own: while it
+// fsyncs, the writer writes the next groups, and its next fsync covers them
+// all (group commit without a timer), so AckWritten appends run at
+// page-cache speed and become visible one fsync later. On WriteMmap the
+// writer publishes itself, after the write: stores into the mapping and its
+// msync do not overlap (the in-memory test filesystem copies the mapping to
+// sync it).
 func (w *writer) commit() {
 	l := w.l
 	err := w.fail(w.writeGroup())
@@ -241,43 +263,33 @@ func (w *writer) commit() {
 	// again: the AckForced ones are set apart first, in place.
 	forced := w.group[:0]
 	for _, r := range w.group {
-		if r.ack == AckForced && err == nil {
+		if r.ack == AckForced && err == nil && (r.err == nil || errors.Is(r.err, ErrDuplicateSequence)) {
+			// A duplicate is acknowledged with its original's offset
+			// once the original is durable: it was handed over before,
+			// or with this group.
 			forced = append(forced, r)
 			continue
 		}
 		w.acknowledge(r, err, logStart)
 	}
-	if err == nil && w.unsynced {
-		if err = w.fail(w.syncActive()); err == nil {
-			w.publish()
-		}
+	if err == nil {
+		w.pub.hand(w.active, w.pend, forced, false)
 	}
-	for _, r := range forced {
-		w.acknowledge(r, err, logStart)
-	}
+	w.pend = w.pend[:0]
 	clear(w.group) // no stale pointers to recycled requests
 	w.group = w.group[:0]
+	if w.path == WriteMmap {
+		w.pub.publish()
+	}
 }
 
-// fail makes err, an I/O error of the writer, the log's sticky error and
-// returns the sticky error (nil when err is nil).
-func (w *writer) fail(err error) error {
-	if err == nil {
-		return nil
-	}
-	l := w.l
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.failed == nil {
-		l.failed = err
-		l.logger.Error("partition log failed; appends refused until restart", "err", err)
-	}
-	return l.failed
-}
+func (w *writer) fail(err error) error { return w.l.fail(err) }
+
+func (w *writer) acknowledge(r *appendReq, err error, logStart int64) { acknowledge(r, err, logStart) }
 
 // acknowledge hands r back to its appender (or recycles it, for AckNone)
 // with err, the group's I/O error, unless r has an error of its own.
-func (w *writer) acknowledge(r *appendReq, err error, logStart int64) {
+func acknowledge(r *appendReq, err error, logStart int64) {
 	if err != nil && (r.err == nil || errors.Is(r.err, ErrDuplicateSequence)) {
 		r.err = err
 	}
@@ -375,8 +387,7 @@ func (w *writer) assign(r *appendReq, appendTime int64) error {
 }
 
 // flush writes the bytes of iov to the active segment. They stay invisible
-// (pend) until syncActive has made them durable and publish has published
-// them.
+// (pend) until the publisher has made them durable and published them.
 func (w *writer) flush() error {
 	if len(w.iov) == 0 {
 		return nil
@@ -404,46 +415,22 @@ func (w *writer) flush() error {
 		}
 	}
 	w.writePos += n
-	w.unsynced = true
 	w.l.writtenEnd.Store(w.next)
 	w.iov, w.iovN = w.iov[:0], 0
 	return nil
 }
 
-// syncActive makes everything written to the active segment durable.
-func (w *writer) syncActive() error {
-	if err := w.active.file.Sync(); err != nil {
-		return &IOError{Op: "sync", Err: err}
-	}
-	w.unsynced = false
-	w.l.syncs.Add(1)
-	return nil
-}
-
-// publish makes the written batches visible: it adds them to the active
-// segment's indexes and size, advances the high watermark and wakes the
-// readers waiting for it. Only durable batches may be published.
-func (w *writer) publish() {
-	if len(w.pend) == 0 {
-		return
-	}
-	interval := int64(w.l.config().IndexInterval)
-	s, l := w.active, w.l
-	l.mu.Lock()
-	for _, p := range w.pend {
-		s.noteBatchLocked(p.base, p.last, p.maxTs, p.pos, p.size, interval)
-	}
-	l.publishLocked(w.pend[len(w.pend)-1].last + 1)
-	l.mu.Unlock()
-	w.pend = w.pend[:0]
-}
-
 // roll seals the active segment (durably: a sealed segment never has a torn
-// tail), publishes what it holds and starts a new one at the next offset.
+// tail), has everything it holds published and starts a new one at the next
+// offset. So the publisher only ever syncs and publishes the active segment.
 func (w *writer) roll() error {
 	if err := w.sealActive(); err != nil {
 		return err
 	}
-	w.publish()
+	w.pub.hand(w.active, w.pend, nil, true)
+	w.pend = w.pend[:0]
+	if err := w.pub.publish(); err != nil {
+		return err
+	}
 	return w.createSegment(w.next)
 }
