@@ -58,6 +58,11 @@ type Config struct {
 	TimestampType  TimestampType // message.timestamp.type
 	WritePath      WritePath     // default: the measured winner
 	QueueDepth     int           // appends queued for the writer, default 1024
+
+	// ProducerIDExpiration is producer.id.expiration.ms (a broker config):
+	// an idempotent producer that has not appended for this long is
+	// forgotten. Default 1 day.
+	ProducerIDExpiration time.Duration
 }
 
 // AppendResult is what an acknowledged append tells the producer.

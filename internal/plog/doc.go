@@ -47,8 +47,11 @@
 // Open scans every segment sequentially in large reads, checks each batch
 // (magic, length, offset continuity, CRC-32C), and rebuilds the sparse
 // offset index (one entry per IndexInterval bytes), the time index and the
-// idempotent-producer table. What an invalid batch means depends on where it
-// is:
+// idempotent-producer table (without the producers idle for
+// producer.id.expiration.ms, judged by their last batch's max timestamp, never
+// later than now; while running, the writer forgets idle producers by their
+// last append time, looking every 10 minutes). What an invalid batch means
+// depends on where it is:
 //
 //   - in the last segment at or past the recovery point: the unsynced tail
 //     of a crash, whose pages may have reached the disk torn or out of order

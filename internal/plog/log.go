@@ -25,6 +25,12 @@ const (
 	defaultIndexInterval = 4096
 	defaultQueueDepth    = 1024
 
+	defaultProducerIDExpiration = 24 * time.Hour // Kafka's producer.id.expiration.ms
+	// producerExpiryCheckInterval is Kafka's
+	// producer.id.expiration.check.interval.ms: how often the writer looks
+	// for expired producers (on an append).
+	producerExpiryCheckInterval = 10 * time.Minute
+
 	logStartFile      = "log-start-offset"
 	recoveryPointFile = "recovery-point"
 
@@ -65,6 +71,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.QueueDepth <= 0 {
 		c.QueueDepth = defaultQueueDepth
+	}
+	if c.ProducerIDExpiration <= 0 {
+		c.ProducerIDExpiration = defaultProducerIDExpiration
 	}
 }
 
@@ -169,13 +178,14 @@ func (l *Log) config() Config {
 }
 
 // SetConfig changes the dynamic settings (retention, segment size and age,
-// max batch bytes, timestamp type). FS, Dir, Clock, WritePath and QueueDepth
-// are kept.
+// max batch bytes, timestamp type). FS, Dir, Clock, WritePath, QueueDepth
+// and ProducerIDExpiration are kept.
 func (l *Log) SetConfig(cfg Config) {
 	l.cfgMu.Lock()
 	defer l.cfgMu.Unlock()
 	cfg.FS, cfg.Dir, cfg.Clock, cfg.Logger = l.cfg.FS, l.cfg.Dir, l.cfg.Clock, l.cfg.Logger
 	cfg.WritePath, cfg.QueueDepth = l.cfg.WritePath, l.cfg.QueueDepth
+	cfg.ProducerIDExpiration = l.cfg.ProducerIDExpiration // a broker setting, not a topic's
 	cfg.setDefaults()
 	l.cfg = cfg
 }

@@ -48,8 +48,8 @@ func (l *Log) recover() error {
 		return err
 	}
 	l.w.producers = newProducerTable()
-	sc := scanner{l: l, recoveryPoint: recoveryPoint}
 	now := l.cfg.Clock.Now()
+	sc := scanner{l: l, recoveryPoint: recoveryPoint, nowMs: now.UnixMilli()}
 	var prevNext int64 = -1
 	for i, base := range bases {
 		name := path.Join(l.dir, segmentName(base))
@@ -67,6 +67,10 @@ func (l *Log) recover() error {
 			return err
 		}
 		prevNext = s.nextOffset
+	}
+	// An expired producer is not restored (producer.id.expiration.ms).
+	if n := l.w.producers.expire(sc.nowMs, l.cfg.ProducerIDExpiration); n > 0 {
+		l.logger.Info("not restoring idle idempotent producers", "producers", n, "idle_for", l.cfg.ProducerIDExpiration)
 	}
 	if n := len(l.segments); n > 0 {
 		// After a crash of the process (not of the machine) the page cache
@@ -110,9 +114,13 @@ type scanner struct {
 	// durable (-1 when unknown): an invalid batch below it is corruption,
 	// at or past it the unsynced tail of a crash.
 	recoveryPoint int64
-	buf           []byte
-	bufPos        int64 // file position of buf[0]
-	bufLen        int
+	// nowMs is the time of recovery. A producer's last append is known by
+	// its batch's max timestamp only, never taken as later than now (a
+	// producer's clock must not keep its state forever).
+	nowMs  int64
+	buf    []byte
+	bufPos int64 // file position of buf[0]
+	bufLen int
 }
 
 // at returns the n bytes at pos of s's file, reading a new block when they
@@ -197,7 +205,7 @@ func (sc *scanner) scan(s *segment, last bool) error {
 			return sc.invalid(s, last, pos, fileSize, next, reason)
 		}
 		s.noteBatchLocked(next, h.LastOffset(), h.MaxTimestamp, pos, int64(h.Size()), interval)
-		l.w.producers.record(&h, next, false)
+		l.w.producers.record(&h, next, min(h.MaxTimestamp, sc.nowMs), false)
 		next = h.LastOffset() + 1
 		pos += int64(h.Size())
 	}

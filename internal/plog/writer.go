@@ -6,6 +6,7 @@ import (
 	"path"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/sushka-io/sushka/internal/plog/batch"
 )
@@ -60,6 +61,8 @@ type writer struct {
 	iovN      int64          // total length of iov
 	pend      []pendingBatch // the group's batches, handed to the publisher once written
 
+	producersCheckedAt time.Time // the last look for expired producers
+
 	pub publisher // makes written batches durable, then visible
 }
 
@@ -72,6 +75,7 @@ func (w *writer) init(l *Log) {
 		w.producers = newProducerTable()
 	}
 	w.pub.init(l)
+	w.producersCheckedAt = l.cfg.Clock.Now() // recovery has just expired them
 }
 
 // openActive makes the last segment writable, creating the first segment of
@@ -316,6 +320,12 @@ func (w *writer) writeGroup() error {
 			return err
 		}
 	}
+	if now.Sub(w.producersCheckedAt) >= producerExpiryCheckInterval {
+		w.producersCheckedAt = now
+		if n := w.producers.expire(now.UnixMilli(), cfg.ProducerIDExpiration); n > 0 {
+			l.logger.Info("forgot idle idempotent producers", "producers", n, "idle_for", cfg.ProducerIDExpiration)
+		}
+	}
 	appendTime := int64(-1)
 	if cfg.TimestampType == LogAppendTime {
 		appendTime = now.UnixMilli()
@@ -331,7 +341,7 @@ func (w *writer) writeGroup() error {
 				return err
 			}
 		}
-		if err := w.assign(r, appendTime); err != nil {
+		if err := w.assign(r, now.UnixMilli(), appendTime); err != nil {
 			// A duplicate's original is written, in this group or an
 			// earlier one: it is acknowledged as its original once that is
 			// durable (AckForced appends are acknowledged after the sync).
@@ -345,8 +355,9 @@ func (w *writer) writeGroup() error {
 }
 
 // assign checks the idempotence of r's batches and assigns their offsets,
-// noting them as pending at the current write position.
-func (w *writer) assign(r *appendReq, appendTime int64) error {
+// noting them as pending at the current write position; nowMs is the time of
+// the append (producer idleness), appendTime the LogAppendTime or -1.
+func (w *writer) assign(r *appendReq, nowMs, appendTime int64) error {
 	pos := w.writePos + w.iovN
 	next := w.next
 	first := len(w.pend)
@@ -367,7 +378,7 @@ func (w *writer) assign(r *appendReq, appendTime int64) error {
 			}
 			return err
 		}
-		w.producers.record(&h, next, true)
+		w.producers.record(&h, next, nowMs, true)
 		batch.SetBaseOffset(b[:size], next)
 		maxTs := h.MaxTimestamp
 		if appendTime >= 0 {
