@@ -101,6 +101,16 @@
 // syncs the active segment. A failed write or fsync is sticky (*IOError):
 // fsync is never retried, and nothing is published after it.
 //
+// A full disk is the one exception: when a write (never an fsync) fails
+// with ENOSPC, nothing of its group has been acknowledged, and once space
+// is back the writer recovers the partition from what is on disk, exactly
+// as Open does, and resumes from there (the failed group's offsets are
+// reused; batches written before it are synced and published). It tries on
+// an arriving append, one second after the failure and then at doubling
+// intervals up to a minute; meanwhile appends fail with the error
+// (KAFKA_STORAGE_ERROR, which clients retry). Any fsync failure makes the
+// partition's error permanent until restart.
+//
 // Core code takes its filesystem (internal/vfs) and clock (internal/clock)
 // from Config, so tests crash it on an in-memory filesystem.
 package plog

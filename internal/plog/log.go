@@ -104,6 +104,9 @@ type Log struct {
 	waitCh   chan struct{} // (mu) closed when hwm next advances
 	waited   bool          // (mu) someone holds waitCh
 	failed   error         // (mu) sticky I/O error
+	// unresumable is set by any failure the log must not resume from (an
+	// fsync above all), even one after a full disk. (mu)
+	unresumable bool
 
 	w writer // owned by the writer goroutine
 

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/vfs"
@@ -21,6 +22,23 @@ func readRecoveryPoint(t *testing.T, f *fixture) string {
 	return strings.TrimSpace(string(b))
 }
 
+// waitRecoveryPoint waits until the checkpoint says want: the publisher
+// writes it after it has acknowledged the appends it published.
+func waitRecoveryPoint(t *testing.T, f *fixture, want string, why string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := readRecoveryPoint(t, f)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("recovery point %q %s, want %s", got, why, want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestRecoveryPointCheckpoints: the recovery point follows the durable end
 // at most every recoveryPointInterval, at a roll and at Close.
 func TestRecoveryPointCheckpoints(t *testing.T) {
@@ -34,9 +52,7 @@ func TestRecoveryPointCheckpoints(t *testing.T) {
 		}
 		f.clock.Advance(recoveryPointInterval)
 		mustAppend(t, l, mkBatch(2, 100, 0), AckWritten)
-		if got := readRecoveryPoint(t, f); got != "4" {
-			t.Fatalf("recovery point %q after the interval, want 4", got)
-		}
+		waitRecoveryPoint(t, f, "4", "after the interval")
 		mustAppend(t, l, mkBatch(2, 100, 0), AckForced)
 		if got := readRecoveryPoint(t, f); got != "4" {
 			t.Fatalf("recovery point %q moved within the interval", got)
@@ -44,9 +60,7 @@ func TestRecoveryPointCheckpoints(t *testing.T) {
 		for len(l.segments) == 1 { // a roll checkpoints what it sealed
 			mustAppend(t, l, mkBatch(2, 100, 0), AckForced)
 		}
-		if got, want := readRecoveryPoint(t, f), l.segments[1].base; got != itoa(want) {
-			t.Fatalf("recovery point %q after a roll, want %d", got, want)
-		}
+		waitRecoveryPoint(t, f, itoa(l.segments[1].base), "after a roll")
 		mustAppend(t, l, mkBatch(2, 100, 0), AckForced)
 		hw := l.HighWatermark()
 		l.Close()

@@ -185,9 +185,16 @@ func (l *Log) fail(err error) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !resumable(err) {
+		l.unresumable = true
+	}
 	if l.failed == nil {
 		l.failed = err
-		l.logger.Error("partition log failed; appends refused until restart", "err", err)
+		if resumable(err) {
+			l.logger.Error("partition log failed: disk full; appends refused until space is back", "err", err)
+		} else {
+			l.logger.Error("partition log failed; appends refused until restart", "err", err)
+		}
 	}
 	return l.failed
 }

@@ -63,6 +63,13 @@ type writer struct {
 
 	producersCheckedAt time.Time // the last look for expired producers
 
+	publishing bool // the publisher goroutine runs (WriteSyscall)
+
+	// After a full disk (resumable sticky error): the next attempt to
+	// resume, and the wait before the one after it.
+	resumeAt      time.Time
+	resumeBackoff time.Duration
+
 	pub publisher // makes written batches durable, then visible
 }
 
@@ -105,7 +112,7 @@ func (w *writer) createSegment(base int64) error {
 	name := path.Join(l.dir, segmentName(base))
 	f, err := l.cfg.FS.Create(name)
 	if err != nil {
-		return &IOError{Op: "create segment", Err: err}
+		return writeError("create segment", err)
 	}
 	if err := l.cfg.FS.SyncDir(l.dir); err != nil {
 		f.Close()
@@ -140,7 +147,7 @@ func (w *writer) prepareActive(need int64) error {
 		s.mapped = nil
 	}
 	if err := s.file.Truncate(capacity); err != nil {
-		return &IOError{Op: "preallocate", Err: err}
+		return writeError("preallocate", err)
 	}
 	m, err := s.file.Map(capacity)
 	if err != nil {
@@ -197,10 +204,8 @@ func (w *writer) closeActive() error {
 // which syncs, publishes and acknowledges the AckForced appends.
 func (w *writer) run() {
 	defer close(w.l.done)
-	if w.path != WriteMmap {
-		go w.pub.run()
-		defer w.pub.stop()
-	}
+	w.startPublisher()
+	defer w.stopPublisher()
 	for {
 		select {
 		case r := <-w.l.queue:
@@ -227,6 +232,22 @@ func (w *writer) run() {
 		w.drain()
 		w.lastGroup = len(w.group)
 		w.commit()
+	}
+}
+
+// startPublisher starts the publisher goroutine of a WriteSyscall log.
+func (w *writer) startPublisher() {
+	if w.path != WriteMmap && !w.publishing {
+		w.publishing = true
+		go w.pub.run()
+	}
+}
+
+// stopPublisher stops it once it has published what it was handed.
+func (w *writer) stopPublisher() {
+	if w.publishing {
+		w.publishing = false
+		w.pub.stop()
 	}
 }
 
@@ -310,11 +331,18 @@ func acknowledge(r *appendReq, err error, logStart int64) {
 // idempotence check get their error in r.err; an I/O error is returned.
 func (w *writer) writeGroup() error {
 	l := w.l
-	if err := l.Err(); err != nil {
-		return err
-	}
 	cfg := l.config()
 	now := cfg.Clock.Now()
+	if err := l.Err(); err != nil {
+		if !w.resumeDue(now) {
+			return err
+		}
+		if rerr := w.resume(now); rerr != nil {
+			l.logger.Warn("partition log still cannot resume after disk full", "err", rerr, "retry_in", w.resumeBackoff)
+			return err
+		}
+		l.logger.Info("partition log resumed after disk full", "high_watermark", w.next)
+	}
 	if w.writePos > 0 && now.Sub(w.active.created) >= cfg.SegmentMaxAge {
 		if err := w.roll(); err != nil {
 			return err
@@ -422,7 +450,7 @@ func (w *writer) flush() error {
 			err = fmt.Errorf("short write: %d of %d bytes", written, n)
 		}
 		if err != nil {
-			return &IOError{Op: "write " + s.path, Err: err}
+			return writeError("write "+s.path, err)
 		}
 	}
 	w.writePos += n
@@ -444,4 +472,81 @@ func (w *writer) roll() error {
 		return err
 	}
 	return w.createSegment(w.next)
+}
+
+// Resuming after a full disk. A write that failed with ENOSPC failed its
+// whole group before any of it was acknowledged, but it left the writer's
+// state ahead of the disk: offsets and producer sequences assigned to
+// batches never written, maybe part of a batch in the file, and batches
+// written before it that the publisher, seeing the failure, never
+// published. Rather than undo each of these, the writer recovers the log
+// from what is on disk, as Open does (truncating what is not whole, syncing
+// and publishing what is), and starts again from there. It tries when an
+// append arrives, at most every resumeBackoff (doubling from
+// diskFullRetryMin to diskFullRetryMax while the disk stays full); clients
+// retry KAFKA_STORAGE_ERROR meanwhile. A failed fsync is never resumed
+// (Log.unresumable): after it, what the page cache shows may not be on disk,
+// and a new fsync would not write it.
+const (
+	diskFullRetryMin = time.Second
+	diskFullRetryMax = time.Minute
+)
+
+// resumeDue reports whether the log's sticky error is a full disk and it is
+// time to try to resume; the first call after the failure only starts the
+// wait.
+func (w *writer) resumeDue(now time.Time) bool {
+	l := w.l
+	l.mu.RLock()
+	ok := resumable(l.failed) && !l.unresumable
+	l.mu.RUnlock()
+	if !ok {
+		return false
+	}
+	if w.resumeAt.IsZero() {
+		w.resumeBackoff = diskFullRetryMin
+		w.resumeAt = now.Add(w.resumeBackoff)
+		return false
+	}
+	return !now.Before(w.resumeAt)
+}
+
+// resume recovers the log from disk and makes the writer start again from
+// it (see above). On failure the log keeps its sticky error and the next
+// attempt waits twice as long.
+func (w *writer) resume(now time.Time) error {
+	l := w.l
+	w.stopPublisher() // it acknowledges what it holds with the error
+	if s := w.active; s != nil && s.mapped != nil {
+		s.file.Unmap() // recovery truncates the file
+		s.mapped = nil
+	}
+	fresh := &Log{cfg: l.config(), fs: l.fs, dir: l.dir, logger: l.logger}
+	if err := fresh.recover(); err != nil {
+		fresh.closeFiles()
+		w.resumeBackoff = min(2*w.resumeBackoff, diskFullRetryMax)
+		w.resumeAt = now.Add(w.resumeBackoff)
+		return err
+	}
+	l.mu.Lock()
+	old := l.segments
+	l.segments, l.hwm, l.logStart = fresh.segments, fresh.hwm, fresh.logStart
+	l.failed = nil
+	close(l.waitCh) // readers waiting look again
+	l.waitCh, l.waited = make(chan struct{}), false
+	l.mu.Unlock()
+	for _, s := range old {
+		s.release() // readers still holding one keep its file open
+	}
+	w.producers = fresh.w.producers
+	w.producersCheckedAt = now
+	w.pend, w.iov, w.iovN = w.pend[:0], w.iov[:0], 0
+	w.pub.init(l)
+	w.pub.recoveryPoint = fresh.w.pub.recoveryPoint
+	w.resumeAt, w.resumeBackoff = time.Time{}, 0
+	if err := w.openActive(); err != nil {
+		return l.fail(err)
+	}
+	w.startPublisher()
+	return nil
 }
