@@ -1,6 +1,7 @@
 package plog
 
 import (
+	"runtime"
 	"sync"
 	"time"
 
@@ -80,6 +81,12 @@ func (p *publisher) run() {
 	for {
 		select {
 		case <-p.wake:
+			if yieldBeforeDrain {
+				// The writer may be writing the rest of a group formed by
+				// producers the last fsync released: let it hand that over
+				// too, so one fsync covers them (as in writer.run).
+				runtime.Gosched()
+			}
 			p.publish()
 		case <-p.quit:
 			p.publish() // what the writer's last groups handed over
