@@ -1,12 +1,16 @@
 package plog
 
 import (
+	"bytes"
 	"errors"
+	"math/rand/v2"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sushka-io/sushka/internal/clock"
+	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
@@ -102,5 +106,108 @@ func TestFailedSyncNeverResumes(t *testing.T) {
 	f.clock.Advance(time.Hour)
 	if _, err := l.Append(mkBatch(1, 10, 0), AckForced); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("append after a failed fsync, an hour later: %v, want the sticky error", err)
+	}
+}
+
+// TestDiskFullCrashes: seeded runs of appends of every ack kind while the
+// disk fills up and frees again (ENOSPC on writes and segment creation) and
+// the clock moves, then a crash (in order or out of order). The partition
+// always resumes once space is back, and after the crash every batch
+// acknowledged with AckForced is there byte for byte at its offset, every
+// batch recovered was appended, at the offset it was acknowledged with,
+// and offsets are contiguous.
+func TestDiskFullCrashes(t *testing.T) {
+	seeds := 300
+	if testing.Short() {
+		seeds = 60
+	}
+	for seed := uint64(0); seed < uint64(seeds); seed++ {
+		rng := rand.New(rand.NewPCG(seed, 0xd15cf))
+		wp := WritePath(rng.IntN(2))
+		mem := vfs.NewMem()
+		clk := clock.NewManual(t0)
+		var full atomic.Bool
+		cfg := Config{
+			FS: vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op, _ string) error {
+				if full.Load() && (op == vfs.OpWritev || op == vfs.OpCreate) {
+					return syscall.ENOSPC
+				}
+				return nil
+			})),
+			Clock: clk, Dir: "/d/t-0", WritePath: wp, Logger: quietLogger,
+			SegmentBytes:  int64(1024 + rng.IntN(16<<10)),
+			IndexInterval: 256 + rng.IntN(2048),
+		}
+		l, err := Open(cfg)
+		if err != nil {
+			t.Fatalf("seed %d: open: %v", seed, err)
+		}
+		byKey := map[int64]*appended{}
+		var forced []*appended
+		stamp := int64(1_700_000_000_000)
+		for op, ops := 0, 10+rng.IntN(60); op < ops; op++ {
+			if rng.IntN(6) == 0 {
+				full.Store(!full.Load())
+			}
+			clk.Advance(time.Duration(rng.IntN(2000)) * time.Millisecond)
+			stamp++
+			b := batch.Build(batch.BuildOptions{Records: 1 + rng.IntN(5), ValueSize: crashValueSize(rng), ProducerID: -1, BaseTimestamp: stamp})
+			a := &appended{offset: -1, ack: AckPolicy(1 + rng.IntN(2))}
+			byKey[stamp] = a
+			res, err := l.Append(b, a.ack)
+			if err != nil {
+				if !errors.Is(err, syscall.ENOSPC) {
+					t.Fatalf("seed %d: append: %v", seed, err)
+				}
+				continue
+			}
+			a.bytes, a.offset = append([]byte(nil), b...), res.BaseOffset
+			if a.ack == AckForced {
+				forced = append(forced, a)
+			}
+		}
+		full.Store(false)
+		clk.Advance(diskFullRetryMax)
+		stamp++
+		last := &appended{offset: -1, ack: AckForced}
+		byKey[stamp] = last
+		b := batch.Build(batch.BuildOptions{Records: 1, ProducerID: -1, BaseTimestamp: stamp})
+		res, err := l.Append(b, AckForced)
+		if err != nil {
+			t.Fatalf("seed %d (%v): the log did not resume once space was back: %v", seed, wp, err)
+		}
+		last.bytes, last.offset = append([]byte(nil), b...), res.BaseOffset
+		forced = append(forced, last)
+		outOfOrder := rng.IntN(2) == 0
+		crashed := crashMem(mem, rng, outOfOrder)
+		l.Close()
+
+		cfg.FS = crashed
+		l, err = Open(cfg)
+		if err != nil {
+			t.Fatalf("seed %d (%v, out of order %v): recovery failed: %v", seed, wp, outOfOrder, err)
+		}
+		next := l.LogStartOffset()
+		readAt := map[int64][]byte{}
+		for _, b := range readAll(t, l, next) {
+			h, _ := batch.ParseHeader(b)
+			a := byKey[contentKey(b)]
+			switch {
+			case h.BaseOffset != next:
+				t.Fatalf("seed %d: batch at offset %d, want %d (gap or overlap)", seed, h.BaseOffset, next)
+			case a == nil:
+				t.Fatalf("seed %d: recovered a batch never appended at offset %d", seed, h.BaseOffset)
+			case a.offset >= 0 && (a.offset != h.BaseOffset || !bytes.Equal(a.bytes, b)):
+				t.Fatalf("seed %d: batch acknowledged at %d recovered at %d or changed", seed, a.offset, h.BaseOffset)
+			}
+			readAt[h.BaseOffset] = b
+			next = h.LastOffset() + 1
+		}
+		for _, a := range forced {
+			if !bytes.Equal(readAt[a.offset], a.bytes) {
+				t.Fatalf("seed %d (%v, out of order %v): forced batch at offset %d lost", seed, wp, outOfOrder, a.offset)
+			}
+		}
+		l.Close()
 	}
 }

@@ -283,6 +283,11 @@ func (w *writer) drain() {
 func (w *writer) commit() {
 	l := w.l
 	err := w.fail(w.writeGroup())
+	if err != nil && w.resumeAt.IsZero() && resumable(err) {
+		// The wait before the first attempt to resume starts now.
+		w.resumeBackoff = diskFullRetryMin
+		w.resumeAt = w.pub.clock.Now().Add(w.resumeBackoff)
+	}
 	logStart := l.LogStartOffset()
 	// Once acknowledged, a request belongs to its appender (or to the pool)
 	// again: the AckForced ones are set apart first, in place.
@@ -493,8 +498,7 @@ const (
 )
 
 // resumeDue reports whether the log's sticky error is a full disk and it is
-// time to try to resume; the first call after the failure only starts the
-// wait.
+// time to try to resume.
 func (w *writer) resumeDue(now time.Time) bool {
 	l := w.l
 	l.mu.RLock()
