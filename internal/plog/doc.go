@@ -64,9 +64,12 @@
 //     was durable).
 //
 // On corruption Open returns a *CorruptionError naming the file and
-// position instead of silently dropping what follows. Recovery then fsyncs
-// the last segment (after a process crash the page cache may hold batches
-// that were never synced) and checkpoints the recovery point if it moved.
+// position instead of silently dropping what follows. Otherwise recovery
+// fsyncs the last segment (after a process crash the page cache may hold
+// batches that were never synced) and checkpoints the recovery point if it
+// moved. The price of the lenient tail, as in Kafka: a durable batch past
+// the recovery point (at most 10 seconds of appends) that is damaged in
+// place is truncated with what follows, loudly logged, not refused.
 //
 // # Writing
 //
