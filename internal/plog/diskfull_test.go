@@ -107,6 +107,9 @@ func TestFailedSyncNeverResumes(t *testing.T) {
 	if _, err := l.Append(mkBatch(1, 10, 0), AckForced); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("append after a failed fsync, an hour later: %v, want the sticky error", err)
 	}
+	if hw := l.HighWatermark(); hw != 1 {
+		t.Fatalf("high watermark %d after a failed fsync, want 1: nothing is published after it", hw)
+	}
 }
 
 // TestDiskFullCrashes: seeded runs of appends of every ack kind while the
