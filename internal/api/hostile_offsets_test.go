@@ -25,7 +25,7 @@ func TestHostileProduceRepeatsOnePartition(t *testing.T) {
 		t.Helper()
 		req := kmsg.NewPtrProduceRequest()
 		req.Version = 9
-		req.Acks = 1
+		req.Acks = -1 // answered once durable, so visible (acks=1 is visible one fsync later)
 		req.TimeoutMillis = 5000
 		rt := kmsg.NewProduceRequestTopic()
 		rt.Topic = "t"

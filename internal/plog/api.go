@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"syscall"
 	"time"
 
 	"github.com/sushka-io/sushka/internal/clock"
@@ -16,7 +17,9 @@ type AckPolicy uint8
 const (
 	// AckNone returns once the batch is queued for the writer (acks=0).
 	AckNone AckPolicy = iota
-	// AckWritten returns once the batch is in the page cache (acks=1).
+	// AckWritten returns once the batch is in the page cache (acks=1); it
+	// becomes visible to readers once the writer's next fsync, which every
+	// group that wrote bytes gets, has made it durable.
 	AckWritten
 	// AckForced returns once the batch is fdatasync'd (acks=-1/all).
 	AckForced
@@ -81,6 +84,10 @@ type Config struct {
 	// FileCache bounds the open files of sealed segments; a broker shares
 	// one among its logs. nil: DefaultFileCache.
 	FileCache *FileCache
+	// ProducerIDExpiration is producer.id.expiration.ms (a broker config):
+	// an idempotent producer that has not appended for this long is
+	// forgotten. At least 1 ms.
+	ProducerIDExpiration time.Duration
 }
 
 // AppendResult is what an acknowledged append tells the producer.
@@ -122,10 +129,30 @@ var (
 
 // IOError is a failed write, fsync or segment operation. It is sticky: the
 // log returns it to every later append (fsync is never retried: after a
-// failed fsync the page cache may have dropped the dirty pages).
+// failed fsync the page cache may have dropped the dirty pages), except
+// that after a write that failed with ENOSPC the writer recovers the log
+// from disk and resumes, retrying with backoff (diskFullRetryMin to
+// diskFullRetryMax) on the appends that arrive.
 type IOError struct {
 	Op  string // "write", "sync", "roll", …
 	Err error
+
+	// diskFull marks a write (never an fsync) that failed with ENOSPC:
+	// nothing of its group was acknowledged, so the log may resume once
+	// space is back (writer.go, resume).
+	diskFull bool
+}
+
+// writeError is the *IOError of a failed write: op failed with err.
+func writeError(op string, err error) *IOError {
+	return &IOError{Op: op, Err: err, diskFull: errors.Is(err, syscall.ENOSPC)}
+}
+
+// resumable reports whether err, a log's sticky error, is a full disk the
+// log may resume from.
+func resumable(err error) bool {
+	var e *IOError
+	return errors.As(err, &e) && e.diskFull
 }
 
 func (e *IOError) Error() string { return "log: " + e.Op + ": " + e.Err.Error() }

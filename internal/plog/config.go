@@ -22,8 +22,10 @@ const (
 	DefaultMaxBatchBytes  = 1<<20 + 12         // max.message.bytes / message.max.bytes
 	DefaultIndexInterval  = 4096               // index.interval.bytes
 	DefaultQueueDepth     = 1024               // appends queued for the writer
-	defaultTimestampType  = CreateTime         // message.timestamp.type
-	maxInt32              = math.MaxInt32      // the largest value of Kafka's INT configs
+	// DefaultProducerIDExpiration is producer.id.expiration.ms.
+	DefaultProducerIDExpiration = 24 * time.Hour
+	defaultTimestampType        = CreateTime    // message.timestamp.type
+	maxInt32                    = math.MaxInt32 // the largest value of Kafka's INT configs
 )
 
 // DefaultWritePath is the write path chosen by measurement (docs/benchmarks.md).
@@ -46,6 +48,8 @@ func DefaultConfig(fs vfs.FS, dir string) Config {
 		TimestampType:  defaultTimestampType,
 		WritePath:      DefaultWritePath,
 		QueueDepth:     DefaultQueueDepth,
+
+		ProducerIDExpiration: DefaultProducerIDExpiration,
 	}
 }
 
@@ -91,6 +95,8 @@ func (c *Config) Validate() error {
 		return bad("WritePath", c.WritePath, "WriteSyscall or WriteMmap")
 	case c.QueueDepth < 1:
 		return bad("QueueDepth", c.QueueDepth, "at least 1")
+	case c.ProducerIDExpiration < time.Millisecond:
+		return bad("producer.id.expiration.ms", c.ProducerIDExpiration, "at least 1ms")
 	}
 	// RetentionBytes and RetentionTime take any value: negative is
 	// unlimited, as in Kafka.

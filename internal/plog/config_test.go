@@ -18,6 +18,7 @@ func TestDefaultConfig(t *testing.T) {
 		RetentionBytes: -1, RetentionTime: 168 * time.Hour,
 		MaxBatchBytes: 1048588, IndexInterval: 4096, TimestampType: CreateTime,
 		WritePath: DefaultWritePath, QueueDepth: 1024,
+		ProducerIDExpiration: 24 * time.Hour,
 	}
 	got := cfg
 	got.FS, got.Clock, got.Dir, got.Logger = nil, nil, "", nil

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sushka-io/sushka/internal/plog/batch"
@@ -25,7 +27,8 @@ func contentKey(b []byte) int64 {
 
 // TestSimulatedCrashes appends with random acks, crashes the in-memory
 // filesystem at a random point (keeping a random, torn part of the unsynced
-// writes), recovers, and checks the log's promises:
+// writes, in order or page by page out of order), recovers, and checks the
+// log's promises:
 //   - every AckForced-acknowledged batch is there byte for byte at its offset;
 //   - nothing that was never appended is returned, and every batch read is
 //     valid, at the offset it was given, with offsets contiguous;
@@ -64,26 +67,63 @@ type crashStats struct{ appended, forced, recovered int }
 
 func crashOnce(t *testing.T, seed uint64, rng *rand.Rand, wp WritePath, st *crashStats) bool {
 	mem := vfs.NewMem()
-	cfg := DefaultConfig(mem, "/d/t-0")
+	ops := 1 + rng.IntN(40)
+	// From the holdAt-th append on, the first fsync waits, and the crash
+	// happens just before it takes effect: everything written since is
+	// unsynced, as behind a slow disk, and only partly survives (in order
+	// or, half of the time, page by page out of order).
+	holdAt := rng.IntN(ops)
+	outOfOrder := rng.IntN(2) == 0
+	var holding atomic.Bool
+	crashNow := make(chan struct{})
+	crashedCh := make(chan *vfs.MemFS, 1)
+	var crashOnce sync.Once
+	fs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op, _ string) error {
+		if op == vfs.OpSync && holding.Load() {
+			// In the goroutine that syncs: the writer's, on WriteMmap, so no
+			// store into the mapping races with the crash. The test goroutine
+			// uses rng again only once the crash is taken.
+			crashOnce.Do(func() {
+				<-crashNow
+				crashedCh <- crashMem(mem, rng, outOfOrder)
+			})
+		}
+		return nil
+	}))
+	cfg := DefaultConfig(fs, "/d/t-0")
 	cfg.WritePath, cfg.Logger = wp, quietLogger
-	cfg.SegmentBytes = int64(1024 + rng.IntN(8192))
+	cfg.SegmentBytes = int64(1024 + rng.IntN(32<<10))
 	cfg.IndexInterval = 256 + rng.IntN(2048)
 	l, err := Open(cfg)
 	if err != nil {
 		t.Fatalf("seed %d: open: %v", seed, err)
 	}
 	byKey := map[int64]*appended{}
-	var forced []*appended
+	var forced []*appended // acknowledged before the crash
+	type later struct {
+		a *appended
+		b []byte
+		p Pending
+	}
+	var held []later // enqueued after holdAt, waited for after the crash
 	stamp := int64(1_700_000_000_000)
-	ops := 1 + rng.IntN(40)
 	for op := 0; op < ops; op++ {
 		stamp++
-		b := batch.Build(batch.BuildOptions{Records: 1 + rng.IntN(5), ValueSize: rng.IntN(400), ProducerID: -1, BaseTimestamp: stamp})
+		b := batch.Build(batch.BuildOptions{Records: 1 + rng.IntN(5), ValueSize: crashValueSize(rng), ProducerID: -1, BaseTimestamp: stamp})
 		a := &appended{offset: -1, ack: AckPolicy(rng.IntN(3))}
-		if wp == WriteMmap && a.ack == AckNone {
-			a.ack = AckWritten // stores into a mapping may not race with Crash
-		}
 		byKey[stamp] = a
+		if op == holdAt {
+			holding.Store(true)
+		}
+		if holding.Load() {
+			// The syncs wait: an append waited for could wait forever.
+			p, err := l.Enqueue(b, a.ack)
+			if err != nil {
+				t.Fatalf("seed %d: enqueue: %v", seed, err)
+			}
+			held = append(held, later{a: a, b: b, p: p})
+			continue
+		}
 		res, err := l.Append(b, a.ack)
 		if err != nil {
 			t.Fatalf("seed %d: append: %v", seed, err)
@@ -95,8 +135,19 @@ func crashOnce(t *testing.T, seed uint64, rng *rand.Rand, wp WritePath, st *cras
 			forced = append(forced, a)
 		}
 	}
-	// Crash now: AckNone appends may still be in the writer.
-	crashed := mem.Crash(rng)
+	// Crash now, at the first sync since holdAt: AckNone and other held
+	// appends may still be in the writer.
+	close(crashNow)
+	crashed := <-crashedCh
+	for _, h := range held {
+		res, err := h.p.Wait()
+		if err != nil {
+			t.Fatalf("seed %d: held append: %v", seed, err)
+		}
+		if h.a.ack != AckNone {
+			h.a.bytes, h.a.offset = append([]byte(nil), h.b...), res.BaseOffset
+		}
+	}
 	l.Close()
 
 	cfg.FS = crashed
@@ -113,7 +164,7 @@ func crashOnce(t *testing.T, seed uint64, rng *rand.Rand, wp WritePath, st *cras
 	}
 	l, err = Open(cfg)
 	if err != nil {
-		t.Errorf("seed %d (%v): recovery failed: %v", seed, wp, err)
+		t.Errorf("seed %d (%v, out of order %v): recovery failed: %v", seed, wp, outOfOrder, err)
 		return false
 	}
 	defer l.Close()
@@ -144,7 +195,7 @@ func crashOnce(t *testing.T, seed uint64, rng *rand.Rand, wp WritePath, st *cras
 	}
 	for _, a := range forced {
 		if !bytes.Equal(readAt[a.offset], a.bytes) {
-			t.Errorf("seed %d (%v): forced batch at offset %d lost after crash (hw %d)", seed, wp, a.offset, l.HighWatermark())
+			t.Errorf("seed %d (%v, out of order %v): forced batch at offset %d lost after crash (hw %d)", seed, wp, outOfOrder, a.offset, l.HighWatermark())
 			return false
 		}
 	}
@@ -158,4 +209,22 @@ func crashOnce(t *testing.T, seed uint64, rng *rand.Rand, wp WritePath, st *cras
 		return false
 	}
 	return true
+}
+
+// crashMem crashes mem with writeback in order or out of order.
+func crashMem(mem *vfs.MemFS, rng *rand.Rand, outOfOrder bool) *vfs.MemFS {
+	if outOfOrder {
+		return mem.CrashOutOfOrder(rng)
+	}
+	return mem.Crash(rng)
+}
+
+// crashValueSize is the value size of a crash test's records: mostly small,
+// and one batch in four larger than a page (vfs.PageSize), so that with
+// out-of-order writeback a lost page can be followed by a whole valid batch.
+func crashValueSize(rng *rand.Rand) int {
+	if rng.IntN(4) == 0 {
+		return 1000 + rng.IntN(2000)
+	}
+	return rng.IntN(400)
 }

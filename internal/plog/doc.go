@@ -11,6 +11,15 @@
 //	log-start-offset           optional: the log start offset in decimal,
 //	                           written by DeleteRecordsBefore (temp file,
 //	                           fsync, rename, directory fsync)
+//	recovery-point             optional: the recovery point in decimal and a
+//	                           newline, written the same way
+//
+// The recovery point is an offset below which every batch was durable when
+// it was written (Kafka's recovery-point-offset-checkpoint, per partition).
+// The writer checkpoints the high watermark (every batch below it is
+// durable) at most every 10 seconds while appends arrive, after every
+// segment roll and at Close; recovery rewrites it when the recovered end
+// differs. A missing or unreadable checkpoint means "nothing known": -1.
 //
 // # Segment file
 //
@@ -38,21 +47,72 @@
 // Open scans every segment sequentially in large reads, checks each batch
 // (magic, length, offset continuity, CRC-32C), and rebuilds the sparse
 // offset index (one entry per IndexInterval bytes), the time index and the
-// idempotent-producer table. An invalid batch in the last segment is a torn
-// or preallocated tail and is truncated (the bytes dropped are logged),
-// unless a valid batch follows it: then, as anywhere in a sealed segment,
-// it is corruption, and Open returns a *CorruptionError naming the file and
-// position instead of silently dropping what follows.
+// idempotent-producer table (without the producers idle for
+// producer.id.expiration.ms, judged by their last batch's max timestamp, never
+// later than now; while running, the writer forgets idle producers by their
+// last append time, looking every 10 minutes). What an invalid batch means
+// depends on where it is:
+//
+//   - in the last segment at or past the recovery point: the unsynced tail
+//     of a crash, whose pages may have reached the disk torn or out of order
+//     (an invalid page followed by valid ones). Recovery truncates at the
+//     first invalid batch and logs the bytes dropped;
+//   - in the last segment below the recovery point, or a log that ends
+//     below it: corruption of durable data;
+//   - in a sealed segment: corruption, unless the rest of the segment is
+//     zeros (a preallocated segment sealed by a crash before its truncation
+//     was durable).
+//
+// On corruption Open returns a *CorruptionError naming the file and
+// position instead of silently dropping what follows. Otherwise recovery
+// fsyncs the last segment (after a process crash the page cache may hold
+// batches that were never synced) and checkpoints the recovery point if it
+// moved. The price of the lenient tail, as in Kafka: a durable batch past
+// the recovery point (at most 10 seconds of appends) that is damaged in
+// place is truncated with what follows, loudly logged, not refused.
 //
 // # Writing
 //
 // One writer goroutine per partition owns the active segment. Append
 // validates in the caller's goroutine, then queues; the writer takes
-// everything queued, assigns offsets, writes the group with one writev(2)
-// (WriteSyscall) or copies it into the mapped segment (WriteMmap), issues one
-// fdatasync if any append in the group asked for AckForced, publishes the
-// new high watermark and acknowledges in offset order. A failed write or
-// fsync is sticky (*IOError): fsync is never retried.
+// everything queued (a group), assigns offsets and writes the group with one
+// writev(2) (WriteSyscall) or copies it into the mapped segment (WriteMmap).
+//
+// Visible means durable (design D14): a batch is published (below the high
+// watermark, returned by Read, waking Wait) only once it is fsynced, so no
+// reader ever sees a record that a crash could take away and whose offset a
+// different record could then take. Every batch goes through, in order:
+//
+//  1. written with its group;
+//  2. its append acknowledged if AckNone or AckWritten (they asked for the
+//     page cache only);
+//  3. fdatasync of the active segment (one for everything written so far);
+//  4. published: new high watermark, readers woken;
+//  5. its append acknowledged if AckForced.
+//
+// The fsync and the publication belong to a publisher (syncer.go). On
+// WriteSyscall it is a goroutine of its own: while it fsyncs, the writer
+// writes the next groups, and its next fsync covers them all (adaptive group
+// commit, no timer), so AckWritten appends run at page-cache speed and
+// become visible one fsync after their write. On WriteMmap the writer
+// publishes after each group itself, so that stores into the mapping never
+// overlap its msync. An AckWritten producer learns its offset before the
+// batch is visible; Read of an offset written but not yet durable returns no
+// chunks (not ErrOffsetOutOfRange), and a fetch waits for it as for any new
+// data. A segment roll seals (fsyncs) the old segment and publishes what it
+// holds before the next segment is created, so the publisher only ever
+// syncs the active segment. A failed write or fsync is sticky (*IOError):
+// fsync is never retried, and nothing is published after it.
+//
+// A full disk is the one exception: when a write (never an fsync) fails
+// with ENOSPC, nothing of its group has been acknowledged, and once space
+// is back the writer recovers the partition from what is on disk, exactly
+// as Open does, and resumes from there (the failed group's offsets are
+// reused; batches written before it are synced and published). It tries on
+// an arriving append, one second after the failure and then at doubling
+// intervals up to a minute; meanwhile appends fail with the error
+// (KAFKA_STORAGE_ERROR, which clients retry). Any fsync failure makes the
+// partition's error permanent until restart.
 //
 // Core code takes its filesystem (internal/vfs) and clock (internal/clock)
 // from Config, so tests crash it on an in-memory filesystem.

@@ -9,12 +9,27 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
-const logStartFile = "log-start-offset"
+const (
+	// producerExpiryCheckInterval is Kafka's
+	// producer.id.expiration.check.interval.ms: how often the writer looks
+	// for expired producers (on an append).
+	producerExpiryCheckInterval = 10 * time.Minute
+
+	logStartFile      = "log-start-offset"
+	recoveryPointFile = "recovery-point"
+
+	// recoveryPointInterval is how often, at most, the writer checkpoints
+	// the recovery point while appends arrive (besides segment rolls and
+	// Close): past it, recovery truncates at the first invalid batch, so it
+	// bounds how much of the log is recovered leniently.
+	recoveryPointInterval = 10 * time.Second
+)
 
 // Log is one partition's log: a directory of segments, one writer goroutine
 // that owns the active segment (group commit), and readers that take file
@@ -38,11 +53,14 @@ type Log struct {
 
 	mu       sync.RWMutex
 	segments []*segment    // (mu) ordered by base offset; the last is active
-	hwm      int64         // (mu) offset after the last published batch
+	hwm      int64         // (mu) offset after the last published (durable) batch
 	logStart int64         // (mu)
 	waitCh   chan struct{} // (mu) closed when hwm next advances
 	waited   bool          // (mu) someone holds waitCh
 	failed   error         // (mu) sticky I/O error
+	// unresumable is set by any failure the log must not resume from (an
+	// fsync above all), even one after a full disk. (mu)
+	unresumable bool
 
 	// wakers (mu) are signalled wherever waitCh is closed (waker.go).
 	wakers map[*Waker]struct{}
@@ -50,6 +68,12 @@ type Log struct {
 	w writer // owned by the writer goroutine
 
 	syncs atomic.Int64 // group fsyncs of the active segment, for stats
+
+	// writtenEnd is the offset after the last batch written (set by the
+	// writer, >= hwm): offsets in [hwm, writtenEnd] are acknowledged to
+	// AckWritten producers but not yet durable, so a reader gets nothing
+	// there yet rather than ErrOffsetOutOfRange.
+	writtenEnd atomic.Int64
 
 	// broken is set, for its whole life, on a Log made by Failed: it has no
 	// segments and no writer, and refuses appends and reads with failed.
@@ -115,13 +139,15 @@ func (l *Log) config() Config {
 
 // SetConfig changes the dynamic settings (retention, segment size and age,
 // max batch bytes, index interval, timestamp type). FS, Dir, Clock, Logger,
-// WritePath and QueueDepth are kept. An invalid cfg (Validate) changes
+// WritePath, QueueDepth and ProducerIDExpiration (a broker setting, not a
+// topic's) are kept. An invalid cfg (Validate) changes
 // nothing.
 func (l *Log) SetConfig(cfg Config) error {
 	l.cfgMu.Lock()
 	defer l.cfgMu.Unlock()
 	cfg.FS, cfg.Dir, cfg.Clock, cfg.Logger = l.cfg.FS, l.cfg.Dir, l.cfg.Clock, l.cfg.Logger
 	cfg.WritePath, cfg.QueueDepth, cfg.FileCache = l.cfg.WritePath, l.cfg.QueueDepth, l.cfg.FileCache
+	cfg.ProducerIDExpiration = l.cfg.ProducerIDExpiration
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -136,8 +162,10 @@ func (l *Log) SetConfig(cfg Config) error {
 // touch records until Append returns, nor ever after it with AckNone (the
 // writer may still be writing them).
 //
-// Concurrent appends are written together (group commit) and acknowledged
-// in offset order. Append is Enqueue followed by Wait.
+// Concurrent appends are written together (group commit); within a group the
+// AckNone and AckWritten appends are acknowledged after the write, the
+// AckForced ones after the fsync that makes the group visible (doc.go,
+// Writing). Append is Enqueue followed by Wait.
 func (l *Log) Append(records []byte, ack AckPolicy) (AppendResult, error) {
 	p, err := l.Enqueue(records, ack)
 	if err != nil {
@@ -233,19 +261,21 @@ func validateRecords(records []byte, maxBatch int) error {
 // Read returns whole batches from offset as file ranges, at most maxBytes
 // unless atLeastOne and the first batch is bigger. An offset inside a batch
 // starts at that batch. offset == HighWatermark gives no chunks; an offset
-// outside [LogStartOffset, HighWatermark] gives ErrOffsetOutOfRange. The
-// ranges come from one segment; read again from the next offset for more.
+// outside [LogStartOffset, HighWatermark] gives ErrOffsetOutOfRange, except
+// that an offset already written but not yet durable gives no chunks (the
+// high watermark covers only durable batches, design D14). The ranges come
+// from one segment; read again from the next offset for more.
 func (l *Log) Read(offset, maxBytes int64, atLeastOne bool) (ReadResult, error) {
 	if l.broken {
 		return ReadResult{HighWatermark: -1, LogStartOffset: -1}, l.failed
 	}
 	l.mu.RLock()
 	res := ReadResult{HighWatermark: l.hwm, LogStartOffset: l.logStart}
-	if offset < l.logStart || offset > l.hwm {
+	if offset < l.logStart || offset > l.hwm && offset > l.writtenEnd.Load() {
 		l.mu.RUnlock()
 		return res, ErrOffsetOutOfRange
 	}
-	if offset == l.hwm {
+	if offset >= l.hwm {
 		l.mu.RUnlock()
 		return res, nil
 	}
@@ -296,7 +326,7 @@ func (l *Log) Read(offset, maxBytes int64, atLeastOne bool) (ReadResult, error) 
 			return res, err
 		}
 		if limit == start && atLeastOne {
-			h, err := readHeader(s, start)
+			h, err := readHeader(s, start, end)
 			if err != nil {
 				s.release()
 				return res, err
@@ -322,7 +352,8 @@ func (r *ReadResult) Release() {
 	}
 }
 
-// HighWatermark is the offset after the last published batch.
+// HighWatermark is the offset after the last published batch: every batch
+// below it is durable.
 func (l *Log) HighWatermark() int64 {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -401,36 +432,46 @@ func (l *Log) closeFiles() {
 }
 
 // readLogStart reads the log start offset checkpoint (-1 when absent).
-func (l *Log) readLogStart() (int64, error) {
+func (l *Log) readLogStart() (int64, error) { return l.readCheckpoint(logStartFile) }
+
+// writeLogStart persists the log start offset.
+func (l *Log) writeLogStart(v int64) error { return l.writeCheckpoint(logStartFile, v) }
+
+// readCheckpoint reads the decimal offset in the checkpoint file name (-1
+// when absent or unreadable).
+func (l *Log) readCheckpoint(file string) (int64, error) {
 	fs := l.cfg.FS
-	name := path.Join(l.dir, logStartFile)
+	name := path.Join(l.dir, file)
 	f, err := fs.Open(name)
 	if err != nil {
 		if _, statErr := fs.Stat(name); statErr != nil {
 			return -1, nil // absent
 		}
-		return -1, &IOError{Op: "open " + logStartFile, Err: err}
+		return -1, &IOError{Op: "open " + file, Err: err}
 	}
 	defer f.Close()
 	buf := make([]byte, 32)
 	n, _ := f.ReadAt(buf, 0)
 	v, err := strconv.ParseInt(strings.TrimSpace(string(buf[:n])), 10, 64)
 	if err != nil {
-		// A torn checkpoint is only an optimisation lost: segments bound it.
-		l.logger.Warn("ignoring unreadable log start checkpoint", "err", err)
+		// Checkpoints are replaced atomically, so this is damage; both
+		// checkpoints only narrow what recovery assumes, so losing one
+		// loses an optimisation (log start) or strictness (recovery
+		// point), never data.
+		l.logger.Warn("ignoring unreadable checkpoint", "file", file, "err", err)
 		return -1, nil
 	}
 	return v, nil
 }
 
-// writeLogStart persists the log start offset: temp file, fsync, rename,
-// directory sync.
-func (l *Log) writeLogStart(v int64) error {
+// writeCheckpoint persists v in the checkpoint file name atomically: temp
+// file, fsync, rename, directory sync.
+func (l *Log) writeCheckpoint(file string, v int64) error {
 	fs := l.cfg.FS
-	tmp := path.Join(l.dir, logStartFile+".tmp")
+	tmp := path.Join(l.dir, file+".tmp")
 	f, err := fs.Create(tmp)
 	if err != nil {
-		return &IOError{Op: "checkpoint", Err: err}
+		return &IOError{Op: "checkpoint " + file, Err: err}
 	}
 	_, err = f.Write([]byte(strconv.FormatInt(v, 10) + "\n"))
 	if err == nil {
@@ -440,13 +481,13 @@ func (l *Log) writeLogStart(v int64) error {
 		err = cerr
 	}
 	if err == nil {
-		err = fs.Rename(tmp, path.Join(l.dir, logStartFile))
+		err = fs.Rename(tmp, path.Join(l.dir, file))
 	}
 	if err == nil {
 		err = fs.SyncDir(l.dir)
 	}
 	if err != nil {
-		return &IOError{Op: "checkpoint", Err: err}
+		return &IOError{Op: "checkpoint " + file, Err: err}
 	}
 	return nil
 }

@@ -63,13 +63,38 @@ func mkIdempotent(n int, pid int64, epoch int16, seq int32) []byte {
 	return batch.Build(batch.BuildOptions{Records: n, ValueSize: 16, ProducerID: pid, ProducerEpoch: epoch, BaseSequence: seq, BaseTimestamp: t0.UnixMilli()})
 }
 
+// mustAppend appends b and, for AckWritten (acknowledged before its
+// fsync), waits until it is visible too, as an AckForced append is on return.
 func mustAppend(t testing.TB, l *Log, b []byte, ack AckPolicy) AppendResult {
 	t.Helper()
+	wait := l.Wait()
 	res, err := l.Append(b, ack)
 	if err != nil {
 		t.Fatalf("append: %v", err)
 	}
+	if ack == AckWritten {
+		end := lastOffset(b) + 1
+		for l.HighWatermark() < end {
+			select {
+			case <-wait:
+				wait = l.Wait()
+			case <-time.After(10 * time.Second):
+				t.Fatalf("append of offsets up to %d acknowledged, high watermark still %d", end, l.HighWatermark())
+			}
+		}
+	}
 	return res
+}
+
+// lastOffset is the last offset of the (patched) batches in records.
+func lastOffset(records []byte) int64 {
+	last := int64(-1)
+	for len(records) > 0 {
+		h, _ := batch.ParseHeader(records)
+		last = h.LastOffset()
+		records = records[h.Size():]
+	}
+	return last
 }
 
 // readAll reads the log from offset to the high watermark through Read and

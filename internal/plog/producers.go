@@ -2,6 +2,7 @@ package plog
 
 import (
 	"math"
+	"time"
 
 	"github.com/sushka-io/sushka/internal/plog/batch"
 )
@@ -21,8 +22,9 @@ type producerBatch struct {
 type producerState struct {
 	epoch   int16
 	batches [producerWindow]producerBatch
-	n       int // remembered batches, <= producerWindow
-	head    int // index of the oldest
+	n       int   // remembered batches, <= producerWindow
+	head    int   // index of the oldest
+	seenMs  int64 // when it last appended (ms since epoch): idleness, for expiry
 }
 
 func (st *producerState) last() *producerBatch {
@@ -103,9 +105,9 @@ func (t *producerTable) check(h *batch.Header) (dupBase int64, err error) {
 	return -1, nil
 }
 
-// record remembers an appended batch. With saveUndo the previous state is
-// kept so rollback can restore it.
-func (t *producerTable) record(h *batch.Header, base int64, saveUndo bool) {
+// record remembers an appended batch, appended at seenMs. With saveUndo the
+// previous state is kept so rollback can restore it.
+func (t *producerTable) record(h *batch.Header, base, seenMs int64, saveUndo bool) {
 	if h.ProducerID < 0 {
 		return
 	}
@@ -125,6 +127,7 @@ func (t *producerTable) record(h *batch.Header, base int64, saveUndo bool) {
 		*st = producerState{epoch: h.ProducerEpoch}
 	}
 	st.push(producerBatch{firstSeq: h.BaseSequence, lastSeq: addSeq(h.BaseSequence, h.LastOffsetDelta), base: base})
+	st.seenMs = max(st.seenMs, seenMs)
 }
 
 // rollback restores the states saved since the last commit, newest first.
@@ -142,3 +145,29 @@ func (t *producerTable) rollback() {
 
 // commit forgets the saved states.
 func (t *producerTable) commit() { t.undo = t.undo[:0] }
+
+// expire forgets the producers idle for expiration or longer at nowMs
+// (producer.id.expiration.ms): their next batch is accepted whatever its
+// sequence, as from a new producer, and a retry of one of their old batches
+// is no longer recognised, as in Kafka. It returns how many were forgotten.
+// Not between check and commit (the undo log points into the states).
+func (t *producerTable) expire(nowMs int64, expiration time.Duration) int {
+	limit := expiration.Milliseconds()
+	n := 0
+	for id, st := range t.states {
+		if nowMs-st.seenMs >= limit {
+			delete(t.states, id)
+			n++
+		}
+	}
+	if n > 0 && n >= len(t.states) {
+		// A Go map never shrinks: after forgetting at least half of it,
+		// copy the rest so the memory of the forgotten ones goes.
+		states := make(map[int64]*producerState, len(t.states))
+		for id, st := range t.states {
+			states[id] = st
+		}
+		t.states = states
+	}
+	return n
+}

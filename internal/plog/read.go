@@ -15,18 +15,20 @@ const scanBufSize = 16 << 10
 var scanBufs = sync.Pool{New: func() any { b := make([]byte, scanBufSize); return &b }}
 
 // headerWalker walks the batch headers of a segment from a position with as
-// few reads as possible.
+// few reads as possible, never reading at or past end: the bytes past the
+// published size are the writer's (being written, or through a mapping).
 type headerWalker struct {
 	s      *segment
+	end    int64 // the published size when the walk started
 	buf    []byte
 	bufPos int64 // file position of buf[0]
 	bufLen int
 	bp     *[]byte
 }
 
-func newHeaderWalker(s *segment) headerWalker {
+func newHeaderWalker(s *segment, end int64) headerWalker {
 	bp := scanBufs.Get().(*[]byte)
-	return headerWalker{s: s, buf: *bp, bp: bp, bufPos: -1}
+	return headerWalker{s: s, end: end, buf: *bp, bp: bp, bufPos: -1}
 }
 
 func (w *headerWalker) close() { scanBufs.Put(w.bp) }
@@ -35,7 +37,7 @@ func (w *headerWalker) close() { scanBufs.Put(w.bp) }
 // segment's published size.
 func (w *headerWalker) header(pos int64) (batch.Header, error) {
 	if w.bufPos < 0 || pos < w.bufPos || pos+batch.HeaderSize > w.bufPos+int64(w.bufLen) {
-		n, err := w.s.file.ReadAt(w.buf, pos)
+		n, err := w.s.file.ReadAt(w.buf[:min(int64(len(w.buf)), max(w.end-pos, 0))], pos)
 		if n < batch.HeaderSize {
 			if err == nil || err == io.EOF {
 				err = io.ErrUnexpectedEOF
@@ -48,9 +50,9 @@ func (w *headerWalker) header(pos int64) (batch.Header, error) {
 	return batch.ParseHeader(w.buf[off : off+batch.HeaderSize])
 }
 
-// readHeader reads the header of the batch at pos.
-func readHeader(s *segment, pos int64) (batch.Header, error) {
-	w := newHeaderWalker(s)
+// readHeader reads the header of the batch at pos, below end.
+func readHeader(s *segment, pos, end int64) (batch.Header, error) {
+	w := newHeaderWalker(s, end)
 	defer w.close()
 	return w.header(pos)
 }
@@ -58,7 +60,7 @@ func readHeader(s *segment, pos int64) (batch.Header, error) {
 // findBatch returns the position of the first batch at or after from whose
 // last offset is >= offset, or end when there is none.
 func findBatch(s *segment, from, end, offset int64) (int64, error) {
-	w := newHeaderWalker(s)
+	w := newHeaderWalker(s, end)
 	defer w.close()
 	pos := from
 	for pos < end {
@@ -77,7 +79,7 @@ func findBatch(s *segment, from, end, offset int64) (int64, error) {
 // lastBoundary returns the largest batch boundary <= limit, walking from the
 // boundary from (<= limit) and never past end.
 func lastBoundary(s *segment, from, limit, end int64) (int64, error) {
-	w := newHeaderWalker(s)
+	w := newHeaderWalker(s, end)
 	defer w.close()
 	pos := from
 	for pos < end {

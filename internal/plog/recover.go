@@ -43,9 +43,13 @@ func (l *Log) recover() error {
 	if err != nil {
 		return err
 	}
+	recoveryPoint, err := l.readCheckpoint(recoveryPointFile)
+	if err != nil {
+		return err
+	}
 	l.w.producers = newProducerTable()
-	sc := scanner{l: l}
 	now := l.cfg.Clock.Now()
+	sc := scanner{l: l, recoveryPoint: recoveryPoint, nowMs: now.UnixMilli()}
 	var prevNext int64 = -1
 	for i, base := range bases {
 		name := path.Join(l.dir, segmentName(base))
@@ -67,8 +71,24 @@ func (l *Log) recover() error {
 		}
 		prevNext = s.nextOffset
 	}
+	// An expired producer is not restored (producer.id.expiration.ms).
+	if n := l.w.producers.expire(sc.nowMs, l.cfg.ProducerIDExpiration); n > 0 {
+		l.logger.Info("not restoring idle idempotent producers", "producers", n, "idle_for", l.cfg.ProducerIDExpiration)
+	}
 	if n := len(l.segments); n > 0 {
-		l.hwm = l.segments[n-1].nextOffset
+		// After a crash of the process (not of the machine) the page cache
+		// may still hold batches that were written and never synced: they
+		// become visible now, so they must be durable first (design D14).
+		// Sealed segments were synced before the next one was created.
+		last := l.segments[n-1]
+		if last.nextOffset < recoveryPoint {
+			return &CorruptionError{File: last.path, Pos: last.size, Reason: fmt.Sprintf(
+				"the log ends at offset %d, before its recovery point %d (offsets checkpointed as durable)", last.nextOffset, recoveryPoint)}
+		}
+		if err := last.file.Sync(); err != nil {
+			return &IOError{Op: "sync " + last.path, Err: err}
+		}
+		l.hwm = last.nextOffset
 		l.logStart = l.segments[0].base
 	}
 	if checkpoint > l.logStart {
@@ -77,12 +97,30 @@ func (l *Log) recover() error {
 	if len(l.segments) == 0 && checkpoint > 0 {
 		l.hwm, l.logStart = checkpoint, checkpoint
 	}
+	// Everything below the high watermark is durable now: that is the new
+	// recovery point (written only when it moved, so a clean restart costs
+	// no checkpoint).
+	l.w.pub.recoveryPoint = recoveryPoint
+	if len(l.segments) > 0 && l.hwm != recoveryPoint {
+		if err := l.writeCheckpoint(recoveryPointFile, l.hwm); err != nil {
+			return err
+		}
+		l.w.pub.recoveryPoint = l.hwm
+	}
 	return nil
 }
 
 // scanner reads segments sequentially in large blocks.
 type scanner struct {
-	l      *Log
+	l *Log
+	// recoveryPoint is the checkpointed offset below which every batch was
+	// durable (-1 when unknown): an invalid batch below it is corruption,
+	// at or past it the unsynced tail of a crash.
+	recoveryPoint int64
+	// nowMs is the time of recovery. A producer's last append is known by
+	// its batch's max timestamp only, never taken as later than now (a
+	// producer's clock must not keep its state forever).
+	nowMs  int64
 	buf    []byte
 	bufPos int64 // file position of buf[0]
 	bufLen int
@@ -167,47 +205,46 @@ func (sc *scanner) scan(s *segment, last bool) error {
 			return err
 		}
 		if reason != "" {
-			return sc.invalid(s, last, pos, fileSize, h, reason)
+			return sc.invalid(s, last, pos, fileSize, next, reason)
 		}
 		s.noteBatchLocked(next, h.LastOffset(), h.MaxTimestamp, pos, int64(h.Size()), interval)
-		l.w.producers.record(&h, next, false)
+		l.w.producers.record(&h, next, min(h.MaxTimestamp, sc.nowMs), false)
 		next = h.LastOffset() + 1
 		pos += int64(h.Size())
 	}
 	return nil
 }
 
-// invalid decides what an invalid batch at pos means: a torn or
-// preallocated tail of the last segment (truncate it) or corruption
-// (refuse to open).
-func (sc *scanner) invalid(s *segment, last bool, pos, fileSize int64, h batch.Header, reason string) error {
+// invalid decides what an invalid batch at pos, which should start at
+// offset want, means: the unsynced tail of a crash in the last segment
+// (truncate it) or corruption (refuse to open).
+//
+// In the last segment, past the recovery point, the bytes may be a crash's
+// unsynced writes, which reach the disk torn or out of order (an invalid
+// page followed by valid ones): recovery truncates at the first invalid
+// batch. Below the recovery point every byte was durable, so an invalid
+// batch there is corruption. A sealed segment was synced before the next one
+// was created, so only a zero tail (a preallocated segment sealed by a crash
+// before its truncation was durable) may follow its data.
+func (sc *scanner) invalid(s *segment, last bool, pos, fileSize, want int64, reason string) error {
 	l := sc.l
-	corrupt := !last
-	if last && h.Magic == batch.Magic && h.Length >= batch.MinLength && h.Length <= maxSaneBatch {
-		// A torn write leaves nothing valid after it. A valid batch right
-		// after this one means the bad one was damaged in place.
-		nextPos := pos + int64(h.Size())
-		if nextPos < fileSize {
-			if _, _, why, err := sc.checkBatch(s, nextPos, fileSize, -1); err == nil && why == "" {
-				corrupt = true
-			}
-		}
-	}
-	if !last {
-		// A sealed segment is synced before the next one is created, but
-		// a zero tail (a preallocated segment sealed by a crash before its
-		// truncation was durable) is still not data.
+	corrupt := false
+	switch {
+	case !last:
 		zero, err := sc.allZero(s, pos, fileSize)
 		if err != nil {
 			return err
 		}
 		corrupt = !zero
+	case want < sc.recoveryPoint:
+		corrupt = true
+		reason = fmt.Sprintf("%s, below the recovery point %d", reason, sc.recoveryPoint)
 	}
 	if corrupt {
 		return &CorruptionError{File: s.path, Pos: pos, Reason: reason}
 	}
-	l.logger.Warn("truncating torn tail of segment", "file", s.path, "pos", pos,
-		"bytes", fileSize-pos, "reason", reason)
+	l.logger.Warn("truncating the unsynced tail of segment", "file", s.path, "pos", pos,
+		"bytes", fileSize-pos, "offset", want, "recovery_point", sc.recoveryPoint, "reason", reason)
 	if err := s.file.Truncate(pos); err != nil {
 		return &IOError{Op: "truncate " + s.path, Err: err}
 	}

@@ -40,7 +40,7 @@ func (l *Log) OffsetForTimestamp(ts int64) (offset, timestamp int64, found bool,
 	l.mu.RUnlock()
 	defer s.release()
 
-	w := newHeaderWalker(s)
+	w := newHeaderWalker(s, end)
 	defer w.close()
 	for pos := from; pos < end; {
 		h, err := w.header(pos)
@@ -132,7 +132,7 @@ func (l *Log) MaxTimestamp() (offset, timestamp int64) {
 	if err != nil || pos >= end {
 		return batchBase, maxTs
 	}
-	h, err := readHeader(best, pos)
+	h, err := readHeader(best, pos, end)
 	if err != nil {
 		return batchBase, maxTs
 	}

@@ -6,6 +6,7 @@ import (
 	"path"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/sushka-io/sushka/internal/plog/batch"
 )
@@ -35,7 +36,8 @@ func putReq(r *appendReq) {
 	reqPool.Put(r)
 }
 
-// pendingBatch is a batch written (or about to be) but not yet published.
+// pendingBatch is a batch of the active segment written (or about to be)
+// but not yet published: not yet known to be durable.
 type pendingBatch struct {
 	base, last, maxTs int64
 	pos, size         int64
@@ -43,7 +45,8 @@ type pendingBatch struct {
 
 // writer is the single owner of the active segment and of the producer
 // table: everything here is touched only by the writer goroutine (and by
-// Open before the goroutine starts, and Close after it ends).
+// Open before the goroutine starts, and Close after it ends), except the
+// publisher, which has its own owner (syncer.go).
 type writer struct {
 	l         *Log
 	path      WritePath
@@ -56,7 +59,18 @@ type writer struct {
 	lastGroup int            // appends in the previous group
 	iov       [][]byte       // bytes of the group not yet written, for one writev
 	iovN      int64          // total length of iov
-	pend      []pendingBatch // the batches in iov, to publish once written
+	pend      []pendingBatch // the group's batches, handed to the publisher once written
+
+	producersCheckedAt time.Time // the last look for expired producers
+
+	publishing bool // the publisher goroutine runs (WriteSyscall)
+
+	// After a full disk (resumable sticky error): the next attempt to
+	// resume, and the wait before the one after it.
+	resumeAt      time.Time
+	resumeBackoff time.Duration
+
+	pub publisher // makes written batches durable, then visible
 }
 
 func (w *writer) init(l *Log) {
@@ -67,6 +81,8 @@ func (w *writer) init(l *Log) {
 	if w.producers.states == nil {
 		w.producers = newProducerTable()
 	}
+	w.pub.init(l)
+	w.producersCheckedAt = l.cfg.Clock.Now() // recovery has just expired them
 }
 
 // openActive makes the last segment writable, creating the first segment of
@@ -74,7 +90,8 @@ func (w *writer) init(l *Log) {
 func (w *writer) openActive() error {
 	l := w.l
 	l.mu.Lock()
-	w.next = l.hwm
+	w.next, w.pub.published = l.hwm, l.hwm
+	l.writtenEnd.Store(w.next)
 	var last *segment
 	if n := len(l.segments); n > 0 {
 		last = l.segments[n-1]
@@ -95,7 +112,7 @@ func (w *writer) createSegment(base int64) error {
 	name := path.Join(l.dir, segmentName(base))
 	f, err := l.cfg.FS.Create(name)
 	if err != nil {
-		return &IOError{Op: "create segment", Err: err}
+		return writeError("create segment", err)
 	}
 	if err := l.cfg.FS.SyncDir(l.dir); err != nil {
 		f.Close()
@@ -130,7 +147,7 @@ func (w *writer) prepareActive(need int64) error {
 		s.mapped = nil
 	}
 	if err := s.file.Truncate(capacity); err != nil {
-		return &IOError{Op: "preallocate", Err: err}
+		return writeError("preallocate", err)
 	}
 	m, err := s.file.Map(capacity)
 	if err != nil {
@@ -177,14 +194,21 @@ func (w *writer) closeActive() error {
 	if err := w.active.pinWriter(); err != nil {
 		return err
 	}
-	return w.sealActive()
+	if err := w.sealActive(); err != nil {
+		return err
+	}
+	w.pub.checkpointRecoveryPoint(true)
+	return nil
 }
 
 // run is the writer goroutine: it takes everything queued, writes it with
-// one system call (or one copy per append into the mapping), syncs once if
-// any append asked for AckForced, publishes and acknowledges in order.
+// one system call (or one copy per append into the mapping), acknowledges
+// what asked for the page cache only and hands the rest to the publisher,
+// which syncs, publishes and acknowledges the AckForced appends.
 func (w *writer) run() {
 	defer close(w.l.done)
+	w.startPublisher()
+	defer w.stopPublisher()
 	for {
 		select {
 		case r := <-w.l.queue:
@@ -220,6 +244,22 @@ func (w *writer) run() {
 	}
 }
 
+// startPublisher starts the publisher goroutine of a WriteSyscall log.
+func (w *writer) startPublisher() {
+	if w.path != WriteMmap && !w.publishing {
+		w.publishing = true
+		go w.pub.run()
+	}
+}
+
+// stopPublisher stops it once it has published what it was handed.
+func (w *writer) stopPublisher() {
+	if w.publishing {
+		w.publishing = false
+		w.pub.stop()
+	}
+}
+
 // yieldBeforeDrain is a variable so benchmarks can compare both ways.
 var yieldBeforeDrain = true
 
@@ -235,58 +275,109 @@ func (w *writer) drain() {
 	}
 }
 
-// commit writes, syncs, publishes and acknowledges one group.
+// commit writes and acknowledges one group, in the order that makes visible
+// mean durable (design D14): write; acknowledge the AckNone and AckWritten
+// appends (they asked for the page cache only) and the refused ones; hand
+// the group's batches and AckForced appends to the publisher, which fsyncs,
+// publishes them (high watermark, Read, Wait) and then acknowledges the
+// AckForced appends. Every batch written is synced before it is published.
+//
+// On WriteSyscall the publisher is a goroutine of its own: while it
+// fsyncs, the writer writes the next groups, and its next fsync covers them
+// all (group commit without a timer), so AckWritten appends run at
+// page-cache speed and become visible one fsync later. On WriteMmap the
+// writer publishes itself, after the write: stores into the mapping and its
+// msync do not overlap (the in-memory test filesystem copies the mapping to
+// sync it).
 func (w *writer) commit() {
 	l := w.l
 	// Failing to reopen the active file (out of descriptors) fails this
 	// group only: nothing was written, a later group may succeed.
 	err := w.active.pinWriter()
 	if err == nil {
-		if err = w.writeGroup(); err != nil {
-			l.mu.Lock()
-			if l.failed == nil {
-				l.failed = err
-				l.logger.Error("partition log failed; appends refused until restart", "err", err)
-			}
-			err = l.failed
-			l.mu.Unlock()
+		err = w.fail(w.writeGroup())
+		if err != nil && w.resumeAt.IsZero() && resumable(err) {
+			// The wait before the first attempt to resume starts now.
+			w.resumeBackoff = diskFullRetryMin
+			w.resumeAt = w.pub.clock.Now().Add(w.resumeBackoff)
 		}
 	}
 	logStart := l.LogStartOffset()
+	// Once acknowledged, a request belongs to its appender (or to the pool)
+	// again: the AckForced ones are set apart first, in place.
+	forced := w.group[:0]
 	for _, r := range w.group {
-		if err != nil && (r.err == nil || errors.Is(r.err, ErrDuplicateSequence)) {
-			r.err = err
-		}
-		r.result.LogStartOffset = logStart
-		if r.ack == AckNone {
-			putReq(r)
+		if r.ack == AckForced && err == nil && (r.err == nil || errors.Is(r.err, ErrDuplicateSequence)) {
+			// A duplicate is acknowledged with its original's offset
+			// once the original is durable: it was handed over before,
+			// or with this group.
+			forced = append(forced, r)
 			continue
 		}
-		r.done <- struct{}{}
+		w.acknowledge(r, err, logStart)
 	}
+	if err == nil {
+		w.pub.hand(w.active, w.pend, forced, false)
+	}
+	w.pend = w.pend[:0]
+	clear(w.group) // no stale pointers to recycled requests
 	w.group = w.group[:0]
+	if w.path == WriteMmap {
+		w.pub.publish()
+	}
 }
 
-// writeGroup assigns offsets, writes and syncs the group. Requests refused by
-// the idempotence check get their error in r.err; an I/O error is returned.
+func (w *writer) fail(err error) error { return w.l.fail(err) }
+
+func (w *writer) acknowledge(r *appendReq, err error, logStart int64) { acknowledge(r, err, logStart) }
+
+// acknowledge hands r back to its appender (or recycles it, for AckNone)
+// with err, the group's I/O error, unless r has an error of its own.
+func acknowledge(r *appendReq, err error, logStart int64) {
+	if err != nil && (r.err == nil || errors.Is(r.err, ErrDuplicateSequence)) {
+		r.err = err
+	}
+	r.result.LogStartOffset = logStart
+	if r.ack == AckNone {
+		putReq(r)
+		return
+	}
+	r.done <- struct{}{}
+}
+
+// writeGroup assigns offsets and writes the group (syncing and publishing
+// only the part of it in a segment that is rolled). Requests refused by the
+// idempotence check get their error in r.err; an I/O error is returned.
 func (w *writer) writeGroup() error {
 	l := w.l
-	if err := l.Err(); err != nil {
-		return err
-	}
 	cfg := l.config()
 	now := cfg.Clock.Now()
+	if err := l.Err(); err != nil {
+		if !w.resumeDue(now) {
+			return err
+		}
+		if rerr := w.resume(now); rerr != nil {
+			l.logger.Warn("partition log still cannot resume after disk full", "err", rerr, "retry_in", w.resumeBackoff)
+			return err
+		}
+		l.logger.Info("partition log resumed after disk full", "high_watermark", w.next)
+	}
 	if w.writePos > 0 && now.Sub(w.active.created) >= cfg.SegmentMaxAge {
 		if err := w.roll(); err != nil {
 			return err
+		}
+	}
+	if now.Sub(w.producersCheckedAt) >= producerExpiryCheckInterval {
+		w.producersCheckedAt = now
+		if n := w.producers.expire(now.UnixMilli(), cfg.ProducerIDExpiration); n > 0 {
+			l.logger.Info("forgot idle idempotent producers", "producers", n, "idle_for", cfg.ProducerIDExpiration)
 		}
 	}
 	appendTime := int64(-1)
 	if cfg.TimestampType == LogAppendTime {
 		appendTime = now.UnixMilli()
 	}
-	needSync := false
-	w.iov, w.iovN, w.pend = w.iov[:0], 0, w.pend[:0]
+	w.iov, w.iovN = w.iov[:0], 0
 	for _, r := range w.group {
 		size := int64(len(r.records))
 		if w.writePos+w.iovN+size > cfg.SegmentBytes && w.writePos+w.iovN > 0 {
@@ -297,34 +388,23 @@ func (w *writer) writeGroup() error {
 				return err
 			}
 		}
-		if err := w.assign(r, appendTime); err != nil {
+		if err := w.assign(r, now.UnixMilli(), appendTime); err != nil {
+			// A duplicate's original is written, in this group or an
+			// earlier one: it is acknowledged as its original once that is
+			// durable (AckForced appends are acknowledged after the sync).
 			r.err = err
-			if errors.Is(err, ErrDuplicateSequence) {
-				needSync = needSync || r.ack == AckForced // the original may be unsynced
-			}
 			continue
 		}
 		w.iov = append(w.iov, r.records)
 		w.iovN += int64(len(r.records))
-		if r.ack == AckForced {
-			needSync = true
-		}
 	}
-	if err := w.flush(); err != nil {
-		return err
-	}
-	if needSync {
-		if err := w.active.file.Sync(); err != nil {
-			return &IOError{Op: "sync", Err: err}
-		}
-		w.l.syncs.Add(1)
-	}
-	return nil
+	return w.flush()
 }
 
 // assign checks the idempotence of r's batches and assigns their offsets,
-// noting them as pending at the current write position.
-func (w *writer) assign(r *appendReq, appendTime int64) error {
+// noting them as pending at the current write position; nowMs is the time of
+// the append (producer idleness), appendTime the LogAppendTime or -1.
+func (w *writer) assign(r *appendReq, nowMs, appendTime int64) error {
 	pos := w.writePos + w.iovN
 	next := w.next
 	first := len(w.pend)
@@ -345,7 +425,7 @@ func (w *writer) assign(r *appendReq, appendTime int64) error {
 			}
 			return err
 		}
-		w.producers.record(&h, next, true)
+		w.producers.record(&h, next, nowMs, true)
 		batch.SetBaseOffset(b[:size], next)
 		maxTs := h.MaxTimestamp
 		if appendTime >= 0 {
@@ -364,7 +444,8 @@ func (w *writer) assign(r *appendReq, appendTime int64) error {
 	return nil
 }
 
-// flush writes the pending bytes to the active segment and publishes them.
+// flush writes the bytes of iov to the active segment. They stay invisible
+// (pend) until the publisher has made them durable and published them.
 func (w *writer) flush() error {
 	if len(w.iov) == 0 {
 		return nil
@@ -388,26 +469,25 @@ func (w *writer) flush() error {
 			err = fmt.Errorf("short write: %d of %d bytes", written, n)
 		}
 		if err != nil {
-			return &IOError{Op: "write " + s.path, Err: err}
+			return writeError("write "+s.path, err)
 		}
 	}
 	w.writePos += n
-	interval := int64(w.l.config().IndexInterval)
-	l := w.l
-	l.mu.Lock()
-	for _, p := range w.pend {
-		s.noteBatchLocked(p.base, p.last, p.maxTs, p.pos, p.size, interval)
-	}
-	l.publishLocked(w.next)
-	l.mu.Unlock()
-	w.iov, w.iovN, w.pend = w.iov[:0], 0, w.pend[:0]
+	w.l.writtenEnd.Store(w.next)
+	w.iov, w.iovN = w.iov[:0], 0
 	return nil
 }
 
 // roll seals the active segment (durably: a sealed segment never has a torn
-// tail) and starts a new one at the next offset.
+// tail), has everything it holds published and starts a new one at the next
+// offset. So the publisher only ever syncs and publishes the active segment.
 func (w *writer) roll() error {
 	if err := w.sealActive(); err != nil {
+		return err
+	}
+	w.pub.hand(w.active, w.pend, nil, true)
+	w.pend = w.pend[:0]
+	if err := w.pub.publish(); err != nil {
 		return err
 	}
 	old := w.active
@@ -415,5 +495,80 @@ func (w *writer) roll() error {
 		return err
 	}
 	old.seal() // its file is the cache's from now on
+	return nil
+}
+
+// Resuming after a full disk. A write that failed with ENOSPC failed its
+// whole group before any of it was acknowledged, but it left the writer's
+// state ahead of the disk: offsets and producer sequences assigned to
+// batches never written, maybe part of a batch in the file, and batches
+// written before it that the publisher, seeing the failure, never
+// published. Rather than undo each of these, the writer recovers the log
+// from what is on disk, as Open does (truncating what is not whole, syncing
+// and publishing what is), and starts again from there. It tries when an
+// append arrives, at most every resumeBackoff (doubling from
+// diskFullRetryMin to diskFullRetryMax while the disk stays full); clients
+// retry KAFKA_STORAGE_ERROR meanwhile. A failed fsync is never resumed
+// (Log.unresumable): after it, what the page cache shows may not be on disk,
+// and a new fsync would not write it.
+const (
+	diskFullRetryMin = time.Second
+	diskFullRetryMax = time.Minute
+)
+
+// resumeDue reports whether the log's sticky error is a full disk and it is
+// time to try to resume.
+func (w *writer) resumeDue(now time.Time) bool {
+	l := w.l
+	l.mu.RLock()
+	ok := resumable(l.failed) && !l.unresumable
+	l.mu.RUnlock()
+	if !ok {
+		return false
+	}
+	if w.resumeAt.IsZero() {
+		w.resumeBackoff = diskFullRetryMin
+		w.resumeAt = now.Add(w.resumeBackoff)
+		return false
+	}
+	return !now.Before(w.resumeAt)
+}
+
+// resume recovers the log from disk and makes the writer start again from
+// it (see above). On failure the log keeps its sticky error and the next
+// attempt waits twice as long.
+func (w *writer) resume(now time.Time) error {
+	l := w.l
+	w.stopPublisher() // it acknowledges what it holds with the error
+	if s := w.active; s != nil && s.mapped != nil {
+		s.file.Unmap() // recovery truncates the file
+		s.mapped = nil
+	}
+	fresh := &Log{cfg: l.config(), fs: l.fs, dir: l.dir, logger: l.logger}
+	if err := fresh.recover(); err != nil {
+		fresh.closeFiles()
+		w.resumeBackoff = min(2*w.resumeBackoff, diskFullRetryMax)
+		w.resumeAt = now.Add(w.resumeBackoff)
+		return err
+	}
+	l.mu.Lock()
+	old := l.segments
+	l.segments, l.logStart = fresh.segments, fresh.logStart
+	l.failed = nil
+	l.publishLocked(fresh.hwm) // readers and long polls waiting look again
+	l.mu.Unlock()
+	for _, s := range old {
+		s.drop() // readers still holding one keep its file open
+	}
+	w.producers = fresh.w.producers
+	w.producersCheckedAt = now
+	w.pend, w.iov, w.iovN = w.pend[:0], w.iov[:0], 0
+	w.pub.init(l)
+	w.pub.recoveryPoint = fresh.w.pub.recoveryPoint
+	w.resumeAt, w.resumeBackoff = time.Time{}, 0
+	if err := w.openActive(); err != nil {
+		return l.fail(err)
+	}
+	w.startPublisher()
 	return nil
 }

@@ -100,20 +100,35 @@ func (y *MemFS) SyncDirCount() int64 {
 // With rng == nil the outcome is the worst one: exactly the durable state
 // (the entries of each directory as of its last SyncDir, the contents of
 // each file as of its last Sync). With an rng, part of the unsynced changes
-// may survive too, as the package documentation describes; the outcome is a
+// may survive too, as the package documentation describes, with writeback
+// in order (a prefix of each file's unsynced changes); the outcome is a
 // function of the state and of the rng's sequence only.
 //
 // Stores through a mapping that race with Crash are the caller's data race:
 // order them before the call.
 func (y *MemFS) Crash(rng *rand.Rand) *MemFS {
+	return y.crash(rng, false)
+}
+
+// CrashOutOfOrder is Crash with writeback out of order, as the page cache
+// does it: each page (PageSize bytes) of a file's unsynced changes reached
+// the disk, or did not, or reached it torn, independently of the others (see
+// the package documentation). Synced data survives byte for byte, as with
+// Crash, and CrashOutOfOrder(nil) is Crash(nil).
+func (y *MemFS) CrashOutOfOrder(rng *rand.Rand) *MemFS {
+	return y.crash(rng, true)
+}
+
+func (y *MemFS) crash(rng *rand.Rand, outOfOrder bool) *MemFS {
 	y.mu.Lock()
 	defer y.mu.Unlock()
-	c := crasher{rng: rng, seen: map[*memNode]bool{}}
+	c := crasher{rng: rng, outOfOrder: outOfOrder, seen: map[*memNode]bool{}}
 	return &MemFS{root: c.dir(y.root)}
 }
 
 type crasher struct {
-	rng *rand.Rand
+	rng        *rand.Rand
+	outOfOrder bool // pages of a file reach the disk independently
 	// seen records the nodes already placed: a node reachable under two
 	// names (a rename between two directories of which only one was synced
 	// since) is kept under the first name in walk order only, since a rename
@@ -139,7 +154,12 @@ func (c *crasher) dir(n *memNode) *memNode {
 		if child.isDir {
 			crashed = c.dir(child)
 		} else {
-			contents := crashContents(child.durable, child.data, c.rng)
+			var contents []byte
+			if c.outOfOrder {
+				contents = crashPages(child.durable, child.data, c.rng)
+			} else {
+				contents = crashContents(child.durable, child.data, c.rng)
+			}
 			crashed = &memNode{data: contents, durable: slices.Clone(contents), dirtyFrom: len(contents)}
 		}
 		out.children[name] = crashed
@@ -148,31 +168,38 @@ func (c *crasher) dir(n *memNode) *memNode {
 	return out
 }
 
+// crashSize is the size a crash leaves of a file whose durable size is
+// durable and whose current size is current: the size change (an append, a
+// Truncate growing or shrinking) was written or not, independently of the
+// data.
+func crashSize(durable, current int, rng *rand.Rand) int {
+	switch {
+	case current > durable:
+		switch rng.IntN(3) {
+		case 0:
+			return durable
+		case 1:
+			return current
+		default:
+			return durable + rng.IntN(current-durable+1)
+		}
+	case current < durable:
+		if rng.IntN(2) == 0 {
+			return durable
+		}
+	}
+	return current
+}
+
 // crashContents is what a crash leaves of a file whose durable contents are
-// durable and whose current contents are current (see the package doc).
+// durable and whose current contents are current, with writeback in order
+// (see the package doc).
 func crashContents(durable, current []byte, rng *rand.Rand) []byte {
 	same := commonPrefix(durable, current) // where the modified region starts
 	if rng == nil || (same == len(durable) && same == len(current)) || rng.IntN(4) == 0 {
 		return slices.Clone(durable) // none of the unsynced changes reached the disk
 	}
-	// The size change (an append, a Truncate growing or shrinking) was
-	// written or not, independently of the data.
-	size := len(current)
-	switch {
-	case len(current) > len(durable):
-		switch rng.IntN(3) {
-		case 0:
-			size = len(durable)
-		case 1:
-			size = len(current)
-		default:
-			size = len(durable) + rng.IntN(len(current)-len(durable)+1)
-		}
-	case len(current) < len(durable):
-		if rng.IntN(2) == 0 {
-			size = len(durable)
-		}
-	}
+	size := crashSize(len(durable), len(current), rng)
 	// Writeback reached the disk up to byte written (torn anywhere); half
 	// of the time it went exactly as far as the size.
 	written := size
@@ -182,6 +209,42 @@ func crashContents(durable, current []byte, rng *rand.Rand) []byte {
 	out := make([]byte, size)
 	copy(out, durable)
 	copy(out[:written], current)
+	return out
+}
+
+// PageSize is the unit of out-of-order writeback in CrashOutOfOrder.
+const PageSize = 4096
+
+// crashPages is what a crash leaves of a file whose durable contents are
+// durable and whose current contents are current, with writeback out of
+// order: the size as crashContents chooses it, then each page of the
+// modified region, independently, reached the disk (current bytes), did not
+// (durable bytes, zeros past them) or was torn (current bytes up to a
+// random byte of the page, then durable bytes or zeros).
+func crashPages(durable, current []byte, rng *rand.Rand) []byte {
+	same := commonPrefix(durable, current)
+	if rng == nil || (same == len(durable) && same == len(current)) || rng.IntN(4) == 0 {
+		return slices.Clone(durable)
+	}
+	size := crashSize(len(durable), len(current), rng)
+	out := make([]byte, size)
+	copy(out, durable)
+	// Each file leans one way (most pages written, or most lost), so that
+	// long runs of surviving and of lost pages both occur.
+	survive := 1 + rng.IntN(3) // in quarters
+	for page := same / PageSize * PageSize; page < size; page += PageSize {
+		end := min(page+PageSize, size, len(current))
+		if end <= page {
+			break // past the current contents: durable bytes and zeros
+		}
+		from := max(page, same)
+		switch r := rng.IntN(8); {
+		case r < 2*survive: // reached the disk
+			copy(out[from:end], current[from:end])
+		case r == 7: // torn
+			copy(out[from:end], current[from:from+rng.IntN(end-from+1)])
+		}
+	}
 	return out
 }
 

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -135,6 +136,97 @@ func TestCrashContents(t *testing.T) {
 				t.Fatalf("sizes seen %v, want both %d and %d", sizes, len(tt.durable), len(tt.current))
 			}
 		})
+	}
+}
+
+// isPageCrashOutcome reports whether got is a contents the out-of-order
+// crash model allows: a size that crashSize allows, and each page a prefix
+// of current's bytes followed by durable's bytes, then zeros.
+func isPageCrashOutcome(durable, current, got []byte) bool {
+	if len(got) < min(len(durable), len(current)) || len(got) > max(len(durable), len(current)) {
+		return false
+	}
+	if len(current) < len(durable) && len(got) != len(current) && len(got) != len(durable) {
+		return false
+	}
+	old := func(i int) byte {
+		if i < len(durable) {
+			return durable[i]
+		}
+		return 0
+	}
+	for page := 0; page < len(got); page += PageSize {
+		end := min(page+PageSize, len(got))
+		i := page
+		for i < end && i < len(current) && got[i] == current[i] {
+			i++
+		}
+		for ; i < end; i++ {
+			if got[i] != old(i) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// TestCrashPages checks the out-of-order model: every outcome is allowed,
+// and over the seeds a later page survives without an earlier one, and a
+// page is torn.
+func TestCrashPages(t *testing.T) {
+	durable := bytes.Repeat([]byte("d"), PageSize+100)
+	current := append(slices.Clone(durable[:PageSize/2]), bytes.Repeat([]byte("c"), 5*PageSize)...)
+	var outOfOrder, torn, exact bool
+	for seed := range crashSeeds {
+		got := crashPages(durable, current, seeded(seed))
+		if !isPageCrashOutcome(durable, current, got) {
+			t.Fatalf("seed %d: not an out-of-order crash outcome", seed)
+		}
+		exact = exact || bytes.Equal(got, durable)
+		// Pages 2 and 3 of current lie past the durable contents.
+		if len(got) >= 4*PageSize && got[2*PageSize] == 0 && got[3*PageSize] == 'c' {
+			outOfOrder = true
+		}
+		for p := PageSize; p+PageSize <= len(got); p += PageSize {
+			if got[p] == 'c' && got[p+PageSize-1] != 'c' {
+				torn = true
+			}
+		}
+	}
+	if !outOfOrder || !torn || !exact {
+		t.Fatalf("over %d seeds: a later page without an earlier one %v, a torn page %v, exactly durable %v", crashSeeds, outOfOrder, torn, exact)
+	}
+	if !bytes.Equal(crashPages(durable, current, nil), durable) {
+		t.Fatal("CrashOutOfOrder(nil) did not keep exactly the durable contents")
+	}
+	// The in-order shapes are out-of-order outcomes too.
+	for _, tt := range [][2]string{{"abc", "abcdef"}, {"0123456789", "012XYZ6789"}, {"0123456789", "01ZZ"}, {"", "abcdefghij"}} {
+		for seed := range crashSeeds {
+			if got := crashPages([]byte(tt[0]), []byte(tt[1]), seeded(seed)); !isPageCrashOutcome([]byte(tt[0]), []byte(tt[1]), got) {
+				t.Fatalf("seed %d: %q is not an outcome of %q -> %q", seed, got, tt[0], tt[1])
+			}
+		}
+	}
+}
+
+// TestCrashOutOfOrderKeepsSynced: whatever the out-of-order writeback, a
+// file's synced bytes survive.
+func TestCrashOutOfOrderKeepsSynced(t *testing.T) {
+	y := NewMem()
+	f, err := y.Create("/f")
+	must(t, err)
+	synced := bytes.Repeat([]byte("s"), 3*PageSize+7)
+	_, err = f.Write(synced)
+	must(t, err)
+	must(t, f.Sync())
+	must(t, y.SyncDir("/"))
+	_, err = f.Write(bytes.Repeat([]byte("u"), 4*PageSize))
+	must(t, err)
+	for seed := range crashSeeds {
+		got := readAll(t, y.CrashOutOfOrder(seeded(seed)), "/f")
+		if len(got) < len(synced) || !bytes.Equal(got[:len(synced)], synced) {
+			t.Fatalf("seed %d: synced bytes changed by a crash", seed)
+		}
 	}
 }
 

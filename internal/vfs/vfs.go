@@ -2,9 +2,9 @@
 //
 // Core packages (internal/plog, internal/group) never call os.* directly: they
 // take an FS, so tests can run them on an in-memory filesystem that forgets
-// unsynced data at a simulated crash (NewMem, (*MemFS).Crash) or on one that
-// injects I/O errors by operation (NewErrorFS). Default (OS()) is the real
-// one: Sync is fdatasync(2), Writev is writev(2), Map is mmap(2) MAP_SHARED.
+// unsynced data at a simulated crash (NewMem, (*MemFS).Crash and
+// CrashOutOfOrder) or on one that injects I/O errors by operation
+// (NewErrorFS). Default (OS()) is the real one: Sync is fdatasync(2), Writev is writev(2), Map is mmap(2) MAP_SHARED.
 //
 // # The crash model of MemFS
 //
@@ -41,9 +41,22 @@
 //
 // So synced data always survives byte for byte, and of the unsynced changes
 // only a prefix survives, possibly followed by zeros or by older durable
-// bytes. Writeback that reaches the disk out of order (a later page without
-// an earlier one) is not modelled. Crash(nil) is the worst outcome: exactly
-// the durable state. The outcome depends only on the state and the rng, so a
+// bytes.
+//
+// CrashOutOfOrder(rng) is the same except for the data of files: writeback
+// reaches the disk out of order, as the page cache does it. The size is
+// chosen as above; then each page (PageSize = 4 KiB, aligned in the file)
+// that holds part of the modified region, independently of the others,
+// reached the disk (C's bytes), did not (D's bytes, zeros past them) or was
+// torn (C's bytes up to a uniform byte of the page, then D's or zeros). Each
+// file draws how likely its pages are to have reached the disk (1/4, 1/2 or
+// 3/4; one page in eight is torn), and with probability 1/4 the file is
+// exactly D. So an invalid region may be followed by valid unsynced data
+// (a later page without an earlier one); synced data still survives byte
+// for byte.
+//
+// Crash(nil) and CrashOutOfOrder(nil) are the worst outcome: exactly the
+// durable state. The outcome depends only on the state and the rng, so a
 // failing seed replays.
 package vfs
 

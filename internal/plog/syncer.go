@@ -1,0 +1,224 @@
+package plog
+
+import (
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/sushka-io/sushka/internal/clock"
+)
+
+// publisher makes written batches durable and then visible (design D14):
+// it takes what the writer handed over, fsyncs the segment once for all of
+// it, publishes the batches (segment indexes and size, high watermark,
+// waking Wait) and acknowledges the AckForced appends. On WriteSyscall it
+// runs in a goroutine of its own (run), so the writer keeps writing while it
+// syncs; the writer also calls publish itself at a roll (and, on WriteMmap,
+// after every group).
+//
+// Ownership: the handed-over slices (handed*) are guarded by handMu, which
+// the writer holds only to append to them. Everything else belongs to
+// whoever holds publishMu: one publication at a time, in handover order.
+// Lock order: publishMu, then handMu or Log.mu (both leaves).
+type publisher struct {
+	l     *Log
+	clock clock.Clock // Config.Clock, which SetConfig never changes
+
+	handMu       sync.Mutex
+	handedSeg    *segment       // (handMu) the segment the handed batches are in
+	handedPend   []pendingBatch // (handMu) written, in offset order
+	handedForced []*appendReq   // (handMu) AckForced appends to acknowledge after the sync
+	handedRoll   bool           // (handMu) a roll sealed handedSeg: checkpoint the recovery point
+	// handedPins (handMu) counts the pins of handedSeg's file taken by hand
+	// and not yet released by publish: from the write to its fsync the
+	// file stays open, because a file the cache closed and reopened would
+	// not report a writeback error from before the reopen (errseq), and
+	// the fsync could succeed over pages the kernel dropped.
+	handedPins int
+	wake       chan struct{} // capacity 1: something was handed over
+	quit       chan struct{} // closed by stop
+	exited     chan struct{} // closed when run returns
+
+	publishMu sync.Mutex
+	pend      []pendingBatch // (publishMu) the publication in progress; swapped with handedPend
+	forced    []*appendReq   // (publishMu) likewise
+	published int64          // (publishMu) offset after the last published batch
+
+	// The recovery point checkpoint (recover.go): every batch below
+	// recoveryPoint is durable. It trails published by at most
+	// recoveryPointInterval while appends arrive, and catches up after a
+	// roll and at Close. (publishMu; set by recovery before any goroutine)
+	recoveryPoint   int64
+	recoveryPointAt time.Time
+}
+
+func (p *publisher) init(l *Log) {
+	p.l, p.clock = l, l.cfg.Clock
+	p.wake = make(chan struct{}, 1)
+	p.quit = make(chan struct{})
+	p.exited = make(chan struct{})
+	p.recoveryPointAt = p.clock.Now()
+}
+
+// hand gives the publisher written batches of seg (copied: the caller keeps
+// pend) and AckForced appends to acknowledge once they are durable (the
+// publisher owns them from now on). rolled says seg was just sealed.
+func (p *publisher) hand(seg *segment, pend []pendingBatch, forced []*appendReq, rolled bool) {
+	if len(pend) == 0 && len(forced) == 0 && !rolled {
+		return
+	}
+	p.handMu.Lock()
+	if len(pend) > 0 {
+		// The writer holds its pin on seg, so its file is open and this
+		// only counts. All batches handed between two publications are in
+		// one segment: a roll publishes before the next segment exists.
+		if err := seg.acquire(); err != nil {
+			panic("plog: the active segment's file is not open during a handover: " + err.Error())
+		}
+		p.handedSeg = seg
+		p.handedPins++
+	}
+	p.handedPend = append(p.handedPend, pend...)
+	p.handedForced = append(p.handedForced, forced...)
+	p.handedRoll = p.handedRoll || rolled
+	p.handMu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run is the publisher goroutine of WriteSyscall logs.
+func (p *publisher) run() {
+	defer close(p.exited)
+	for {
+		select {
+		case <-p.wake:
+			if yieldBeforeDrain {
+				// The writer may be writing the rest of a group formed by
+				// producers the last fsync released: let it hand that over
+				// too, so one fsync covers them (as in writer.run).
+				runtime.Gosched()
+			}
+			p.publish()
+		case <-p.quit:
+			p.publish() // what the writer's last groups handed over
+			return
+		}
+	}
+}
+
+// stop ends run once everything handed over is published; the writer calls
+// it after its last group.
+func (p *publisher) stop() {
+	close(p.quit)
+	<-p.exited
+}
+
+// publish takes everything handed over, syncs it, publishes it and
+// acknowledges its AckForced appends. It returns the log's sticky error:
+// after a failed write or fsync nothing is ever published again (fsync is
+// not retried: the page cache may have dropped what it failed to write).
+func (p *publisher) publish() error {
+	p.publishMu.Lock()
+	defer p.publishMu.Unlock()
+	l := p.l
+	p.handMu.Lock()
+	seg, rolled, pins := p.handedSeg, p.handedRoll, p.handedPins
+	p.handedPins = 0
+	p.pend, p.handedPend = p.handedPend, p.pend[:0]
+	p.forced, p.handedForced = p.handedForced, p.forced[:0]
+	p.handedRoll = false
+	p.handMu.Unlock()
+
+	err := l.Err()
+	if err == nil && len(p.pend) > 0 {
+		// One fsync for everything written so far: the groups handed
+		// over while the previous one ran are all here.
+		if serr := seg.file.Sync(); serr != nil {
+			err = l.fail(&IOError{Op: "sync", Err: serr})
+		} else {
+			l.syncs.Add(1)
+			p.publishLocked(seg)
+		}
+	}
+	for ; pins > 0; pins-- {
+		seg.release()
+	}
+	logStart := l.LogStartOffset()
+	for _, r := range p.forced {
+		acknowledge(r, err, logStart)
+	}
+	clear(p.forced) // no stale pointers to recycled requests
+	p.forced = p.forced[:0]
+	if err == nil {
+		p.checkpointRecoveryPointLocked(rolled)
+	}
+	return err
+}
+
+// publishLocked (publishMu held) makes p.pend, durable batches of seg,
+// visible.
+func (p *publisher) publishLocked(seg *segment) {
+	l := p.l
+	interval := int64(l.config().IndexInterval)
+	l.mu.Lock()
+	for _, b := range p.pend {
+		seg.noteBatchLocked(b.base, b.last, b.maxTs, b.pos, b.size, interval)
+	}
+	p.published = p.pend[len(p.pend)-1].last + 1
+	l.publishLocked(p.published)
+	l.mu.Unlock()
+	p.pend = p.pend[:0]
+}
+
+// checkpointRecoveryPoint checkpoints the recovery point now if it moved
+// (at Close, after the writer and the publisher have stopped).
+func (p *publisher) checkpointRecoveryPoint(force bool) {
+	p.publishMu.Lock()
+	defer p.publishMu.Unlock()
+	p.checkpointRecoveryPointLocked(force)
+}
+
+// checkpointRecoveryPointLocked writes the recovery point checkpoint when
+// the published (durable) end moved since the last one and force is set or
+// recoveryPointInterval has passed. A failed checkpoint is logged and
+// retried an interval later: an older recovery point only makes recovery
+// more lenient, it loses nothing.
+func (p *publisher) checkpointRecoveryPointLocked(force bool) {
+	if p.published == p.recoveryPoint {
+		return
+	}
+	now := p.clock.Now()
+	if !force && now.Sub(p.recoveryPointAt) < recoveryPointInterval {
+		return
+	}
+	p.recoveryPointAt = now
+	if err := p.l.writeCheckpoint(recoveryPointFile, p.published); err != nil {
+		p.l.logger.Warn("recovery point not checkpointed; retrying later", "err", err)
+		return
+	}
+	p.recoveryPoint = p.published
+}
+
+// fail makes err, an I/O error of the writer or the publisher, the log's
+// sticky error and returns the sticky error (nil when err is nil).
+func (l *Log) fail(err error) error {
+	if err == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !resumable(err) {
+		l.unresumable = true
+	}
+	if l.failed == nil {
+		l.failed = err
+		if resumable(err) {
+			l.logger.Error("partition log failed: disk full; appends refused until space is back", "err", err)
+		} else {
+			l.logger.Error("partition log failed; appends refused until restart", "err", err)
+		}
+	}
+	return l.failed
+}
