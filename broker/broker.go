@@ -112,10 +112,20 @@ type Config struct {
 	// files being read or written are open besides). Default
 	// DefaultMaxOpenSegmentFiles.
 	MaxOpenSegmentFiles int
+	// ProducerIDExpiration is producer.id.expiration.ms: an idempotent
+	// producer that has not produced to a partition for this long is
+	// forgotten there (while running and at start-up). Default 1 day.
+	ProducerIDExpiration time.Duration
+	// MaxFetchWait caps a Fetch's long poll (its MaxWaitMs). Default 30 s.
+	MaxFetchWait time.Duration
 }
 
-// DefaultMaxOpenSegmentFiles is the default of Config.MaxOpenSegmentFiles.
-const DefaultMaxOpenSegmentFiles = plog.DefaultMaxOpenSegmentFiles
+// The defaults of Config's fields that come from the packages that use them.
+const (
+	DefaultMaxOpenSegmentFiles  = plog.DefaultMaxOpenSegmentFiles
+	DefaultProducerIDExpiration = plog.DefaultProducerIDExpiration
+	DefaultMaxFetchWait         = api.DefaultMaxFetchWait
+)
 
 // Broker is a running broker.
 type Broker struct {
@@ -202,6 +212,8 @@ func New(cfg Config) (*Broker, error) {
 		MaxRequestBytes:       cfg.MaxRequestBytes,
 		Defaults:              defaults(cfg),
 		FileCache:             plog.NewFileCache(cfg.MaxOpenSegmentFiles),
+		ProducerIDExpiration:  cfg.ProducerIDExpiration,
+		MaxFetchWait:          cfg.MaxFetchWait,
 	})
 	if err != nil {
 		catalog.Close()

@@ -59,11 +59,13 @@ type serveFlags struct {
 	segmentBytes      int64
 	// The log defaults given on the command line or in the environment
 	// (nil: not given, the broker's default).
-	retentionSet        *time.Duration
-	retentionBytesSet   *int64
-	segmentBytesSet     *int64
-	shutdownTimeout     time.Duration
-	maxOpenSegmentFiles int
+	retentionSet         *time.Duration
+	retentionBytesSet    *int64
+	segmentBytesSet      *int64
+	shutdownTimeout      time.Duration
+	maxOpenSegmentFiles  int
+	producerIDExpiration time.Duration
+	maxFetchWait         time.Duration
 }
 
 func newServeCmd() *cobra.Command {
@@ -93,6 +95,12 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 			}
 			if f.maxOpenSegmentFiles < 1 {
 				return fmt.Errorf("--max-open-segment-files %d: must be at least 1", f.maxOpenSegmentFiles)
+			}
+			if f.producerIDExpiration < time.Millisecond {
+				return fmt.Errorf("--producer-id-expiration %s: must be at least 1ms", f.producerIDExpiration)
+			}
+			if f.maxFetchWait < time.Millisecond {
+				return fmt.Errorf("--max-fetch-wait %s: must be at least 1ms", f.maxFetchWait)
 			}
 			return runServe(cmd.Context(), f)
 		},
@@ -124,6 +132,8 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.Int64Var(&f.retentionBytes, "log-retention-bytes", -1, "default retention bytes per partition (log.retention.bytes; negative: unlimited; 0: only the active segment is kept)")
 	fl.Int64Var(&f.segmentBytes, "log-segment-bytes", 1<<30, "default segment size (log.segment.bytes; at least 1 MiB)")
 	fl.IntVar(&f.maxOpenSegmentFiles, "max-open-segment-files", broker.DefaultMaxOpenSegmentFiles, "idle segment files kept open across all partitions (opened on use, least recently used closed first)")
+	fl.DurationVar(&f.producerIDExpiration, "producer-id-expiration", broker.DefaultProducerIDExpiration, "forget an idempotent producer's sequence state in a partition after it has not produced there for this long (producer.id.expiration.ms)")
+	fl.DurationVar(&f.maxFetchWait, "max-fetch-wait", broker.DefaultMaxFetchWait, "longest a fetch may wait for data (caps the client's MaxWaitMs)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take before connections are dropped")
 	return cmd
 }
@@ -271,6 +281,8 @@ func runServe(ctx context.Context, f serveFlags) error {
 		RetentionBytes:        f.retentionBytesSet,
 		SegmentBytes:          f.segmentBytesSet,
 		MaxOpenSegmentFiles:   f.maxOpenSegmentFiles,
+		ProducerIDExpiration:  f.producerIDExpiration,
+		MaxFetchWait:          f.maxFetchWait,
 	})
 	if err != nil {
 		return err

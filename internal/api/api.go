@@ -81,6 +81,10 @@ type Config struct {
 	// resources) one request may name (tooManyPartitions). Default
 	// DefaultMaxPartitionsPerRequest.
 	MaxPartitionsPerRequest int
+	// ProducerIDExpiration is producer.id.expiration.ms: an idempotent
+	// producer idle for this long is forgotten by each partition. Default
+	// plog.DefaultProducerIDExpiration.
+	ProducerIDExpiration time.Duration
 	Defaults                Defaults
 
 	// WritePath overrides the partition log's write path (zero: the log's
@@ -157,6 +161,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.MaxPartitionsPerRequest <= 0 {
 		cfg.MaxPartitionsPerRequest = DefaultMaxPartitionsPerRequest
+	}
+	if cfg.ProducerIDExpiration <= 0 {
+		cfg.ProducerIDExpiration = plog.DefaultProducerIDExpiration
 	}
 	h := &Handler{
 		cfg:    cfg,

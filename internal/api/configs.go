@@ -105,6 +105,7 @@ func (h *Handler) logConfig(mt meta.Topic, p int32) plog.Config {
 	cfg.MaxBatchBytes = int(num("max.message.bytes"))
 	cfg.WritePath = h.cfg.WritePath
 	cfg.FileCache = h.cfg.FileCache
+	cfg.ProducerIDExpiration = h.cfg.ProducerIDExpiration
 	if get("message.timestamp.type") == "LogAppendTime" {
 		cfg.TimestampType = plog.LogAppendTime
 	}

@@ -77,3 +77,13 @@ func TestLogConfigInForce(t *testing.T) {
 		t.Fatalf("logConfig = %+v", cfg)
 	}
 }
+
+// TestLogConfigCarriesProducerIDExpiration: the broker's
+// producer.id.expiration.ms reaches every partition's log.
+func TestLogConfigCarriesProducerIDExpiration(t *testing.T) {
+	h := &Handler{cfg: Config{FS: vfs.NewMem(), DataDir: "/d", Defaults: KafkaDefaults(), ProducerIDExpiration: 5 * time.Minute}}
+	h.log = slog.New(slog.DiscardHandler)
+	if got := h.logConfig(meta.Topic{Name: "t"}, 0).ProducerIDExpiration; got != 5*time.Minute {
+		t.Fatalf("ProducerIDExpiration = %s, want 5m", got)
+	}
+}
