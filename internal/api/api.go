@@ -85,7 +85,7 @@ type Config struct {
 	// producer idle for this long is forgotten by each partition. Default
 	// plog.DefaultProducerIDExpiration.
 	ProducerIDExpiration time.Duration
-	Defaults                Defaults
+	Defaults             Defaults
 
 	// WritePath overrides the partition log's write path (zero: the log's
 	// default).
