@@ -330,7 +330,7 @@ func runServe(ctx context.Context, f serveFlags) error {
   kafka listener   %s (advertised %s)
   admin listener   %s
   data directory   %s (%s)
-  durability       acks=all → fdatasync before ack; acks=1 → page cache; acks=0 → page cache, no answer
+  durability       acks=all → fdatasync before ack; acks=1 → ack from the page cache; acks=0 → no answer; consumers see a record once it is fsynced
   limits           request memory %s, request %s; connections %d (%d per IP); idle %s, frame read %s, write %s
   open files       %s
   cluster id       %s, node %d; recovered in %s
