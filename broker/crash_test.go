@@ -128,6 +128,10 @@ func TestSIGKILLKeepsAcknowledgedRecords(t *testing.T) {
 		}
 		var wg sync.WaitGroup
 		stop := make(chan struct{})
+		// Produce blocks while the client's buffer is full, as it is once the
+		// broker is killed; this context ends with the round so that no
+		// producer waits for a record delivery that cannot happen.
+		produceCtx, cancelProduce := context.WithCancel(context.Background())
 		var producers sync.WaitGroup
 		for g := range 4 {
 			producers.Add(1)
@@ -141,7 +145,7 @@ func TestSIGKILLKeepsAcknowledgedRecords(t *testing.T) {
 					}
 					value := fmt.Sprintf("round%d-g%d-%d-%s", round, g, i, string(make([]byte, rand.IntN(200))))
 					wg.Add(1)
-					cl.Produce(context.Background(), &kgo.Record{Topic: "crash", Value: []byte(value)}, func(r *kgo.Record, err error) {
+					cl.Produce(produceCtx, &kgo.Record{Topic: "crash", Value: []byte(value)}, func(r *kgo.Record, err error) {
 						defer wg.Done()
 						if err != nil {
 							return
@@ -162,6 +166,7 @@ func TestSIGKILLKeepsAcknowledgedRecords(t *testing.T) {
 		time.Sleep(time.Duration(200+rng.IntN(800)) * time.Millisecond)
 		p.kill()
 		close(stop)
+		cancelProduce()
 		producers.Wait()
 		cl.Close() // fails what is still buffered
 		wg.Wait()
