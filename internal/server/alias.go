@@ -96,20 +96,10 @@ func shapeOf(t reflect.Type, seen map[reflect.Type]bool) (aliases bool, drop fun
 			}
 		}
 		return aliases, drop
-	case reflect.Slice:
-		if t.Elem().Kind() == reflect.Uint8 {
-			return true, nil
+	case reflect.Slice, reflect.Array:
+		if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8 {
+			return true, nil // a []byte may be a slice of the frame
 		}
-		a, d := shapeOf(t.Elem(), seen)
-		if d != nil {
-			drop = func(v reflect.Value) {
-				for i := range v.Len() {
-					d(v.Index(i))
-				}
-			}
-		}
-		return a, drop
-	case reflect.Array:
 		a, d := shapeOf(t.Elem(), seen)
 		if d != nil {
 			drop = func(v reflect.Value) {

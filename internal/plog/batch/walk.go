@@ -137,33 +137,21 @@ func (s *recordStream) skip(n int) bool {
 
 // varint reads a Kafka varint that must end before end (readVarint's rules).
 func (s *recordStream) varint(end int) (int32, bool) {
-	var u uint32
-	for shift := uint(0); ; shift += 7 {
-		if s.pos >= end {
-			return 0, false
-		}
-		c, ok := s.readByte()
-		if !ok {
-			return 0, false
-		}
-		if shift == 28 {
-			if c > 0x0f {
-				return 0, false
-			}
-			u |= uint32(c) << shift
-			break
-		}
-		u |= uint32(c&0x7f) << shift
-		if c < 0x80 {
-			break
-		}
-	}
-	return int32(u>>1) ^ -int32(u&1), true
+	u, ok := s.uvarint(end, 28, 0x0f)
+	return int32(uint32(u)>>1) ^ -int32(u&1), ok
 }
 
 // varlong reads a Kafka varlong that must end before end (readVarlong's
 // rules).
 func (s *recordStream) varlong(end int) (int64, bool) {
+	u, ok := s.uvarint(end, 63, 1)
+	return int64(u>>1) ^ -int64(u&1), ok
+}
+
+// uvarint reads the unsigned (zigzag-encoded) base-128 value of a varint
+// or varlong: lastShift is the shift of its last possible byte, which may
+// be at most lastMax.
+func (s *recordStream) uvarint(end int, lastShift uint, lastMax byte) (uint64, bool) {
 	var u uint64
 	for shift := uint(0); ; shift += 7 {
 		if s.pos >= end {
@@ -173,19 +161,17 @@ func (s *recordStream) varlong(end int) (int64, bool) {
 		if !ok {
 			return 0, false
 		}
-		if shift == 63 {
-			if c > 1 {
+		if shift == lastShift {
+			if c > lastMax {
 				return 0, false
 			}
-			u |= uint64(c) << shift
-			break
+			return u | uint64(c)<<shift, true
 		}
 		u |= uint64(c&0x7f) << shift
 		if c < 0x80 {
-			break
+			return u, true
 		}
 	}
-	return int64(u>>1) ^ -int64(u&1), true
 }
 
 // fail reports a malformed record i at pos, unless the stream itself failed
