@@ -108,10 +108,10 @@ func (c reflectProto[T]) Decode(data []byte, v *T) error {
 	return nil
 }
 
-// defaultCodec chooses the codec for T when the handler names none:
+// DefaultCodec chooses the codec for T when the handler names none:
 // []byte and string pass through, protobuf messages use proto, the rest
 // JSON.
-func defaultCodec[T any]() Codec[T] {
+func DefaultCodec[T any]() Codec[T] {
 	var zero T
 	switch any(zero).(type) {
 	case []byte:

@@ -130,13 +130,13 @@ func (h *handler) fail(err error) {
 
 func codecFor[T any](h *handler, given any, role string) Codec[T] {
 	if given == nil {
-		return defaultCodec[T]()
+		return DefaultCodec[T]()
 	}
 	c, ok := given.(Codec[T])
 	if !ok {
 		var zero T
 		h.fail(fmt.Errorf("stream: %s: the %s codec %T does not encode %T", h.topic, role, given, zero))
-		return defaultCodec[T]()
+		return DefaultCodec[T]()
 	}
 	return c
 }
