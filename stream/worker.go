@@ -305,14 +305,16 @@ func (w *partitionWorker) finish(first, n int, state slotState) {
 		w.slotHead = (w.slotHead + 1) % len(w.slots)
 		w.slotCount--
 	}
-	w.trackCond.Broadcast()
-	w.track.Unlock()
+	// Marked and reported under track, so that marks and Acked events
+	// leave in offset order even when lanes finish concurrently.
 	if mark >= 0 {
 		w.consumer.Mark(w.tp, mark)
 		if acked != nil {
 			w.app.emit(Event{Kind: EventAcked, Records: acked})
 		}
 	}
+	w.trackCond.Broadcast()
+	w.track.Unlock()
 }
 
 func (w *partitionWorker) failedOffset() int64 {

@@ -213,6 +213,61 @@ func (t *Transport) Committed(groupName string, tp stream.TopicPartition) int64 
 	return -1
 }
 
+// Connect returns another transport over the same topics and groups, whose
+// Close closes only itself (its producer and consumers): what a second
+// client process of one broker is. Tests use it to restart an App, which
+// closes its transport, over the same data.
+func (t *Transport) Connect() stream.Transport { return &connection{store: t} }
+
+type connection struct {
+	store  *Transport
+	mu     sync.Mutex
+	closed bool
+	opened []stream.Consumer
+}
+
+func (c *connection) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+func (c *connection) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.Consumer, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrTransportClosed
+	}
+	consumer, err := c.store.Consume(ctx, cfg)
+	if err == nil {
+		c.opened = append(c.opened, consumer)
+	}
+	return consumer, err
+}
+
+func (c *connection) Producer() stream.Producer { return connectionProducer{c} }
+
+type connectionProducer struct{ c *connection }
+
+func (p connectionProducer) Publish(ctx context.Context, rec *stream.Record) error {
+	if p.c.isClosed() {
+		return ErrTransportClosed
+	}
+	return p.c.store.Publish(ctx, rec)
+}
+
+func (c *connection) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	opened := c.opened
+	c.opened = nil
+	c.mu.Unlock()
+	for _, consumer := range opened {
+		_ = consumer.Close(context.Background()) // closes nothing twice: Close is idempotent
+	}
+	return nil
+}
+
 // Close closes the transport: Publish fails and consumers stop polling.
 func (t *Transport) Close() error {
 	t.mu.Lock()

@@ -99,7 +99,7 @@ func New(t testing.TB, build Build, opts ...Option) *Harness {
 		h.Transport = cfg.transport
 	case cfg.real:
 		h.BrokerAddr = testbroker.StartInProcess(t)
-		h.Transport = kafka.New([]kgo.Opt{kgo.SeedBrokers(h.BrokerAddr)},
+		h.Transport = kafka.New([]kgo.Opt{kgo.SeedBrokers(h.BrokerAddr), kgo.AllowAutoTopicCreation()},
 			kafka.ConsumerOpts(kgo.FetchMaxWait(200*time.Millisecond)),
 			kafka.CommitInterval(100*time.Millisecond))
 	default:
@@ -193,7 +193,9 @@ func (h *Harness) Records(kind stream.EventKind, topic string) []stream.Record {
 
 // Published returns what the App published to topic (handler results and
 // its Publishers).
-func (h *Harness) Published(topic string) []stream.Record { return h.Records(stream.EventPublished, topic) }
+func (h *Harness) Published(topic string) []stream.Record {
+	return h.Records(stream.EventPublished, topic)
+}
 
 // Acked returns the records of topic the App acknowledged.
 func (h *Harness) Acked(topic string) []stream.Record { return h.Records(stream.EventAcked, topic) }
