@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -29,7 +30,7 @@ type Transport struct {
 	mu      sync.Mutex
 	topics  map[string]*topic          // guarded by mu
 	groups  map[string]*group          // guarded by mu
-	changed chan struct{}              // guarded by mu: closed (and replaced) when there is something new to poll
+	polling []*consumer                // guarded by mu: open consumers, woken by wakeLocked
 	closed  bool                       // guarded by mu
 	unkeyed uint32                     // guarded by mu: round robin for unkeyed records
 	now     func() time.Time           // the clock for timestamps
@@ -58,7 +59,6 @@ func New(opts ...Option) *Transport {
 		defaultPartitions: 1,
 		topics:            map[string]*topic{},
 		groups:            map[string]*group{},
-		changed:           make(chan struct{}),
 		now:               time.Now,
 	}
 	for _, o := range opts {
@@ -94,10 +94,17 @@ func (t *Transport) topicLocked(name string) *topic {
 	return tp
 }
 
-// wakeLocked lets every waiting Poll look again.
+// wakeLocked lets every waiting Poll look again. Each consumer has a
+// one-slot channel that only its Poll receives from, so a wake allocates
+// nothing and a Poll that was not waiting finds the slot full and looks
+// once more.
 func (t *Transport) wakeLocked() {
-	close(t.changed)
-	t.changed = make(chan struct{})
+	for _, c := range t.polling {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Producer returns the transport's producer.
@@ -295,7 +302,7 @@ func (t *Transport) Consume(ctx context.Context, cfg stream.ConsumerConfig) (str
 	if g.consumer != nil {
 		return nil, fmt.Errorf("memory: group %q already has a consumer (the memory transport does not rebalance)", cfg.Group)
 	}
-	c := &consumer{t: t, group: g, byPartition: map[stream.TopicPartition]*cursor{}}
+	c := &consumer{t: t, group: g, byPartition: map[stream.TopicPartition]*cursor{}, wake: make(chan struct{}, 1)}
 	topics := append([]string(nil), cfg.Topics...)
 	sort.Strings(topics)
 	for _, name := range topics {
@@ -308,6 +315,7 @@ func (t *Transport) Consume(ctx context.Context, cfg stream.ConsumerConfig) (str
 		}
 	}
 	g.consumer = c
+	t.polling = append(t.polling, c)
 	return c, nil
 }
 
@@ -318,6 +326,7 @@ type consumer struct {
 	byPartition map[stream.TopicPartition]*cursor // guarded by t.mu
 	rotate      int                               // guarded by t.mu: first cursor of the next poll, for fairness
 	closed      bool                              // guarded by t.mu
+	wake        chan struct{}                     // see wakeLocked
 }
 
 type cursor struct {
@@ -349,7 +358,6 @@ func (c *consumer) Poll(ctx context.Context, buf []*stream.Record) ([]*stream.Re
 			}
 		}
 		c.rotate++
-		changed := c.t.changed
 		c.t.mu.Unlock()
 		if len(buf) > 0 {
 			return buf, nil
@@ -357,7 +365,7 @@ func (c *consumer) Poll(ctx context.Context, buf []*stream.Record) ([]*stream.Re
 		select {
 		case <-ctx.Done():
 			return buf, ctx.Err()
-		case <-changed:
+		case <-c.wake:
 		}
 	}
 }
@@ -414,6 +422,7 @@ func (c *consumer) Close(context.Context) error {
 		c.closed = true
 		c.group.consumer = nil
 		c.t.wakeLocked()
+		c.t.polling = slices.DeleteFunc(c.t.polling, func(p *consumer) bool { return p == c })
 	}
 	return nil
 }
