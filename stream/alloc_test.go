@@ -3,9 +3,13 @@ package stream_test
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"strconv"
 	"sync/atomic"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sushka-io/sushka/stream"
 	"github.com/sushka-io/sushka/stream/memory"
@@ -47,6 +51,17 @@ var allocScenarios = []allocScenario{
 			handled(len(vs))
 			return nil
 		}, stream.BatchMaxCount(100))
+	}},
+	{name: "consume []byte under Recover, Logging (Info) and Metrics", floor: 0, register: func(app *stream.App, handled func(int)) {
+		metrics, err := stream.Metrics(prometheus.NewRegistry())
+		if err != nil {
+			panic(err)
+		}
+		quiet := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		stream.Consume(app, "in", func(ctx context.Context, v []byte) error {
+			handled(1)
+			return nil
+		}, stream.WithMiddleware(stream.Recover(), stream.Logging(quiet), metrics))
 	}},
 	{name: "consume JSON into a small struct", floor: jsonDecodeAllocs(), note: "encoding/json's own allocations per Unmarshal", register: func(app *stream.App, handled func(int)) {
 		stream.Consume(app, "in", func(ctx context.Context, v small) error {
