@@ -157,10 +157,11 @@ func (w *partitionWorker) pop(maxBytes int) *Record {
 	return r
 }
 
-// next waits for a record; nil when the worker is stopping.
+// next waits for a record; nil when the worker is stopping or a failure
+// waits for its redelivery.
 func (w *partitionWorker) next() *Record {
 	for {
-		if w.stopping.Load() {
+		if w.stopping.Load() || w.failedOffset() >= 0 {
 			return nil
 		}
 		if r := w.pop(-1); r != nil {
@@ -195,7 +196,10 @@ func (w *partitionWorker) run() {
 		}
 		r := w.next()
 		if r == nil {
-			return
+			if w.stopping.Load() {
+				return
+			}
+			continue // a failure: redeliver at the top
 		}
 		switch {
 		case w.h.batch != nil:
@@ -315,6 +319,9 @@ func (w *partitionWorker) finish(first, n int, state slotState) {
 	}
 	w.trackCond.Broadcast()
 	w.track.Unlock()
+	if state == slotFailed {
+		w.signal() // a dispatcher waiting for records must start the redelivery
+	}
 }
 
 func (w *partitionWorker) failedOffset() int64 {
