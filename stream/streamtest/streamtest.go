@@ -16,6 +16,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"os"
 	"sync"
 	"testing"
@@ -23,10 +26,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sushka-io/sushka/broker"
 	"github.com/sushka-io/sushka/stream"
 	"github.com/sushka-io/sushka/stream/kafka"
 	"github.com/sushka-io/sushka/stream/memory"
-	"github.com/sushka-io/sushka/test/testbroker"
 )
 
 // Build makes the App under test over transport, adding opts (the
@@ -98,7 +101,7 @@ func New(t testing.TB, build Build, opts ...Option) *Harness {
 	case cfg.transport != nil:
 		h.Transport = cfg.transport
 	case cfg.real:
-		h.BrokerAddr = testbroker.StartInProcess(t)
+		h.BrokerAddr = StartSushka(t, 3)
 		h.Transport = kafka.New([]kgo.Opt{kgo.SeedBrokers(h.BrokerAddr), kgo.AllowAutoTopicCreation()},
 			kafka.ConsumerOpts(kgo.FetchMaxWait(200*time.Millisecond)),
 			kafka.CommitInterval(100*time.Millisecond))
@@ -273,4 +276,38 @@ func (h *Harness) waitFor(cond func() bool) error {
 
 func kindName(k stream.EventKind) string {
 	return [...]string{"started", "handled", "failed", "acked", "published", "stopped"}[k]
+}
+
+// StartSushka starts a Sushka broker in this process on 127.0.0.1:0, with
+// its data in t.TempDir(), auto-created topics of the given partitions and
+// its log discarded, and returns its address; it shuts down when the test
+// ends. It is test/testbroker.StartInProcess with the partition count
+// (several, so that partitions are handled concurrently).
+func StartSushka(t testing.TB, partitions int32) string {
+	t.Helper()
+	b, err := broker.New(broker.Config{
+		DataDir:           t.TempDir(),
+		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+		DefaultPartitions: partitions,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- b.Serve(l) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := b.Shutdown(ctx); err != nil {
+			t.Errorf("broker shutdown: %v", err)
+		}
+		if err := <-served; err != nil && !errors.Is(err, broker.ErrServerClosed) {
+			t.Errorf("broker serve: %v", err)
+		}
+	})
+	return l.Addr().String()
 }
