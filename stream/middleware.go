@@ -96,10 +96,21 @@ func (p RetryPolicy) delay(retry int, random func() float64) time.Duration {
 	return time.Duration(d * (1 - p.Jitter*random()))
 }
 
+// PermanentError marks a failure that retrying cannot fix (see Permanent).
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err so that Retry does not retry it: an invalid message,
+// say. errors.Is and errors.As see through it.
+func Permanent(err error) error { return &PermanentError{Err: err} }
+
 // Retry runs the handler again, in place and after a backoff, while it
 // fails, up to the policy's attempts; the last error goes on to the ack
 // policy (or to a DeadLetter outside Retry). Attempt(ctx) counts the
-// retries. A *DecodeError is not retried: the bytes will not change. The
+// retries. A *DecodeError is not retried (the bytes will not change), nor
+// a Permanent error. The
 // partition waits meanwhile: that is what keeps its order.
 func Retry(policy RetryPolicy) Middleware {
 	p := policy.withDefaults()
@@ -109,7 +120,8 @@ func Retry(policy RetryPolicy) Middleware {
 			for retry := 0; ; retry++ {
 				err := next(ctx, records)
 				var decodeErr *DecodeError
-				if err == nil || retry+1 >= p.MaxAttempts || errors.As(err, &decodeErr) {
+				var permanent *PermanentError
+				if err == nil || retry+1 >= p.MaxAttempts || errors.As(err, &decodeErr) || errors.As(err, &permanent) {
 					return err
 				}
 				wait := time.NewTimer(p.delay(retry+1, rand.Float64))
