@@ -66,7 +66,9 @@ func Logger(l *slog.Logger) Option { return func(c *appConfig) { c.logger = l } 
 // for in-flight handlers to finish (default 10 s). At the deadline their
 // context is cancelled, and Run waits as long again; a handler still
 // running then is abandoned and Run returns ErrShutdownTimeout without
-// closing the transport, because the handler may yet publish.
+// closing the transport, because the handler may yet publish; the
+// consumer (committing what finished) and the transport are closed when
+// the last such handler returns.
 func ShutdownTimeout(d time.Duration) Option { return func(c *appConfig) { c.shutdownTimeout = d } }
 
 // OnError sets the error path: it is called with every failure that the
@@ -257,11 +259,22 @@ func (a *App) shutdown(consumer Consumer) error {
 	}
 	a.mu.Unlock()
 	if !a.stopWorkers(workers) {
-		a.cfg.logger.Error("stream: handlers still running at the shutdown deadline; the transport stays open")
+		a.cfg.logger.Error("stream: handlers still running at the shutdown deadline; the transport stays open until they return")
+		go func() {
+			for _, w := range workers {
+				<-w.done
+			}
+			_ = a.closeTransport(consumer) // nobody is left to hear the error
+		}()
 		return ErrShutdownTimeout
 	}
-	// Every handler has returned and published; what they acknowledged is
-	// marked. Closing the consumer commits it; the producer closes last.
+	return a.closeTransport(consumer)
+}
+
+// closeTransport runs once every worker is done: every handler has
+// returned and published, what they acknowledged is marked. Closing the
+// consumer commits it; the producer closes last.
+func (a *App) closeTransport(consumer Consumer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.shutdownTimeout)
 	defer cancel()
 	errConsumer := consumer.Close(ctx)
