@@ -45,6 +45,7 @@ type appConfig struct {
 	observe           func(Event)
 	pollRecords       int
 	redeliveryBackoff time.Duration
+	beforePublish     []func(ctx context.Context, rec *Record)
 }
 
 // Option configures an App.
@@ -84,6 +85,14 @@ func OnError(fn func(ctx context.Context, records []*Record, err error)) Option 
 // spinning a core.
 func RedeliveryBackoff(d time.Duration) Option {
 	return func(c *appConfig) { c.redeliveryBackoff = d }
+}
+
+// BeforePublish calls fn with every record the App's producer is about to
+// publish (handler results, Publishers, dead letters) and the publishing
+// context: fn may append headers to rec, as trace-context propagation
+// does (stream/otelstream). Hooks run in the order given.
+func BeforePublish(fn func(ctx context.Context, rec *Record)) Option {
+	return func(c *appConfig) { c.beforePublish = append(c.beforePublish, fn) }
 }
 
 // ErrShutdownTimeout is returned by Run when handlers did not finish
@@ -320,6 +329,9 @@ type observedProducer struct {
 }
 
 func (p observedProducer) Publish(ctx context.Context, rec *Record) error {
+	for _, fn := range p.app.cfg.beforePublish {
+		fn(ctx, rec)
+	}
 	if err := p.inner.Publish(ctx, rec); err != nil {
 		return err
 	}
