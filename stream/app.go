@@ -21,9 +21,10 @@ type App struct {
 	cfg       appConfig
 	producer  observedProducer
 
-	handlers map[string]*handler // by topic; written only before Run
-	errs     []error             // registration errors, returned by Run
-	started  bool
+	handlers   map[string]*handler // by topic; written only before Run
+	publishers []publisherInfo     // NewPublisher's topics, for the AsyncAPI document
+	errs       []error             // registration errors, returned by Run
+	started    bool
 
 	// handlerCtx is the parent of every handler's context. It is not the
 	// context given to Run: handlers keep running after Run's context

@@ -50,6 +50,13 @@ func (JSON[T]) Encode(dst []byte, v T) ([]byte, error) {
 
 func (JSON[T]) Decode(data []byte, v *T) error { return json.Unmarshal(data, v) }
 
+// ContentType names the encoding in the AsyncAPI document; a Codec may
+// implement it (ContentTyper).
+func (JSON[T]) ContentType() string { return "application/json" }
+
+// ContentTyper is implemented by codecs that know their MIME type.
+type ContentTyper interface{ ContentType() string }
+
 // Bytes passes record values through untouched: Decode does not copy, so
 // the []byte a handler receives is the record's memory, valid while the
 // handler runs.
@@ -57,12 +64,14 @@ type Bytes struct{}
 
 func (Bytes) Encode(dst []byte, v []byte) ([]byte, error) { return append(dst, v...), nil }
 func (Bytes) Decode(data []byte, v *[]byte) error         { *v = data; return nil }
+func (Bytes) ContentType() string                         { return "application/octet-stream" }
 
 // String is the codec for text values (a copy: strings are immutable).
 type String struct{}
 
 func (String) Encode(dst []byte, v string) ([]byte, error) { return append(dst, v...), nil }
 func (String) Decode(data []byte, v *string) error         { *v = string(data); return nil }
+func (String) ContentType() string                         { return "text/plain" }
 
 // Proto is the codec for a protobuf message type M, used as a pointer:
 // stream.Proto[pb.Order]() decodes into a fresh *pb.Order per record.
@@ -82,6 +91,8 @@ func (protoCodec[M, PM]) Encode(dst []byte, v PM) ([]byte, error) {
 	return proto.MarshalOptions{}.MarshalAppend(dst, v)
 }
 
+func (protoCodec[M, PM]) ContentType() string { return "application/x-protobuf" }
+
 func (protoCodec[M, PM]) Decode(data []byte, v *PM) error {
 	m := PM(new(M))
 	if err := proto.Unmarshal(data, m); err != nil {
@@ -98,6 +109,8 @@ type reflectProto[T any] struct{ elem reflect.Type }
 func (c reflectProto[T]) Encode(dst []byte, v T) ([]byte, error) {
 	return proto.MarshalOptions{}.MarshalAppend(dst, any(v).(proto.Message))
 }
+
+func (reflectProto[T]) ContentType() string { return "application/x-protobuf" }
 
 func (c reflectProto[T]) Decode(data []byte, v *T) error {
 	m := reflect.New(c.elem).Interface()

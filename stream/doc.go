@@ -39,6 +39,12 @@
 //     their results, commits what they acknowledged, closes the consumer,
 //     and closes the transport (its producer) last.
 //
+// Description: App.AsyncAPI generates the AsyncAPI 3.0 document of the
+// handlers and publishers (payload schemas from the Go types) and
+// App.AsyncAPIHandler serves it; the document passes the AsyncAPI
+// project's own parser (TestAsyncAPIValidatesWithTheAsyncAPIParser).
+// Tracing: stream/otelstream (OpenTelemetry, W3C trace context in headers).
+//
 // Transports: stream/memory (in-process, for tests and for measuring the
 // framework's own cost) and stream/kafka (franz-go; Sushka and any Kafka).
 // A transport is supported when it passes streamtest.TestTransport, the one

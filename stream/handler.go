@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -37,6 +38,10 @@ type handler struct {
 	outCodec    any
 	newCore     func(a *App) HandlerFunc
 	err         error
+	// What the AsyncAPI document says about the handler.
+	inType, outType    reflect.Type // outType nil: nothing published by returning
+	inCodecDescriptor  any          // the codecs, for their content types
+	outCodecDescriptor any
 }
 
 type batchConfig struct {
@@ -155,6 +160,10 @@ func Handle[In, Out any](app *App, topic string, fn func(context.Context, In) (O
 	}
 	inCodec := codecFor[In](h, h.inCodec, "input")
 	outCodec := codecFor[Out](h, h.outCodec, "output")
+	h.inType, h.inCodecDescriptor = reflect.TypeFor[In](), inCodec
+	if h.publishTo != "" {
+		h.outType, h.outCodecDescriptor = reflect.TypeFor[Out](), outCodec
+	}
 	h.newCore = func(a *App) HandlerFunc {
 		// Owned by one lane: the decode target, the encode buffer and the
 		// outgoing record are reused for every message.
@@ -190,6 +199,7 @@ func Consume[In any](app *App, topic string, fn func(context.Context, In) error,
 		h.fail(fmt.Errorf("stream: %s: Consume has no result to publish and no batches", topic))
 	}
 	inCodec := codecFor[In](h, h.inCodec, "input")
+	h.inType, h.inCodecDescriptor = reflect.TypeFor[In](), inCodec
 	h.newCore = func(*App) HandlerFunc {
 		var in In
 		return func(ctx context.Context, records []*Record) error {
@@ -219,6 +229,7 @@ func HandleBatch[In any](app *App, topic string, fn func(context.Context, []In) 
 		h.fail(fmt.Errorf("stream: %s: batch bounds %+v must be positive, count at most MaxInFlight", topic, *b))
 	}
 	inCodec := codecFor[In](h, h.inCodec, "input")
+	h.inType, h.inCodecDescriptor = reflect.TypeFor[In](), inCodec
 	h.newCore = func(*App) HandlerFunc {
 		ins := make([]In, 0, h.batch.maxCount)
 		return func(ctx context.Context, records []*Record) error {

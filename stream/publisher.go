@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 )
 
@@ -33,6 +34,7 @@ func NewPublisher[T any](app *App, topic string, codec Codec[T]) *Publisher[T] {
 	if codec == nil {
 		codec = DefaultCodec[T]()
 	}
+	app.publishers = append(app.publishers, publisherInfo{topic: topic, valueType: reflect.TypeFor[T](), codec: codec})
 	return &Publisher[T]{producer: app.Producer(), topic: topic, codec: codec}
 }
 

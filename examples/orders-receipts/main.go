@@ -113,7 +113,8 @@ func NewApp(tr stream.Transport, logger *slog.Logger, reg prometheus.Registerer,
 
 func main() {
 	brokers := flag.String("brokers", "127.0.0.1:9092", "comma-separated seed brokers")
-	metricsAddr := flag.String("metrics", "127.0.0.1:9108", "address for /metrics (empty: none)")
+	metricsAddr := flag.String("metrics", "127.0.0.1:9108", "address for /metrics and /asyncapi.json (empty: none)")
+	printAsyncAPI := flag.Bool("asyncapi", false, "print the service's AsyncAPI 3.0 document and exit")
 	flag.Parse()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
@@ -127,8 +128,22 @@ func main() {
 		logger.Error("orders-receipts: start", "error", err)
 		os.Exit(1)
 	}
+	info := stream.AsyncAPIInfo{Title: "orders-receipts", Version: "1.0.0",
+		Description: "Bills orders into receipts; dead letters in " + DeadLetters, Server: strings.Split(*brokers, ",")[0]}
+	if *printAsyncAPI {
+		doc, err := app.AsyncAPI(info)
+		if err != nil {
+			logger.Error("orders-receipts: asyncapi", "error", err)
+			os.Exit(1)
+		}
+		fmt.Println(string(doc))
+		return
+	}
 	if *metricsAddr != "" {
-		srv := &http.Server{Addr: *metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.Handle("/asyncapi.json", app.AsyncAPIHandler(info))
+		srv := &http.Server{Addr: *metricsAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				logger.Error("orders-receipts: metrics", "error", err)
