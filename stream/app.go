@@ -28,13 +28,15 @@ type App struct {
 
 	// handlerCtx is the parent of every handler's context. It is not the
 	// context given to Run: handlers keep running after Run's context
-	// ends, until they finish or the shutdown deadline cancels this.
+	// ends, until they finish or the shutdown deadline cancels their
+	// worker's context (partitionWorker.ctx, derived from this).
 	handlerCtx    context.Context
 	cancelHandler context.CancelFunc
 
-	mu       sync.Mutex
-	workers  map[TopicPartition]*partitionWorker // guarded by mu
-	consumer Consumer
+	mu        sync.Mutex
+	workers   map[TopicPartition]*partitionWorker // guarded by mu
+	abandoned []*partitionWorker                  // guarded by mu: revoked, still running past their deadline
+	consumer  Consumer
 }
 
 type appConfig struct {
@@ -229,7 +231,13 @@ func (a *App) revoke(partitions []TopicPartition) {
 		}
 	}
 	a.mu.Unlock()
-	a.stopWorkers(stopping)
+	if !a.stopWorkers(stopping) {
+		// Still running: shutdown must wait for them before it closes the
+		// transport they may publish on.
+		a.mu.Lock()
+		a.abandoned = append(a.abandoned, stopping...)
+		a.mu.Unlock()
+	}
 }
 
 // stopWorkers stops workers and waits for them within the shutdown
@@ -242,7 +250,7 @@ func (a *App) stopWorkers(workers []*partitionWorker) bool {
 	deadline := time.NewTimer(a.cfg.shutdownTimeout)
 	defer deadline.Stop()
 	cancelled := false
-	for _, w := range workers {
+	for i, w := range workers {
 		for waiting := true; waiting; {
 			select {
 			case <-w.done:
@@ -251,8 +259,12 @@ func (a *App) stopWorkers(workers []*partitionWorker) bool {
 				if cancelled {
 					return false
 				}
+				// Only these workers' handlers: a slow revoke must not
+				// cancel the partitions the App keeps.
 				cancelled = true
-				a.cancelHandler()
+				for _, late := range workers[i:] {
+					late.cancel()
+				}
 				deadline.Reset(a.cfg.shutdownTimeout)
 			}
 		}
@@ -262,11 +274,13 @@ func (a *App) stopWorkers(workers []*partitionWorker) bool {
 
 func (a *App) shutdown(consumer Consumer) error {
 	a.mu.Lock()
-	workers := make([]*partitionWorker, 0, len(a.workers))
+	workers := make([]*partitionWorker, 0, len(a.workers)+len(a.abandoned))
 	for tp, w := range a.workers {
 		workers = append(workers, w)
 		delete(a.workers, tp)
 	}
+	workers = append(workers, a.abandoned...)
+	a.abandoned = nil
 	a.mu.Unlock()
 	if !a.stopWorkers(workers) {
 		a.cfg.logger.Error("stream: handlers still running at the shutdown deadline; the transport stays open until they return")

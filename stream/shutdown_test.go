@@ -63,3 +63,48 @@ func TestShutdownDeadline(t *testing.T) {
 		t.Fatalf("committed %d after the late handler succeeded, want 1", got)
 	}
 }
+
+// TestSlowRevokeCancelsOnlyItsPartitions: a rebalance that gives up after
+// the shutdown timeout cancels the revoked partition's handler only; the
+// partitions the App keeps go on with live contexts.
+func TestSlowRevokeCancelsOnlyItsPartitions(t *testing.T) {
+	store := memory.New(memory.Partitions(2))
+	app := stream.New(store.Connect(), stream.Group("g"), stream.ShutdownTimeout(20*time.Millisecond))
+	blocked, release := make(chan struct{}), make(chan struct{})
+	contextAlive := make(chan bool, 1)
+	stream.Consume(app, "in", func(ctx context.Context, v string) error {
+		switch stream.Current(ctx).Partition {
+		case 0:
+			close(blocked)
+			<-release // ignores ctx
+		case 1:
+			contextAlive <- ctx.Err() == nil
+		}
+		return nil
+	})
+	p0, p1 := int32(0), int32(1)
+	publishTo := func(p int32) {
+		if err := store.Publish(context.Background(), &stream.Record{Topic: "in", Partition: p, Value: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publishTo(p0)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- app.Run(ctx) }()
+	<-blocked
+	start := time.Now()
+	store.Revoke("g", []stream.TopicPartition{{Topic: "in", Partition: 0}})
+	if waited := time.Since(start); waited < 40*time.Millisecond {
+		t.Fatalf("revoke returned after %v, before twice the shutdown timeout", waited)
+	}
+	publishTo(p1)
+	if !<-contextAlive {
+		t.Fatal("a handler of a kept partition ran with a cancelled context after another partition's slow revoke")
+	}
+	close(release)
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+}

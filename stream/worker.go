@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"context"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,8 @@ type partitionWorker struct {
 	h        *handler
 	tp       TopicPartition
 	consumer Consumer
+	ctx      context.Context    // the parent of its handlers' contexts
+	cancel   context.CancelFunc // at its stop deadline, or when it has exited
 
 	mu          sync.Mutex
 	queue       []*Record // guarded by mu; queue[head:] waits for dispatch
@@ -83,6 +86,7 @@ func newPartitionWorker(a *App, h *handler, tp TopicPartition, consumer Consumer
 		timer:             time.NewTimer(time.Hour),
 	}
 	w.timer.Stop()
+	w.ctx, w.cancel = context.WithCancel(a.handlerCtx)
 	w.trackCond = sync.NewCond(&w.track)
 	w.lanes = make([]*lane, h.keyLanes)
 	for i := range w.lanes {
@@ -173,6 +177,7 @@ func (w *partitionWorker) next() *Record {
 
 func (w *partitionWorker) run() {
 	defer close(w.done)
+	defer w.cancel()
 	var laneDone sync.WaitGroup
 	if len(w.lanes) > 1 {
 		for _, l := range w.lanes {
@@ -406,7 +411,7 @@ type laneItem struct {
 
 func newLane(w *partitionWorker) *lane {
 	l := &lane{w: w, handle: w.h.chain(w.app)}
-	l.dc.Context = w.app.handlerCtx
+	l.dc.Context = w.ctx
 	if w.h.batch != nil {
 		l.batch = make([]*Record, 0, w.h.batch.maxCount)
 	}

@@ -302,7 +302,7 @@ func (t *Transport) Consume(ctx context.Context, cfg stream.ConsumerConfig) (str
 	if g.consumer != nil {
 		return nil, fmt.Errorf("memory: group %q already has a consumer (the memory transport does not rebalance)", cfg.Group)
 	}
-	c := &consumer{t: t, group: g, byPartition: map[stream.TopicPartition]*cursor{}, wake: make(chan struct{}, 1)}
+	c := &consumer{t: t, group: g, byPartition: map[stream.TopicPartition]*cursor{}, wake: make(chan struct{}, 1), onRevoked: cfg.OnRevoked}
 	topics := append([]string(nil), cfg.Topics...)
 	sort.Strings(topics)
 	for _, name := range topics {
@@ -327,6 +327,34 @@ type consumer struct {
 	rotate      int                               // guarded by t.mu: first cursor of the next poll, for fairness
 	closed      bool                              // guarded by t.mu
 	wake        chan struct{}                     // see wakeLocked
+	onRevoked   func([]stream.TopicPartition)
+}
+
+// Revoke simulates a rebalance that takes partitions away from group's
+// consumer: it calls the consumer's OnRevoked (the App finishes their
+// in-flight messages and marks them) and then stops polling them. It
+// returns false if the group has no consumer.
+func (t *Transport) Revoke(groupName string, partitions []stream.TopicPartition) bool {
+	t.mu.Lock()
+	g := t.groups[groupName]
+	if g == nil || g.consumer == nil {
+		t.mu.Unlock()
+		return false
+	}
+	c := g.consumer
+	t.mu.Unlock()
+	if c.onRevoked != nil {
+		c.onRevoked(partitions) // without t.mu: the App marks (and so locks) meanwhile
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, tp := range partitions {
+		if cur := c.byPartition[tp]; cur != nil {
+			delete(c.byPartition, tp)
+			c.cursors = slices.DeleteFunc(c.cursors, func(x *cursor) bool { return x == cur })
+		}
+	}
+	return true
 }
 
 type cursor struct {
