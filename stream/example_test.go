@@ -180,7 +180,7 @@ func ExampleHandleBatch() {
 			close(done)
 		}
 		return nil
-	}, stream.BatchMaxCount(2), stream.BatchMaxWait(10*time.Millisecond))
+	}, stream.BatchMaxCount(2), stream.BatchMaxWait(200*time.Millisecond))
 	runUntil(app, done)
 	// Output:
 	// [0 1]

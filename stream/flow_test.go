@@ -78,7 +78,7 @@ func TestBatchBounds(t *testing.T) {
 					sizes = append(sizes, len(batch))
 					mu.Unlock()
 					return nil
-				}, append(tc.opts, stream.BatchMaxWait(20*time.Millisecond))...)
+				}, append(tc.opts, stream.BatchMaxWait(200*time.Millisecond))...)
 				return app
 			}, streamtest.WithTransport(store))
 			h.WaitAcked("in", 10)

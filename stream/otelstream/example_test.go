@@ -3,6 +3,7 @@ package otelstream_test
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -37,8 +38,15 @@ func Example() {
 	<-done
 	cancel()
 	<-ran
+	// Sorted: the receipts span may end before the orders span that
+	// published its message (they run on two partition workers).
+	var lines []string
 	for _, s := range recorder.Ended() {
-		fmt.Println(s.Name(), "trace", s.SpanContext().TraceID())
+		lines = append(lines, fmt.Sprint(s.Name(), " trace ", s.SpanContext().TraceID()))
+	}
+	slices.Sort(lines)
+	for _, l := range lines {
+		fmt.Println(l)
 	}
 	// Output:
 	// orders process trace 0af7651916cd43dd8448eb211c80319c
