@@ -50,6 +50,7 @@ func TestTransport(t *testing.T, newBroker func(t *testing.T) Connect, features 
 		{"ResultPublishedBeforeAck", true, testResultPublished},
 		{"Batch", true, testBatch},
 		{"KeyConcurrency", true, testKeyConcurrency},
+		{"Backpressure", true, testBackpressure},
 		{"NackRedelivers", features.Redelivery, testNackRedelivers},
 		{"ResumeFromCommitted", features.Resume, testResume},
 		{"UnacknowledgedIsDeliveredAgain", features.Resume, testUnacknowledgedAgain},
@@ -460,5 +461,85 @@ func testShutdownFinishesInFlight(t *testing.T, s *suite) {
 	h2.WaitAcked(in, 1)
 	if got := again.records(); len(got) != 1 || string(got[0].Value) != "y" {
 		t.Fatalf("restarted App handled %d records (first %q): the finished message came again", len(got), valueOf(got))
+	}
+}
+
+// countingTransport wraps a transport to watch what its consumer does.
+type countingTransport struct {
+	stream.Transport
+	polled, pauses, resumes atomic.Int64
+}
+
+func (c *countingTransport) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.Consumer, error) {
+	inner, err := c.Transport.Consume(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConsumer{Consumer: inner, t: c}, nil
+}
+
+type countingConsumer struct {
+	stream.Consumer
+	t *countingTransport
+}
+
+func (c *countingConsumer) Poll(ctx context.Context, buf []*stream.Record) ([]*stream.Record, error) {
+	records, err := c.Consumer.Poll(ctx, buf)
+	c.t.polled.Add(int64(len(records)))
+	return records, err
+}
+
+func (c *countingConsumer) Pause(tp stream.TopicPartition) {
+	c.t.pauses.Add(1)
+	c.Consumer.Pause(tp)
+}
+
+func (c *countingConsumer) Resume(tp stream.TopicPartition) {
+	c.t.resumes.Add(1)
+	c.Consumer.Resume(tp)
+}
+
+// testBackpressure: a partition whose handler is blocked is paused at
+// MaxInFlight; what is published meanwhile is not fetched; once the
+// handler goes on, the partition resumes and everything is handled.
+func testBackpressure(t *testing.T, s *suite) {
+	topic := s.name("in")
+	release := make(chan struct{})
+	tr := &countingTransport{Transport: s.connect()}
+	h := New(t, func(tr stream.Transport, opts ...stream.Option) *stream.App {
+		app := stream.New(tr, append(opts, stream.Group(s.name("g")))...)
+		stream.Consume(app, topic, func(ctx context.Context, v string) error {
+			<-release
+			return nil
+		}, stream.MaxInFlight(4))
+		return app
+	}, WithTransport(tr), Timeout(s.features.Timeout))
+	for i := range 20 {
+		h.PublishRecord(&stream.Record{Topic: topic, Partition: 0, Value: []byte(strconv.Itoa(i))})
+	}
+	deadline := time.Now().Add(s.features.Timeout)
+	for tr.pauses.Load() == 0 {
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatal("the partition was never paused while its handler was blocked")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The client may still hand over what it had fetched before the
+	// pause took effect: wait for that, then publish more.
+	time.Sleep(300 * time.Millisecond)
+	polledAtPause := tr.polled.Load()
+	for i := 20; i < 60; i++ {
+		h.PublishRecord(&stream.Record{Topic: topic, Partition: 0, Value: []byte(strconv.Itoa(i))})
+	}
+	time.Sleep(300 * time.Millisecond)
+	if polled := tr.polled.Load(); polled != polledAtPause {
+		close(release)
+		t.Fatalf("%d records polled from a paused partition", polled-polledAtPause)
+	}
+	close(release)
+	h.WaitAcked(topic, 60)
+	if tr.resumes.Load() == 0 {
+		t.Fatal("acknowledged everything without resuming the partition")
 	}
 }
