@@ -20,6 +20,7 @@ import (
 // is blocked, the worker pauses the partition's fetching instead of
 // buffering the other 92 records, and resumes once it drains.
 func TestBackpressurePausesThePartition(t *testing.T) {
+	memoryOnly(t)
 	release := make(chan struct{})
 	var handled atomic.Int32
 	h := streamtest.New(t, func(tr stream.Transport, opts ...stream.Option) *stream.App {
@@ -154,6 +155,7 @@ func TestBatchNackRedeliversTheWholeBatch(t *testing.T) {
 // of one key's message holds the committed offset below it while other
 // lanes finish, then everything from it is delivered again.
 func TestKeyLanesNackDoesNotCommitPastTheFailure(t *testing.T) {
+	memoryOnly(t)
 	var failed atomic.Bool
 	h := streamtest.New(t, func(tr stream.Transport, opts ...stream.Option) *stream.App {
 		app := stream.New(tr, append(opts, stream.Group("g"), stream.RedeliveryBackoff(5*time.Millisecond))...)

@@ -32,6 +32,7 @@ func billing(tr stream.Transport, opts ...stream.Option) *stream.App {
 }
 
 func TestHandlePublishesTheResultBeforeAcknowledging(t *testing.T) {
+	memoryOnly(t)
 	h := streamtest.New(t, billing)
 	streamtest.Publish(h, "orders", []byte("k1"), Order{ID: "o1", Amount: 21})
 	acked := h.WaitAcked("orders", 1)
@@ -116,6 +117,7 @@ func TestDecodeErrorGoesToTheErrorPath(t *testing.T) {
 }
 
 func TestNackOnErrorRedeliversInOrder(t *testing.T) {
+	memoryOnly(t)
 	var calls []string
 	failedOnce := false
 	h := streamtest.New(t, func(tr stream.Transport, opts ...stream.Option) *stream.App {
@@ -152,6 +154,7 @@ func TestNackOnErrorRedeliversInOrder(t *testing.T) {
 }
 
 func TestAckPolicies(t *testing.T) {
+	memoryOnly(t)
 	boom := errors.New("boom")
 	for _, tc := range []struct {
 		policy        stream.AckPolicy
@@ -203,6 +206,7 @@ func TestAckPolicies(t *testing.T) {
 }
 
 func TestManualAck(t *testing.T) {
+	memoryOnly(t)
 	h := streamtest.New(t, func(tr stream.Transport, opts ...stream.Option) *stream.App {
 		app := stream.New(tr, append(opts, stream.Group("g"), stream.RedeliveryBackoff(time.Millisecond))...)
 		nacked := false
@@ -272,6 +276,7 @@ func TestPublisherWithKeyHeadersPartition(t *testing.T) {
 }
 
 func TestAFailedPublishIsAFailedMessage(t *testing.T) {
+	memoryOnly(t)
 	h := streamtest.New(t, func(tr stream.Transport, opts ...stream.Option) *stream.App {
 		return billing(tr, append(opts, stream.RedeliveryBackoff(time.Millisecond))...)
 	})

@@ -180,10 +180,11 @@ type consumer struct {
 	cl        *kgo.Client
 	onRevoked func([]stream.TopicPartition)
 
-	mu        sync.Mutex
-	marks     map[stream.TopicPartition]int64 // guarded by mu: marked, maybe not committed
-	committed map[stream.TopicPartition]int64 // guarded by mu: what the last commit sent
-	seeks     map[stream.TopicPartition]int64 // guarded by mu: applied by the next Poll
+	mu         sync.Mutex
+	marks      map[stream.TopicPartition]int64 // guarded by mu: marked, maybe not committed
+	committed  map[stream.TopicPartition]int64 // guarded by mu: what the last commit sent
+	seeks      map[stream.TopicPartition]int64 // guarded by mu: applied by the next Poll
+	cancelPoll context.CancelFunc              // guarded by mu: interrupts the Poll in progress
 
 	stop, stopped chan struct{}
 	closeOnce     sync.Once
@@ -194,7 +195,21 @@ func (c *consumer) Poll(ctx context.Context, buf []*stream.Record) ([]*stream.Re
 	buf = buf[:0]
 	for {
 		c.applySeeks()
-		fetches := c.cl.PollRecords(ctx, max(cap(buf), 1))
+		// A Seek interrupts the poll (cancelPoll): otherwise a seek back
+		// on an idle partition would wait for a record that never comes.
+		pollCtx, cancel := context.WithCancel(ctx)
+		c.mu.Lock()
+		c.cancelPoll = cancel
+		seekPending := len(c.seeks) > 0
+		c.mu.Unlock()
+		if seekPending {
+			cancel()
+		}
+		fetches := c.cl.PollRecords(pollCtx, max(cap(buf), 1))
+		c.mu.Lock()
+		c.cancelPoll = nil
+		c.mu.Unlock()
+		cancel()
 		if fetches.IsClientClosed() {
 			return buf, stream.ErrClosed
 		}
@@ -256,6 +271,9 @@ func (c *consumer) Mark(tp stream.TopicPartition, next int64) {
 func (c *consumer) Seek(tp stream.TopicPartition, offset int64) {
 	c.mu.Lock()
 	c.seeks[tp] = offset
+	if c.cancelPoll != nil {
+		c.cancelPoll()
+	}
 	c.mu.Unlock()
 }
 

@@ -52,6 +52,7 @@ func TestTransport(t *testing.T, newBroker func(t *testing.T) Connect, features 
 		{"KeyConcurrency", true, testKeyConcurrency},
 		{"Backpressure", true, testBackpressure},
 		{"NackRedelivers", features.Redelivery, testNackRedelivers},
+		{"NackTheOnlyMessage", features.Redelivery, testNackTheOnlyMessage},
 		{"ResumeFromCommitted", features.Resume, testResume},
 		{"UnacknowledgedIsDeliveredAgain", features.Resume, testUnacknowledgedAgain},
 		{"ShutdownFinishesInFlight", features.Resume, testShutdownFinishesInFlight},
@@ -541,5 +542,27 @@ func testBackpressure(t *testing.T, s *suite) {
 	h.WaitAcked(topic, 60)
 	if tr.resumes.Load() == 0 {
 		t.Fatal("acknowledged everything without resuming the partition")
+	}
+}
+
+// testNackTheOnlyMessage: a nack on an idle partition (nothing after the
+// failed message) still redelivers: the seek must not wait for a record.
+func testNackTheOnlyMessage(t *testing.T, s *suite) {
+	topic := s.name("in")
+	var calls atomic.Int32
+	h := s.start(t, func(tr stream.Transport, opts ...stream.Option) *stream.App {
+		app := stream.New(tr, append(opts, stream.Group(s.name("g")), stream.RedeliveryBackoff(time.Millisecond))...)
+		stream.Consume(app, topic, func(ctx context.Context, v string) error {
+			if calls.Add(1) == 1 {
+				return errors.New("fail the first attempt")
+			}
+			return nil
+		})
+		return app
+	})
+	publishString(h, topic, nil, "only")
+	h.WaitAcked(topic, 1)
+	if calls.Load() != 2 {
+		t.Fatalf("%d calls, want 2", calls.Load())
 	}
 }

@@ -101,7 +101,7 @@ func New(t testing.TB, build Build, opts ...Option) *Harness {
 	case cfg.transport != nil:
 		h.Transport = cfg.transport
 	case cfg.real:
-		h.BrokerAddr = StartSushka(t, 3)
+		h.BrokerAddr = StartSushka(t, 1) // one partition per topic, as the memory transport by default
 		h.Transport = kafka.New([]kgo.Opt{kgo.SeedBrokers(h.BrokerAddr), kgo.AllowAutoTopicCreation()},
 			kafka.ConsumerOpts(kgo.FetchMaxWait(200*time.Millisecond)),
 			kafka.CommitInterval(100*time.Millisecond))
