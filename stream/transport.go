@@ -9,6 +9,16 @@ import (
 // three things from it: a consumer of a group's topics, a producer, and a
 // Close. Implementations live in subpackages (memory, kafka); a transport is
 // supported when it passes streamtest.TestTransport.
+//
+// Exactly once (consume, process, produce in one Kafka transaction) is to
+// fit here without changing handlers: a transactional Kafka transport
+// would open a transaction per delivery (or batch) on its producer, make
+// the handler's publishes part of it, and turn the Mark of that delivery
+// into the transaction's offset commit (TxnOffsetCommit) followed by
+// EndTxn; a nack aborts. The worker already calls Mark exactly once per
+// finished prefix and never before the handler's publishes returned,
+// which is the order a transaction needs. It waits for transactions in
+// the broker (a separate issue).
 type Transport interface {
 	// Consume joins group and consumes topics until the Consumer is closed.
 	Consume(ctx context.Context, cfg ConsumerConfig) (Consumer, error)
