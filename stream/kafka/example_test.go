@@ -1,0 +1,28 @@
+package kafka_test
+
+import (
+	"context"
+	"os/signal"
+	"syscall"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sushka-io/sushka/stream"
+	"github.com/sushka-io/sushka/stream/kafka"
+)
+
+type Order struct{ ID string }
+type Receipt struct{ OrderID string }
+
+// A service over Sushka (or any Kafka), shut down gracefully on SIGTERM.
+func ExampleTransport() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	app := stream.New(kafka.Transport(kgo.SeedBrokers("127.0.0.1:9092")), stream.Group("billing"))
+	stream.Handle(app, "orders", func(ctx context.Context, o Order) (Receipt, error) {
+		return Receipt{OrderID: o.ID}, nil
+	}, stream.PublishTo("receipts"))
+	if err := app.Run(ctx); err != nil {
+		panic(err)
+	}
+}

@@ -1,0 +1,405 @@
+// Package kafka is the stream.Transport over the Kafka protocol, with
+// franz-go's kgo client: it works against Sushka and any Kafka cluster.
+//
+//	app := stream.New(kafka.Transport(kgo.SeedBrokers("127.0.0.1:9092")), stream.Group("billing"))
+//
+// Offsets are committed only for what the App marked done (the consumer
+// runs with kgo's auto-commit off): every CommitInterval, when partitions
+// are revoked (after the App has finished their in-flight messages), and
+// on Close. A group without committed offsets starts at the start of each
+// partition. A seek (a nack's redelivery) is applied by the polling
+// goroutine before its next poll, as kgo recommends for SetOffsets.
+package kafka
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/stream"
+)
+
+// Kafka is the transport. Its producer is a kgo client of its own; each
+// consumer (one per App) is another, in the App's group.
+type Kafka struct {
+	opts           []kgo.Opt
+	consumerOpts   []kgo.Opt
+	commitInterval time.Duration
+	producer       *kgo.Client
+	err            error // from creating the producer's client: returned by every use
+}
+
+// Option configures the transport beyond the client options.
+type Option func(*Kafka)
+
+// ConsumerOpts adds kgo options for the consumers only (fetch sizes,
+// FetchMaxWait, session timeouts), after the shared ones.
+func ConsumerOpts(opts ...kgo.Opt) Option {
+	return func(k *Kafka) { k.consumerOpts = append(k.consumerOpts, opts...) }
+}
+
+// CommitInterval sets how often marked offsets are committed (default 1 s);
+// they are also committed at revocation and on Close.
+func CommitInterval(d time.Duration) Option { return func(k *Kafka) { k.commitInterval = d } }
+
+// Transport returns a Kafka transport with the kgo client options opts
+// (seed brokers, TLS, SASL, producer acks...), shared by its producer and
+// consumers. Do not pass consumer options (ConsumeTopics, ConsumerGroup,
+// offsets, commit settings) here: the transport sets them from the App.
+// A record's explicit partition is honoured; otherwise records are
+// partitioned by kgo's sticky key partitioner (murmur2, as Kafka's Java
+// client), which the transport installs after opts.
+func Transport(opts ...kgo.Opt) *Kafka { return New(opts) }
+
+// New is Transport with transport options.
+func New(clientOpts []kgo.Opt, opts ...Option) *Kafka {
+	k := &Kafka{opts: clientOpts, commitInterval: time.Second}
+	for _, o := range opts {
+		o(k)
+	}
+	producerOpts := append(append([]kgo.Opt(nil), clientOpts...),
+		kgo.RecordPartitioner(partitioner{kgo.StickyKeyPartitioner(nil)}))
+	k.producer, k.err = kgo.NewClient(producerOpts...)
+	return k
+}
+
+// Client returns the producer's kgo client (for admin requests, say), or
+// nil if it could not be created.
+func (k *Kafka) Client() *kgo.Client { return k.producer }
+
+// Producer returns the transport's producer.
+func (k *Kafka) Producer() stream.Producer { return producer{k} }
+
+type producer struct{ k *Kafka }
+
+// Publish produces rec and waits for the broker's acknowledgement (acks per
+// the client options; kgo's default is all in-sync replicas).
+func (p producer) Publish(ctx context.Context, rec *stream.Record) error {
+	if p.k.err != nil {
+		return p.k.err
+	}
+	kr := &kgo.Record{
+		Topic:     rec.Topic,
+		Partition: rec.Partition,
+		Key:       rec.Key,
+		Value:     rec.Value,
+		Timestamp: rec.Timestamp,
+	}
+	if len(rec.Headers) > 0 {
+		kr.Headers = make([]kgo.RecordHeader, len(rec.Headers))
+		for i, h := range rec.Headers {
+			kr.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+		}
+	}
+	// kgo keeps the record's slices until the produce completes; rec may
+	// be reused once Publish returns, which is after that.
+	return p.k.producer.ProduceSync(ctx, kr).FirstErr()
+}
+
+// Close closes the producer's client (after flushing what it buffers).
+func (k *Kafka) Close() error {
+	if k.producer == nil {
+		return k.err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := k.producer.Flush(ctx)
+	k.producer.Close()
+	return err
+}
+
+// partitioner sends a record with an explicit partition (>= 0) there and
+// gives the others to the fallback.
+type partitioner struct{ fallback kgo.Partitioner }
+
+func (p partitioner) ForTopic(topic string) kgo.TopicPartitioner {
+	return topicPartitioner{p.fallback.ForTopic(topic)}
+}
+
+type topicPartitioner struct{ fallback kgo.TopicPartitioner }
+
+func (p topicPartitioner) RequiresConsistency(r *kgo.Record) bool {
+	return r.Partition >= 0 || p.fallback.RequiresConsistency(r)
+}
+
+func (p topicPartitioner) Partition(r *kgo.Record, n int) int {
+	if r.Partition >= 0 {
+		return int(r.Partition) // kgo fails the record if n does not cover it
+	}
+	return p.fallback.Partition(r, n)
+}
+
+// OnNewBatch keeps the fallback's stickiness for unkeyed records.
+func (p topicPartitioner) OnNewBatch() {
+	if nb, ok := p.fallback.(kgo.TopicPartitionerOnNewBatch); ok {
+		nb.OnNewBatch()
+	}
+}
+
+// Consume starts a consumer of cfg.Topics in cfg.Group.
+func (k *Kafka) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.Consumer, error) {
+	if k.err != nil {
+		return nil, k.err
+	}
+	if cfg.Group == "" {
+		return nil, errors.New("kafka: a consumer group is required (stream.Group)")
+	}
+	c := &consumer{
+		k:         k,
+		onRevoked: cfg.OnRevoked,
+		marks:     map[stream.TopicPartition]int64{},
+		committed: map[stream.TopicPartition]int64{},
+		seeks:     map[stream.TopicPartition]int64{},
+		stop:      make(chan struct{}),
+		stopped:   make(chan struct{}),
+	}
+	opts := append(append([]kgo.Opt(nil), k.opts...), k.consumerOpts...)
+	opts = append(opts,
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topics...),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.OnPartitionsRevoked(c.revoked),
+		kgo.OnPartitionsLost(c.lost),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, err
+	}
+	c.cl = cl
+	go c.commitLoop()
+	return c, nil
+}
+
+type consumer struct {
+	k         *Kafka
+	cl        *kgo.Client
+	onRevoked func([]stream.TopicPartition)
+
+	mu         sync.Mutex
+	marks      map[stream.TopicPartition]int64 // guarded by mu: marked, maybe not committed
+	committed  map[stream.TopicPartition]int64 // guarded by mu: what the last commit sent
+	seeks      map[stream.TopicPartition]int64 // guarded by mu: applied by the next Poll
+	cancelPoll context.CancelFunc              // guarded by mu: interrupts the Poll in progress
+
+	stop, stopped chan struct{}
+	closeOnce     sync.Once
+	closeErr      error
+}
+
+func (c *consumer) Poll(ctx context.Context, buf []*stream.Record) ([]*stream.Record, error) {
+	buf = buf[:0]
+	for {
+		c.applySeeks()
+		// A Seek interrupts the poll (cancelPoll): otherwise a seek back
+		// on an idle partition would wait for a record that never comes.
+		pollCtx, cancel := context.WithCancel(ctx)
+		c.mu.Lock()
+		c.cancelPoll = cancel
+		seekPending := len(c.seeks) > 0
+		c.mu.Unlock()
+		if seekPending {
+			cancel()
+		}
+		fetches := c.cl.PollRecords(pollCtx, max(cap(buf), 1))
+		c.mu.Lock()
+		c.cancelPoll = nil
+		c.mu.Unlock()
+		cancel()
+		if fetches.IsClientClosed() {
+			return buf, stream.ErrClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return buf, err
+		}
+		// Fetch errors are per partition and kgo retries them itself
+		// (a topic being created answers UNKNOWN_TOPIC_OR_PARTITION for a
+		// while): they are not the App's to stop on.
+		fetches.EachRecord(func(r *kgo.Record) {
+			sr := &stream.Record{
+				Topic:     r.Topic,
+				Partition: r.Partition,
+				Offset:    r.Offset,
+				Key:       r.Key,
+				Value:     r.Value,
+				Timestamp: r.Timestamp,
+			}
+			if len(r.Headers) > 0 {
+				sr.Headers = make([]stream.Header, len(r.Headers))
+				for i, h := range r.Headers {
+					sr.Headers[i] = stream.Header{Key: h.Key, Value: h.Value}
+				}
+			}
+			buf = append(buf, sr)
+		})
+		if len(buf) > 0 {
+			return buf, nil
+		}
+	}
+}
+
+func (c *consumer) applySeeks() {
+	c.mu.Lock()
+	if len(c.seeks) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	set := map[string]map[int32]kgo.EpochOffset{}
+	for tp, off := range c.seeks {
+		if set[tp.Topic] == nil {
+			set[tp.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		set[tp.Topic][tp.Partition] = kgo.EpochOffset{Epoch: -1, Offset: off}
+		delete(c.seeks, tp)
+	}
+	c.mu.Unlock()
+	c.cl.SetOffsets(set)
+}
+
+func (c *consumer) Mark(tp stream.TopicPartition, next int64) {
+	c.mu.Lock()
+	if next > c.marks[tp] {
+		c.marks[tp] = next
+	}
+	c.mu.Unlock()
+}
+
+func (c *consumer) Seek(tp stream.TopicPartition, offset int64) {
+	c.mu.Lock()
+	c.seeks[tp] = offset
+	if c.cancelPoll != nil {
+		c.cancelPoll()
+	}
+	c.mu.Unlock()
+}
+
+func (c *consumer) Pause(tp stream.TopicPartition) {
+	c.cl.PauseFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+}
+
+func (c *consumer) Resume(tp stream.TopicPartition) {
+	c.cl.ResumeFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+}
+
+func (c *consumer) commitLoop() {
+	defer close(c.stopped)
+	tick := time.NewTicker(c.k.commitInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-tick.C:
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_ = c.commit(ctx, nil) // a failed periodic commit is retried at the next tick
+			cancel()
+		}
+	}
+}
+
+// commit commits the marks of only (all marks when only is nil) that moved
+// since the last commit.
+func (c *consumer) commit(ctx context.Context, only []stream.TopicPartition) error {
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	sent := map[stream.TopicPartition]int64{}
+	c.mu.Lock()
+	add := func(tp stream.TopicPartition) {
+		next, ok := c.marks[tp]
+		if !ok || next <= c.committed[tp] {
+			return
+		}
+		if offsets[tp.Topic] == nil {
+			offsets[tp.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		offsets[tp.Topic][tp.Partition] = kgo.EpochOffset{Epoch: -1, Offset: next}
+		sent[tp] = next
+	}
+	if only == nil {
+		for tp := range c.marks {
+			add(tp)
+		}
+	} else {
+		for _, tp := range only {
+			add(tp)
+		}
+	}
+	c.mu.Unlock()
+	if len(offsets) == 0 {
+		return nil
+	}
+	var commitErr error
+	c.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		commitErr = err
+		if err == nil {
+			commitErr = responseError(resp)
+		}
+	})
+	if commitErr != nil {
+		return commitErr
+	}
+	c.mu.Lock()
+	for tp, next := range sent {
+		if next > c.committed[tp] {
+			c.committed[tp] = next
+		}
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+func toPartitions(m map[string][]int32) []stream.TopicPartition {
+	var out []stream.TopicPartition
+	for topic, ps := range m {
+		for _, p := range ps {
+			out = append(out, stream.TopicPartition{Topic: topic, Partition: p})
+		}
+	}
+	return out
+}
+
+// revoked runs in kgo's rebalance: the App finishes the partitions'
+// in-flight messages, then their marks are committed, before kgo lets the
+// group hand them to another member.
+func (c *consumer) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	parts := toPartitions(revoked)
+	if c.onRevoked != nil && len(parts) > 0 {
+		c.onRevoked(parts)
+	}
+	_ = c.commit(ctx, parts) // a failure means the next owner redelivers: at least once
+	c.forget(parts)
+}
+
+// lost: the partitions are gone (the member was fenced); their marks
+// cannot be committed by this member any more.
+func (c *consumer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	parts := toPartitions(lost)
+	if c.onRevoked != nil && len(parts) > 0 {
+		c.onRevoked(parts)
+	}
+	c.forget(parts)
+}
+
+func (c *consumer) forget(parts []stream.TopicPartition) {
+	c.mu.Lock()
+	for _, tp := range parts {
+		delete(c.marks, tp)
+		delete(c.committed, tp)
+		delete(c.seeks, tp)
+	}
+	c.mu.Unlock()
+}
+
+// Close commits every mark and leaves the group.
+func (c *consumer) Close(ctx context.Context) error {
+	c.closeOnce.Do(func() {
+		close(c.stop)
+		<-c.stopped
+		c.closeErr = c.commit(ctx, nil)
+		c.cl.Close() // leaves the group; its revoke commits nothing new
+	})
+	return c.closeErr
+}

@@ -1,0 +1,132 @@
+package taskqueue_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sushka-io/sushka/stream"
+	"github.com/sushka-io/sushka/stream/kafka"
+	"github.com/sushka-io/sushka/stream/memory"
+	"github.com/sushka-io/sushka/stream/streamtest"
+	"github.com/sushka-io/sushka/stream/taskqueue"
+)
+
+// run starts workers on connect()'s transports, submits tasks and waits
+// until every task has run; it checks that each ran exactly once and
+// returns the workers' counts.
+func run(t *testing.T, connect func() stream.Transport, workers, tasks int, work time.Duration, pick taskqueue.Pick) []taskqueue.Stats {
+	t.Helper()
+	var transports []stream.Transport
+	open := func() stream.Transport {
+		tr := connect()
+		transports = append(transports, tr)
+		return tr
+	}
+	defer func() {
+		for _, tr := range transports {
+			_ = tr.Close()
+		}
+	}()
+	submitter := taskqueue.New(open(), "tasks")
+	var mu sync.Mutex
+	ranBy := map[string][]string{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stats := make([]taskqueue.Stats, workers)
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		q := taskqueue.New(open(), "tasks")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := "w" + strconv.Itoa(w)
+			stats[w], errs[w] = q.Work(ctx, name, pick, func(ctx context.Context, task taskqueue.Task) error {
+				time.Sleep(work)
+				mu.Lock()
+				ranBy[task.ID] = append(ranBy[task.ID], name)
+				mu.Unlock()
+				return nil
+			})
+		}()
+	}
+	for i := range tasks {
+		if err := submitter.Submit(context.Background(), "task-"+strconv.Itoa(i), []byte("payload")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		n := len(ranBy)
+		mu.Unlock()
+		if n == tasks {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d tasks ran", n, tasks)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	for w, err := range errs {
+		if err != nil {
+			t.Fatalf("worker %d: %v", w, err)
+		}
+	}
+	for id, by := range ranBy {
+		if len(by) != 1 {
+			t.Fatalf("task %s ran %d times (by %v): two workers believed they won", id, len(by), by)
+		}
+	}
+	won := 0
+	for _, s := range stats {
+		won += s.Won
+		if s.Won+s.Lost > s.Claims {
+			t.Fatalf("worker counts %+v: more outcomes than claims", s)
+		}
+	}
+	if won != tasks {
+		t.Fatalf("%d claims won for %d tasks", won, tasks)
+	}
+	return stats
+}
+
+func summary(stats []taskqueue.Stats) (claims, lost int) {
+	for _, s := range stats {
+		claims += s.Claims
+		lost += s.Lost
+	}
+	return
+}
+
+func TestEveryTaskRunsOnceInMemory(t *testing.T) {
+	for _, pick := range []taskqueue.Pick{taskqueue.PickRandom, taskqueue.PickFirst} {
+		store := memory.New()
+		stats := run(t, store.Connect, 5, 60, 2*time.Millisecond, pick)
+		claims, lost := summary(stats)
+		t.Logf("pick %d: %d claims for 60 tasks, %d lost", pick, claims, lost)
+	}
+}
+
+// TestEveryTaskRunsOnceOnSushka: the same against an in-process broker,
+// whose log order decides.
+func TestEveryTaskRunsOnceOnSushka(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a broker")
+	}
+	addr := streamtest.StartSushka(t, 1)
+	connect := func() stream.Transport {
+		return kafka.New([]kgo.Opt{kgo.SeedBrokers(addr), kgo.AllowAutoTopicCreation()},
+			kafka.ConsumerOpts(kgo.FetchMaxWait(50*time.Millisecond)))
+	}
+	stats := run(t, connect, 3, 30, 5*time.Millisecond, taskqueue.PickRandom)
+	claims, lost := summary(stats)
+	t.Logf("3 workers, 30 tasks: %d claims, %d lost", claims, lost)
+}

@@ -1,0 +1,477 @@
+package stream
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// partitionWorker handles one partition's records. The poll goroutine
+// pushes records into its queue; its dispatcher goroutine takes them in
+// offset order and runs them inline (one lane) or hands them to key lanes.
+//
+// Invariants:
+//   - queue holds records fetched and not yet dispatched; with the window
+//     (slots) it is bounded by maxInFlight plus what the client had already
+//     fetched when the partition was paused.
+//   - slots holds every dispatched record not yet popped as done, in
+//     offset order; the committed offset (Mark) only moves over a prefix
+//     of finished slots, so it never passes an unfinished message.
+//   - after a nack, nothing is marked past the failed offset: the window
+//     is discarded once every lane is idle, and the partition is sought
+//     back to the failed offset.
+type partitionWorker struct {
+	app      *App
+	h        *handler
+	tp       TopicPartition
+	consumer Consumer
+	ctx      context.Context    // the parent of its handlers' contexts
+	cancel   context.CancelFunc // at its stop deadline, or when it has exited
+
+	mu          sync.Mutex
+	queue       []*Record // guarded by mu; queue[head:] waits for dispatch
+	head        int       // guarded by mu
+	paused      bool      // guarded by mu: we paused the partition's fetching
+	awaitOffset int64     // guarded by mu: >= 0 after a seek: drop records until this offset
+	wake        chan struct{}
+	stopping    atomic.Bool
+	done        chan struct{} // closed when the dispatcher and its lanes have exited
+
+	track      sync.Mutex
+	trackCond  *sync.Cond // signalled when a slot finishes
+	slots      []slot     // guarded by track: a ring of capacity maxInFlight
+	slotHead   int        // guarded by track
+	slotCount  int        // guarded by track
+	unfinished int        // guarded by track: slots still pending
+	failed     int64      // guarded by track: lowest failed offset, or -1
+
+	// Owned by the dispatcher goroutine.
+	redeliveredOffset int64
+	redeliveries      int
+	lanes             []*lane
+	timer             *time.Timer
+}
+
+type slotState uint8
+
+const (
+	slotPending slotState = iota
+	slotAcked             // acknowledged: the mark may move past it
+	slotSkipped           // finished without an acknowledgement of its own (Manual)
+	slotFailed            // nacked: the partition goes back to it
+)
+
+type slot struct {
+	record *Record
+	state  slotState
+}
+
+var laneSeed = maphash.MakeSeed()
+
+func newPartitionWorker(a *App, h *handler, tp TopicPartition, consumer Consumer) *partitionWorker {
+	w := &partitionWorker{
+		app:               a,
+		h:                 h,
+		tp:                tp,
+		consumer:          consumer,
+		queue:             make([]*Record, 0, h.maxInFlight),
+		awaitOffset:       -1,
+		wake:              make(chan struct{}, 1),
+		done:              make(chan struct{}),
+		slots:             make([]slot, h.maxInFlight),
+		failed:            -1,
+		redeliveredOffset: -1,
+		timer:             time.NewTimer(time.Hour),
+	}
+	w.timer.Stop()
+	w.ctx, w.cancel = context.WithCancel(a.handlerCtx)
+	w.trackCond = sync.NewCond(&w.track)
+	w.lanes = make([]*lane, h.keyLanes)
+	for i := range w.lanes {
+		w.lanes[i] = newLane(w)
+	}
+	go w.run()
+	return w
+}
+
+// push is called by the poll goroutine only.
+func (w *partitionWorker) push(r *Record) {
+	w.mu.Lock()
+	if w.awaitOffset >= 0 {
+		if r.Offset != w.awaitOffset {
+			w.mu.Unlock()
+			return // fetched before the seek: it will come again
+		}
+		w.awaitOffset = -1
+	}
+	if w.head > 0 && len(w.queue) == cap(w.queue) {
+		n := copy(w.queue, w.queue[w.head:])
+		clear(w.queue[n:])
+		w.queue, w.head = w.queue[:n], 0
+	}
+	w.queue = append(w.queue, r)
+	if !w.paused && len(w.queue)-w.head >= w.h.maxInFlight {
+		// Under mu, so that Pause and Resume reach the consumer in the
+		// order the flag changed.
+		w.paused = true
+		w.consumer.Pause(w.tp)
+	}
+	w.mu.Unlock()
+	w.signal()
+}
+
+func (w *partitionWorker) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *partitionWorker) stop() {
+	w.stopping.Store(true)
+	w.signal()
+	w.track.Lock()
+	w.trackCond.Broadcast() // wakes a reserve or a redeliver waiting on the window
+	w.track.Unlock()
+}
+
+// pop takes the next queued record whose value fits in maxBytes (a first
+// record always fits: pass a negative maxBytes), without waiting.
+func (w *partitionWorker) pop(maxBytes int) *Record {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.head == len(w.queue) {
+		return nil
+	}
+	r := w.queue[w.head]
+	if maxBytes >= 0 && len(r.Value) > maxBytes {
+		return nil
+	}
+	w.queue[w.head] = nil
+	w.head++
+	if w.head == len(w.queue) {
+		w.queue, w.head = w.queue[:0], 0
+	}
+	if w.paused && len(w.queue)-w.head <= w.h.maxInFlight/2 {
+		w.paused = false
+		w.consumer.Resume(w.tp)
+	}
+	return r
+}
+
+// next waits for a record; nil when the worker is stopping or a failure
+// waits for its redelivery.
+func (w *partitionWorker) next() *Record {
+	for {
+		if w.stopping.Load() || w.failedOffset() >= 0 {
+			return nil
+		}
+		if r := w.pop(-1); r != nil {
+			return r
+		}
+		<-w.wake
+	}
+}
+
+func (w *partitionWorker) run() {
+	defer close(w.done)
+	defer w.cancel()
+	var laneDone sync.WaitGroup
+	if len(w.lanes) > 1 {
+		for _, l := range w.lanes {
+			laneDone.Add(1)
+			go l.loop(&laneDone)
+		}
+	}
+	defer func() {
+		if len(w.lanes) > 1 {
+			for _, l := range w.lanes {
+				close(l.items)
+			}
+			laneDone.Wait()
+		}
+	}()
+	for {
+		if w.failedOffset() >= 0 {
+			if !w.redeliver() {
+				return
+			}
+		}
+		r := w.next()
+		if r == nil {
+			if w.stopping.Load() {
+				return
+			}
+			continue // a failure: redeliver at the top
+		}
+		switch {
+		case w.h.batch != nil:
+			w.runBatch(r)
+		case len(w.lanes) == 1:
+			first, ok := w.reserve(r)
+			if !ok {
+				return
+			}
+			w.lanes[0].deliver(w.lanes[0].one(r), first, w.attemptFor(r))
+		default:
+			first, ok := w.reserve(r)
+			if !ok {
+				return
+			}
+			lane := w.lanes[maphash.Bytes(laneSeed, r.Key)%uint64(len(w.lanes))]
+			lane.items <- laneItem{record: r, slot: first, attempt: w.attemptFor(r)}
+		}
+	}
+}
+
+// runBatch collects a batch that starts with first and delivers it.
+func (w *partitionWorker) runBatch(first *Record) {
+	b := w.h.batch
+	l := w.lanes[0]
+	batch := append(l.batch[:0], first)
+	bytes := len(first.Value)
+	w.timer.Reset(b.maxWait)
+	defer w.timer.Stop()
+collect:
+	for len(batch) < b.maxCount && bytes < b.maxBytes && !w.stopping.Load() {
+		if r := w.pop(b.maxBytes - bytes); r != nil {
+			batch = append(batch, r)
+			bytes += len(r.Value)
+			continue
+		}
+		w.mu.Lock()
+		blocked := w.head < len(w.queue) // the next record does not fit
+		w.mu.Unlock()
+		if blocked {
+			break
+		}
+		select {
+		case <-w.wake:
+		case <-w.timer.C:
+			break collect
+		}
+	}
+	l.batch = batch
+	slotIndex := -1
+	for _, r := range batch {
+		i, ok := w.reserve(r)
+		if !ok {
+			return
+		}
+		if slotIndex < 0 {
+			slotIndex = i
+		}
+	}
+	l.deliver(batch, slotIndex, w.attemptFor(first))
+	clear(l.batch)
+}
+
+// reserve puts r into the window, waiting while the window is full; it
+// returns the slot's index, or false when the worker stops meanwhile.
+func (w *partitionWorker) reserve(r *Record) (int, bool) {
+	w.track.Lock()
+	defer w.track.Unlock()
+	for w.slotCount == len(w.slots) {
+		if w.stopping.Load() {
+			return 0, false
+		}
+		w.trackCond.Wait()
+	}
+	i := (w.slotHead + w.slotCount) % len(w.slots)
+	w.slots[i] = slot{record: r}
+	w.slotCount++
+	w.unfinished++
+	return i, true
+}
+
+// finish sets the state of n consecutive slots from first and moves the
+// mark over the finished prefix of the window.
+func (w *partitionWorker) finish(first, n int, state slotState) {
+	mark := int64(-1)
+	var acked []*Record
+	w.track.Lock()
+	for k := 0; k < n; k++ {
+		s := &w.slots[(first+k)%len(w.slots)]
+		s.state = state
+		w.unfinished--
+		if state == slotFailed && (w.failed < 0 || s.record.Offset < w.failed) {
+			w.failed = s.record.Offset
+		}
+	}
+	for w.slotCount > 0 {
+		s := &w.slots[w.slotHead]
+		if s.state == slotAcked {
+			mark = s.record.Offset + 1
+			if w.app.cfg.observe != nil {
+				acked = append(acked, s.record)
+			}
+		} else if s.state != slotSkipped {
+			break
+		}
+		*s = slot{}
+		w.slotHead = (w.slotHead + 1) % len(w.slots)
+		w.slotCount--
+	}
+	// Marked and reported under track, so that marks and Acked events
+	// leave in offset order even when lanes finish concurrently.
+	if mark >= 0 {
+		w.consumer.Mark(w.tp, mark)
+		if acked != nil {
+			w.app.emit(Event{Kind: EventAcked, Records: acked})
+		}
+	}
+	w.trackCond.Broadcast()
+	w.track.Unlock()
+	if state == slotFailed {
+		w.signal() // a dispatcher waiting for records must start the redelivery
+	}
+}
+
+func (w *partitionWorker) failedOffset() int64 {
+	w.track.Lock()
+	defer w.track.Unlock()
+	return w.failed
+}
+
+// redeliver waits until no lane is handling a message, discards the window
+// and the queue, seeks the partition back to the failed offset and waits
+// the redelivery backoff. It returns false when the worker stops first.
+func (w *partitionWorker) redeliver() bool {
+	w.track.Lock()
+	for w.unfinished > 0 && !w.stopping.Load() {
+		w.trackCond.Wait()
+	}
+	if w.stopping.Load() {
+		w.track.Unlock()
+		return false
+	}
+	offset := w.failed
+	clear(w.slots)
+	w.slotHead, w.slotCount, w.failed = 0, 0, -1
+	w.track.Unlock()
+
+	w.mu.Lock()
+	clear(w.queue)
+	w.queue, w.head = w.queue[:0], 0
+	w.awaitOffset = offset
+	w.consumer.Seek(w.tp, offset)
+	if w.paused {
+		w.paused = false
+		w.consumer.Resume(w.tp)
+	}
+	w.mu.Unlock()
+
+	if offset == w.redeliveredOffset {
+		w.redeliveries++
+	} else {
+		w.redeliveredOffset, w.redeliveries = offset, 1
+	}
+	backoff := w.app.cfg.redeliveryBackoff << min(w.redeliveries-1, 6)
+	if backoff <= 0 {
+		return !w.stopping.Load()
+	}
+	w.timer.Reset(backoff)
+	defer w.timer.Stop()
+	for {
+		select {
+		case <-w.timer.C:
+			return !w.stopping.Load()
+		case <-w.wake:
+			if w.stopping.Load() {
+				return false
+			}
+		}
+	}
+}
+
+func (w *partitionWorker) attemptFor(r *Record) int {
+	if r.Offset == w.redeliveredOffset {
+		return w.redeliveries + 1
+	}
+	return 1
+}
+
+// lane runs handlers sequentially under its own reusable context.
+type lane struct {
+	w      *partitionWorker
+	dc     deliveryContext
+	handle HandlerFunc
+	single [1]*Record
+	batch  []*Record
+	items  chan laneItem // key lanes only
+}
+
+type laneItem struct {
+	record  *Record
+	slot    int
+	attempt int
+}
+
+func newLane(w *partitionWorker) *lane {
+	l := &lane{w: w, handle: w.h.chain(w.app)}
+	l.dc.Context = w.ctx
+	if w.h.batch != nil {
+		l.batch = make([]*Record, 0, w.h.batch.maxCount)
+	}
+	if w.h.keyLanes > 1 {
+		l.items = make(chan laneItem, max(1, w.h.maxInFlight/w.h.keyLanes))
+	}
+	return l
+}
+
+func (l *lane) one(r *Record) []*Record {
+	l.single[0] = r
+	return l.single[:]
+}
+
+func (l *lane) loop(done *sync.WaitGroup) {
+	defer done.Done()
+	for item := range l.items {
+		if l.w.stopping.Load() {
+			continue // left pending: not committed, so delivered again later
+		}
+		l.deliver(l.one(item.record), item.slot, item.attempt)
+	}
+}
+
+// deliver runs the handler for records (which occupy the slots from
+// first) and applies the ack policy.
+func (l *lane) deliver(records []*Record, first, attempt int) {
+	w := l.w
+	d := &l.dc
+	d.records, d.attempt, d.manual = records, attempt, manualNone
+	policy := w.h.ack
+	if policy == AckFirst {
+		w.finish(first, len(records), slotAcked)
+	}
+	err := l.handle(d, records)
+	if err != nil {
+		w.app.cfg.onError(d, records, err)
+		w.app.emit(Event{Kind: EventFailed, Records: records, Err: err})
+	} else {
+		w.app.emit(Event{Kind: EventHandled, Records: records})
+	}
+	state := slotAcked
+	switch policy {
+	case AckFirst:
+		state = slotPending
+	case NackOnError:
+		if err != nil {
+			state = slotFailed
+		}
+	case Manual:
+		switch d.manual {
+		case manualNone:
+			state = slotSkipped
+		case manualNack:
+			state = slotFailed
+		}
+	}
+	d.records = nil
+	l.single[0] = nil
+	if state != slotPending {
+		w.finish(first, len(records), state)
+	}
+}
