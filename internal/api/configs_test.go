@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sushka-io/sushka/internal/meta"
+	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
@@ -61,7 +62,8 @@ func TestTopicConfigValidation(t *testing.T) {
 // (zeros included), and Long.MAX_VALUE milliseconds saturates instead of
 // overflowing into a negative (unlimited) duration.
 func TestLogConfigInForce(t *testing.T) {
-	h := &Handler{cfg: Config{FS: vfs.NewMem(), DataDir: "/d", Defaults: KafkaDefaults()}}
+	// ProducerIDExpiration as New defaults it (the Handler is built by hand).
+	h := &Handler{cfg: Config{FS: vfs.NewMem(), DataDir: "/d", Defaults: KafkaDefaults(), ProducerIDExpiration: plog.DefaultProducerIDExpiration}}
 	h.log = slog.New(slog.DiscardHandler)
 	cfg := h.logConfig(meta.Topic{Name: "t", Configs: map[string]string{
 		"retention.ms": "0", "retention.bytes": "0", "max.message.bytes": "0", "segment.ms": "9223372036854775807",
