@@ -89,3 +89,20 @@ func TestLogConfigCarriesProducerIDExpiration(t *testing.T) {
 		t.Fatalf("ProducerIDExpiration = %s, want 5m", got)
 	}
 }
+
+// TestLogConfigCarriesSyncInterval: the broker's fsync pacing reaches every
+// partition's log, 0 (no pacing, as New maps a negative setting) included.
+func TestLogConfigCarriesSyncInterval(t *testing.T) {
+	for _, d := range []time.Duration{7 * time.Millisecond, 0} {
+		h := &Handler{cfg: Config{FS: vfs.NewMem(), DataDir: "/d", Defaults: KafkaDefaults(), SyncInterval: d,
+			ProducerIDExpiration: plog.DefaultProducerIDExpiration}}
+		h.log = slog.New(slog.DiscardHandler)
+		cfg := h.logConfig(meta.Topic{Name: "t"}, 0)
+		if cfg.SyncInterval != d {
+			t.Fatalf("SyncInterval = %s, want %s", cfg.SyncInterval, d)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
