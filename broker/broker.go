@@ -118,6 +118,11 @@ type Config struct {
 	ProducerIDExpiration time.Duration
 	// MaxFetchWait caps a Fetch's long poll (its MaxWaitMs). Default 30 s.
 	MaxFetchWait time.Duration
+	// SyncInterval paces the fsyncs of acks=0/1 appends (plog
+	// Config.SyncInterval): a partition's fsync that acknowledges no
+	// acks=all append starts at least this long after the previous one.
+	// Default DefaultSyncInterval; negative: no pacing.
+	SyncInterval time.Duration
 }
 
 // The defaults of Config's fields that come from the packages that use them.
@@ -125,6 +130,7 @@ const (
 	DefaultMaxOpenSegmentFiles  = plog.DefaultMaxOpenSegmentFiles
 	DefaultProducerIDExpiration = plog.DefaultProducerIDExpiration
 	DefaultMaxFetchWait         = api.DefaultMaxFetchWait
+	DefaultSyncInterval         = plog.DefaultSyncInterval
 )
 
 // Broker is a running broker.
@@ -214,6 +220,7 @@ func New(cfg Config) (*Broker, error) {
 		FileCache:             plog.NewFileCache(cfg.MaxOpenSegmentFiles),
 		ProducerIDExpiration:  cfg.ProducerIDExpiration,
 		MaxFetchWait:          cfg.MaxFetchWait,
+		SyncInterval:          cfg.SyncInterval,
 	})
 	if err != nil {
 		catalog.Close()

@@ -65,6 +65,7 @@ type serveFlags struct {
 	shutdownTimeout      time.Duration
 	maxOpenSegmentFiles  int
 	producerIDExpiration time.Duration
+	syncInterval         time.Duration
 	maxFetchWait         time.Duration
 }
 
@@ -98,6 +99,9 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 			}
 			if f.producerIDExpiration < time.Millisecond {
 				return fmt.Errorf("--producer-id-expiration %s: must be at least 1ms", f.producerIDExpiration)
+			}
+			if f.syncInterval < 0 {
+				return fmt.Errorf("--sync-interval %s: must be at least 0", f.syncInterval)
 			}
 			if f.maxFetchWait < time.Millisecond {
 				return fmt.Errorf("--max-fetch-wait %s: must be at least 1ms", f.maxFetchWait)
@@ -133,6 +137,7 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.Int64Var(&f.segmentBytes, "log-segment-bytes", 1<<30, "default segment size (log.segment.bytes; at least 1 MiB)")
 	fl.IntVar(&f.maxOpenSegmentFiles, "max-open-segment-files", broker.DefaultMaxOpenSegmentFiles, "idle segment files kept open across all partitions (opened on use, least recently used closed first)")
 	fl.DurationVar(&f.producerIDExpiration, "producer-id-expiration", broker.DefaultProducerIDExpiration, "forget an idempotent producer's sequence state in a partition after it has not produced there for this long (producer.id.expiration.ms)")
+	fl.DurationVar(&f.syncInterval, "sync-interval", broker.DefaultSyncInterval, "least time between a partition's fsyncs when no acks=all append waits (acks=0/1 records become visible up to this much later; 0: fsync back to back)")
 	fl.DurationVar(&f.maxFetchWait, "max-fetch-wait", broker.DefaultMaxFetchWait, "longest a fetch may wait for data (caps the client's MaxWaitMs)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take before connections are dropped")
 	return cmd
@@ -283,6 +288,7 @@ func runServe(ctx context.Context, f serveFlags) error {
 		MaxOpenSegmentFiles:   f.maxOpenSegmentFiles,
 		ProducerIDExpiration:  f.producerIDExpiration,
 		MaxFetchWait:          f.maxFetchWait,
+		SyncInterval:          syncIntervalConfig(f.syncInterval),
 	})
 	if err != nil {
 		return err
@@ -441,4 +447,13 @@ func adminMux(b *broker.Broker, reg *prometheus.Registry, dataDir, storage strin
 		}
 	})
 	return mux
+}
+
+// syncIntervalConfig maps --sync-interval (0: no pacing) to
+// broker.Config.SyncInterval (0: the default, negative: no pacing).
+func syncIntervalConfig(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

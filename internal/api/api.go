@@ -85,7 +85,11 @@ type Config struct {
 	// producer idle for this long is forgotten by each partition. Default
 	// plog.DefaultProducerIDExpiration.
 	ProducerIDExpiration time.Duration
-	Defaults             Defaults
+	// SyncInterval is every partition log's Config.SyncInterval (pacing of
+	// fsyncs without acks=all appends). Default plog.DefaultSyncInterval;
+	// negative: none.
+	SyncInterval time.Duration
+	Defaults     Defaults
 
 	// WritePath overrides the partition log's write path (zero: the log's
 	// default).
@@ -164,6 +168,12 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.ProducerIDExpiration <= 0 {
 		cfg.ProducerIDExpiration = plog.DefaultProducerIDExpiration
+	}
+	switch {
+	case cfg.SyncInterval == 0:
+		cfg.SyncInterval = plog.DefaultSyncInterval
+	case cfg.SyncInterval < 0:
+		cfg.SyncInterval = 0 // plog: no pacing
 	}
 	h := &Handler{
 		cfg:    cfg,

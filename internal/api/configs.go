@@ -106,6 +106,7 @@ func (h *Handler) logConfig(mt meta.Topic, p int32) plog.Config {
 	cfg.WritePath = h.cfg.WritePath
 	cfg.FileCache = h.cfg.FileCache
 	cfg.ProducerIDExpiration = h.cfg.ProducerIDExpiration
+	cfg.SyncInterval = h.cfg.SyncInterval
 	if get("message.timestamp.type") == "LogAppendTime" {
 		cfg.TimestampType = plog.LogAppendTime
 	}

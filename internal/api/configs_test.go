@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sushka-io/sushka/internal/meta"
+	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
@@ -61,7 +62,8 @@ func TestTopicConfigValidation(t *testing.T) {
 // (zeros included), and Long.MAX_VALUE milliseconds saturates instead of
 // overflowing into a negative (unlimited) duration.
 func TestLogConfigInForce(t *testing.T) {
-	h := &Handler{cfg: Config{FS: vfs.NewMem(), DataDir: "/d", Defaults: KafkaDefaults()}}
+	// ProducerIDExpiration as New defaults it (the Handler is built by hand).
+	h := &Handler{cfg: Config{FS: vfs.NewMem(), DataDir: "/d", Defaults: KafkaDefaults(), ProducerIDExpiration: plog.DefaultProducerIDExpiration}}
 	h.log = slog.New(slog.DiscardHandler)
 	cfg := h.logConfig(meta.Topic{Name: "t", Configs: map[string]string{
 		"retention.ms": "0", "retention.bytes": "0", "max.message.bytes": "0", "segment.ms": "9223372036854775807",
@@ -85,5 +87,22 @@ func TestLogConfigCarriesProducerIDExpiration(t *testing.T) {
 	h.log = slog.New(slog.DiscardHandler)
 	if got := h.logConfig(meta.Topic{Name: "t"}, 0).ProducerIDExpiration; got != 5*time.Minute {
 		t.Fatalf("ProducerIDExpiration = %s, want 5m", got)
+	}
+}
+
+// TestLogConfigCarriesSyncInterval: the broker's fsync pacing reaches every
+// partition's log, 0 (no pacing, as New maps a negative setting) included.
+func TestLogConfigCarriesSyncInterval(t *testing.T) {
+	for _, d := range []time.Duration{7 * time.Millisecond, 0} {
+		h := &Handler{cfg: Config{FS: vfs.NewMem(), DataDir: "/d", Defaults: KafkaDefaults(), SyncInterval: d,
+			ProducerIDExpiration: plog.DefaultProducerIDExpiration}}
+		h.log = slog.New(slog.DiscardHandler)
+		cfg := h.logConfig(meta.Topic{Name: "t"}, 0)
+		if cfg.SyncInterval != d {
+			t.Fatalf("SyncInterval = %s, want %s", cfg.SyncInterval, d)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -81,6 +81,14 @@ type Config struct {
 	WritePath     WritePath
 	// QueueDepth bounds the appends queued for the writer. At least 1.
 	QueueDepth int
+	// SyncInterval is the least time between the starts of two fsyncs
+	// (publications) of the WriteSyscall publisher when the later one has
+	// no AckForced append to acknowledge: it bounds the fsync rate that
+	// AckNone and AckWritten appends cause, and delays their visibility by
+	// at most this much. An AckForced append is synced at once, as
+	// without it (adaptive group commit). 0: no pacing. At least 0; fixed
+	// for the log's life (SetConfig keeps it).
+	SyncInterval time.Duration
 	// FileCache bounds the open files of sealed segments; a broker shares
 	// one among its logs. nil: DefaultFileCache.
 	FileCache *FileCache

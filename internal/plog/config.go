@@ -22,6 +22,9 @@ const (
 	DefaultMaxBatchBytes  = 1<<20 + 12         // max.message.bytes / message.max.bytes
 	DefaultIndexInterval  = 4096               // index.interval.bytes
 	DefaultQueueDepth     = 1024               // appends queued for the writer
+	// DefaultSyncInterval paces the fsyncs of AckNone/AckWritten appends
+	// (Config.SyncInterval; measured in docs/benchmarks.md).
+	DefaultSyncInterval = 2 * time.Millisecond
 	// DefaultProducerIDExpiration is producer.id.expiration.ms.
 	DefaultProducerIDExpiration = 24 * time.Hour
 	defaultTimestampType        = CreateTime    // message.timestamp.type
@@ -48,6 +51,7 @@ func DefaultConfig(fs vfs.FS, dir string) Config {
 		TimestampType:  defaultTimestampType,
 		WritePath:      DefaultWritePath,
 		QueueDepth:     DefaultQueueDepth,
+		SyncInterval:   DefaultSyncInterval,
 
 		ProducerIDExpiration: DefaultProducerIDExpiration,
 	}
@@ -95,6 +99,8 @@ func (c *Config) Validate() error {
 		return bad("WritePath", c.WritePath, "WriteSyscall or WriteMmap")
 	case c.QueueDepth < 1:
 		return bad("QueueDepth", c.QueueDepth, "at least 1")
+	case c.SyncInterval < 0:
+		return bad("SyncInterval", c.SyncInterval, "at least 0")
 	case c.ProducerIDExpiration < time.Millisecond:
 		return bad("producer.id.expiration.ms", c.ProducerIDExpiration, "at least 1ms")
 	}

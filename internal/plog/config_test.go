@@ -17,7 +17,7 @@ func TestDefaultConfig(t *testing.T) {
 		SegmentBytes: 1 << 30, SegmentMaxAge: 168 * time.Hour,
 		RetentionBytes: -1, RetentionTime: 168 * time.Hour,
 		MaxBatchBytes: 1048588, IndexInterval: 4096, TimestampType: CreateTime,
-		WritePath: DefaultWritePath, QueueDepth: 1024,
+		WritePath: DefaultWritePath, QueueDepth: 1024, SyncInterval: 2 * time.Millisecond,
 		ProducerIDExpiration: 24 * time.Hour,
 	}
 	got := cfg
@@ -61,6 +61,8 @@ func TestConfigValidate(t *testing.T) {
 		{"timestamp type 7", func(c *Config) { c.TimestampType = 7 }, "message.timestamp.type"},
 		{"write path 9", func(c *Config) { c.WritePath = 9 }, "WritePath"},
 		{"queue depth 0", func(c *Config) { c.QueueDepth = 0 }, "QueueDepth is 0, must be at least 1"},
+		{"sync interval -1ns", func(c *Config) { c.SyncInterval = -1 }, "SyncInterval is -1ns, must be at least 0"},
+		{"sync interval 0", func(c *Config) { c.SyncInterval = 0 }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig(vfs.NewMem(), "/d/t-0")

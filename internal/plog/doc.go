@@ -94,7 +94,14 @@
 // WriteSyscall it is a goroutine of its own: while it fsyncs, the writer
 // writes the next groups, and its next fsync covers them all (adaptive group
 // commit, no timer), so AckWritten appends run at page-cache speed and
-// become visible one fsync after their write. On WriteMmap the writer
+// become visible one fsync after their write. A publication that has no
+// AckForced append to acknowledge waits until Config.SyncInterval (2 ms by
+// default) has passed since the previous one started: AckWritten traffic
+// alone would otherwise keep the publisher in back-to-back fdatasyncs,
+// thousands a second, and on virtio-blk, where each one is a device cache
+// flush, that rate stalled the whole machine for milliseconds every 100 ms,
+// AckWritten acknowledgements included. An AckForced append handed over
+// ends the wait at once. On WriteMmap the writer
 // publishes after each group itself, so that stores into the mapping never
 // overlap its msync. An AckWritten producer learns its offset before the
 // batch is visible; Read of an offset written but not yet durable returns no

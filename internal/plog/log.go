@@ -139,14 +139,15 @@ func (l *Log) config() Config {
 
 // SetConfig changes the dynamic settings (retention, segment size and age,
 // max batch bytes, index interval, timestamp type). FS, Dir, Clock, Logger,
-// WritePath, QueueDepth and ProducerIDExpiration (a broker setting, not a
-// topic's) are kept. An invalid cfg (Validate) changes
+// WritePath, QueueDepth, SyncInterval and ProducerIDExpiration (a broker
+// setting, not a topic's) are kept. An invalid cfg (Validate) changes
 // nothing.
 func (l *Log) SetConfig(cfg Config) error {
 	l.cfgMu.Lock()
 	defer l.cfgMu.Unlock()
 	cfg.FS, cfg.Dir, cfg.Clock, cfg.Logger = l.cfg.FS, l.cfg.Dir, l.cfg.Clock, l.cfg.Logger
 	cfg.WritePath, cfg.QueueDepth, cfg.FileCache = l.cfg.WritePath, l.cfg.QueueDepth, l.cfg.FileCache
+	cfg.SyncInterval = l.cfg.SyncInterval
 	cfg.ProducerIDExpiration = l.cfg.ProducerIDExpiration
 	if err := cfg.Validate(); err != nil {
 		return err
