@@ -1,0 +1,159 @@
+package proc
+
+import (
+	"fmt"
+	"io"
+	"time"
+)
+
+// Clock is the runtime's time source outside deterministic mode. Sushka's
+// internal/clock.Real and *clock.Manual satisfy it; the runtime never calls
+// time.Now itself (DESIGN.md D8).
+type Clock interface {
+	Now() time.Time
+}
+
+// Options configure a Runtime. The zero value is a valid configuration: one
+// scheduler thread, FIFO order, no limits, the real clock.
+type Options struct {
+	// Deterministic selects deterministic mode: one scheduler thread, a PRNG
+	// seeded with Seed is the only source of choice (it picks the next ready
+	// process), and time is virtual: it starts at VirtualStart and moves only
+	// when no process is ready, straight to the next timer. The same seed
+	// and the same program give a byte-identical Journal.
+	Deterministic bool
+	Seed          uint64
+	VirtualStart  time.Time // zero: 2000-01-01T00:00:00Z
+
+	// Schedulers is the number of scheduler threads (goroutines). 0 or 1:
+	// one. More selects multi-core mode: each thread owns the processes
+	// spawned on it and runs them from its own ready queue; sends between
+	// threads go through the target thread's inbox. Not with Deterministic.
+	Schedulers int
+
+	// Clock is the time source outside deterministic mode (nil: the real
+	// clock). Timers fire when Clock says their deadline has passed.
+	Clock Clock
+
+	// MessagesPerTurn bounds how many messages a process handles before the
+	// scheduler moves to the next ready process. 0: 1 in deterministic mode
+	// (every message is a choice point), 64 otherwise.
+	MessagesPerTurn int
+
+	// MaxProcesses bounds live processes (0: no bound). Spawn beyond it
+	// returns ErrTooManyProcesses.
+	MaxProcesses int
+	// MemoryBudgetBytes bounds the runtime's own accounted memory: process
+	// structs, name entries, queued messages (plus Sizer.SizeBytes of
+	// messages that implement it). 0: no bound. Spawn or Send beyond it
+	// returns ErrMemoryBudget. In multi-core mode each scheduler thread gets
+	// an equal share.
+	MemoryBudgetBytes int64
+
+	// MaxTurns bounds RunUntilIdle (0: no bound): past it, ErrTurnLimit.
+	MaxTurns int64
+
+	// Journal, when set, receives one line per event: spawns, deliveries,
+	// exits, supervisor failures and decisions. In deterministic mode the
+	// bytes depend only on the seed and the program (messages are formatted
+	// with %v, so they must not print pointers).
+	Journal io.Writer
+	// JournalDeliveries adds a line per delivered message to the Journal
+	// (off: only spawns, exits and supervisor lines).
+	JournalDeliveries bool
+}
+
+// defaultVirtualStart is where virtual time begins when VirtualStart is zero.
+var defaultVirtualStart = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// withDefaults fills the zero fields of o with their meaning and validates
+// the result.
+func (o Options) withDefaults() (Options, error) {
+	if o.Schedulers < 0 || o.MessagesPerTurn < 0 || o.MaxProcesses < 0 || o.MemoryBudgetBytes < 0 || o.MaxTurns < 0 {
+		return o, fmt.Errorf("%w: negative Schedulers, MessagesPerTurn, MaxProcesses, MemoryBudgetBytes or MaxTurns", ErrBadOptions)
+	}
+	if o.Schedulers == 0 {
+		o.Schedulers = 1
+	}
+	if o.Deterministic && o.Schedulers != 1 {
+		return o, fmt.Errorf("%w: deterministic mode runs one scheduler thread, Schedulers=%d", ErrBadOptions, o.Schedulers)
+	}
+	if o.Deterministic && o.Clock != nil {
+		return o, fmt.Errorf("%w: deterministic mode keeps virtual time; leave Clock nil", ErrBadOptions)
+	}
+	if o.MessagesPerTurn == 0 {
+		o.MessagesPerTurn = 64
+		if o.Deterministic {
+			o.MessagesPerTurn = 1
+		}
+	}
+	if o.VirtualStart.IsZero() {
+		o.VirtualStart = defaultVirtualStart
+	}
+	return o, nil
+}
+
+// MailboxPolicy says what a Send to a full bounded mailbox does.
+type MailboxPolicy uint8
+
+const (
+	// MailboxError refuses the message: Send returns ErrMailboxFull.
+	MailboxError MailboxPolicy = iota
+	// MailboxDrop drops the message silently (Send returns nil) and counts
+	// it in Runtime.Stats().Dropped.
+	MailboxDrop
+	// MailboxBlock makes a sender outside the runtime (Runtime.Send from
+	// another goroutine) wait until the mailbox has room. A sender inside
+	// the runtime gets ErrMailboxFull: its scheduler thread is the one that
+	// would have to make room.
+	MailboxBlock
+)
+
+// SpawnOptions configure one process.
+type SpawnOptions struct {
+	// TrapExit turns exit signals from linked processes (and Kill) into Exit
+	// messages instead of exiting with their reason.
+	TrapExit bool
+	// Link links the new process to its spawner (Context.Spawn only).
+	Link bool
+	// MailboxLimit bounds the mailbox (0: unbounded); MailboxFull says what
+	// happens past it. System signals (exits, links, monitors) bypass the
+	// bound.
+	MailboxLimit int
+	MailboxFull  MailboxPolicy
+}
+
+// Behaviour is what a process does with a message. Receive runs on a
+// scheduler thread, never concurrently with itself, so the behaviour's
+// fields are its state and need no lock. Returning an error makes the
+// process exit with that reason (a panic too, as *PanicError); ctx must not
+// be kept after Receive returns.
+type Behaviour interface {
+	Receive(ctx *Context, message any) error
+}
+
+// BehaviourFunc adapts a function to Behaviour.
+type BehaviourFunc func(ctx *Context, message any) error
+
+// Receive calls f.
+func (f BehaviourFunc) Receive(ctx *Context, message any) error { return f(ctx, message) }
+
+// Initializer is implemented by behaviours that set up when spawned. Init
+// runs inside Spawn, before Spawn returns (OTP's init in start_link): an
+// error makes Spawn fail with it and the process never exists.
+type Initializer interface {
+	Init(ctx *Context) error
+}
+
+// Terminator is implemented by behaviours that clean up when the process
+// exits, for any reason (reason nil: normal). Terminate runs before links
+// and monitors are told.
+type Terminator interface {
+	Terminate(ctx *Context, reason error)
+}
+
+// Sizer is implemented by messages that want their payload counted in the
+// memory budget.
+type Sizer interface {
+	SizeBytes() int
+}
