@@ -50,6 +50,12 @@ type Options struct {
 	// an equal share.
 	MemoryBudgetBytes int64
 
+	// OutsideQueueLimit bounds the messages and requests from outside the
+	// runtime (Runtime.Send, Spawn, Kill while it runs) waiting for a
+	// scheduler thread to take them; past it, outside callers wait. 0:
+	// DefaultOutsideQueueLimit.
+	OutsideQueueLimit int
+
 	// MaxTurns bounds RunUntilIdle (0: no bound): past it, ErrTurnLimit.
 	MaxTurns int64
 
@@ -63,6 +69,9 @@ type Options struct {
 	JournalDeliveries bool
 }
 
+// DefaultOutsideQueueLimit is Options.OutsideQueueLimit's default.
+const DefaultOutsideQueueLimit = 4096
+
 // defaultVirtualStart is where virtual time begins when VirtualStart is zero.
 var defaultVirtualStart = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
@@ -71,6 +80,12 @@ var defaultVirtualStart = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 func (o Options) withDefaults() (Options, error) {
 	if o.Schedulers < 0 || o.MessagesPerTurn < 0 || o.MaxProcesses < 0 || o.MemoryBudgetBytes < 0 || o.MaxTurns < 0 {
 		return o, fmt.Errorf("%w: negative Schedulers, MessagesPerTurn, MaxProcesses, MemoryBudgetBytes or MaxTurns", ErrBadOptions)
+	}
+	if o.OutsideQueueLimit < 0 {
+		return o, fmt.Errorf("%w: negative OutsideQueueLimit", ErrBadOptions)
+	}
+	if o.OutsideQueueLimit == 0 {
+		o.OutsideQueueLimit = DefaultOutsideQueueLimit
 	}
 	if o.Schedulers == 0 {
 		o.Schedulers = 1

@@ -54,6 +54,53 @@ type Runtime struct {
 	journal   io.Writer
 
 	nextShard atomic.Uint32 // round-robin placement of spawns from outside
+
+	// full marks MailboxBlock processes whose mailbox is full: outside
+	// senders to them wait on the channel, closed when room is made.
+	// fullMu guards full; it is a leaf. fullCount mirrors len(full).
+	fullMu    sync.Mutex
+	full      map[PID]chan struct{}
+	fullCount atomic.Int32
+
+	senderWaits atomic.Uint64 // times an outside sender waited (MailboxBlock, OutsideQueueLimit)
+}
+
+func (rt *Runtime) markFull(pid PID) {
+	rt.fullMu.Lock()
+	if rt.full == nil {
+		rt.full = make(map[PID]chan struct{})
+	}
+	if _, ok := rt.full[pid]; !ok {
+		rt.full[pid] = make(chan struct{})
+		rt.fullCount.Add(1)
+	}
+	rt.fullMu.Unlock()
+}
+
+func (rt *Runtime) markRoom(pid PID) {
+	rt.fullMu.Lock()
+	if ch, ok := rt.full[pid]; ok {
+		close(ch)
+		delete(rt.full, pid)
+		rt.fullCount.Add(-1)
+	}
+	rt.fullMu.Unlock()
+}
+
+// waitForRoom blocks while to is marked full; it reports whether it waited.
+func (rt *Runtime) waitForRoom(to PID) bool {
+	if rt.fullCount.Load() == 0 {
+		return false
+	}
+	rt.fullMu.Lock()
+	ch, ok := rt.full[to]
+	rt.fullMu.Unlock()
+	if !ok {
+		return false
+	}
+	rt.senderWaits.Add(1)
+	<-ch
+	return true
 }
 
 // New returns a runtime configured by opts.
@@ -130,7 +177,7 @@ func (rt *Runtime) Spawn(name string, b Behaviour, opts SpawnOptions) (PID, erro
 	rt.runMu.Unlock()
 	req := &spawnRequest{name: name, behaviour: b, options: opts, done: make(chan spawnResult, 1)}
 	rt.work.Add(1)
-	s.push(envelope{spawn: req})
+	s.pushOutside(envelope{spawn: req})
 	res := <-req.done
 	return res.pid, res.err
 }
@@ -141,14 +188,20 @@ func (rt *Runtime) Send(to PID, message any) error {
 		return ErrNoProcess
 	}
 	s := rt.shards[to.Index%uint32(len(rt.shards))]
-	rt.runMu.Lock()
-	if !rt.running {
-		defer rt.runMu.Unlock()
-		return s.deliver(to, PID{}, kindMessage, message, 0)
+	for {
+		rt.runMu.Lock()
+		if !rt.running {
+			err := s.deliver(to, PID{}, kindMessage, message, 0)
+			rt.runMu.Unlock()
+			return err
+		}
+		rt.runMu.Unlock()
+		if !rt.waitForRoom(to) {
+			break
+		}
 	}
-	rt.runMu.Unlock()
 	rt.work.Add(1)
-	s.push(envelope{to: to, kind: kindMessage, message: message})
+	s.pushOutside(envelope{to: to, kind: kindMessage, message: message, external: true})
 	return nil
 }
 
@@ -175,7 +228,7 @@ func (rt *Runtime) Kill(pid PID, reason error) {
 	}
 	rt.runMu.Unlock()
 	rt.work.Add(1)
-	s.push(envelope{to: pid, kind: kindExit, message: killSignal{reason}})
+	s.pushOutside(envelope{to: pid, kind: kindExit, message: killSignal{reason}})
 }
 
 // Alive reports whether pid names a live process. While the runtime runs
@@ -200,12 +253,15 @@ type Stats struct {
 	Delivered uint64 // messages handed to Receive
 	Dropped   uint64 // messages dropped by MailboxDrop or refused across threads
 	UsedBytes int64  // accounted memory (see Options.MemoryBudgetBytes)
+	// SenderWaits counts the times a sender outside the runtime waited for
+	// room (a full MailboxBlock mailbox, or a full outside queue).
+	SenderWaits uint64
 }
 
 // Stats returns the counters; while the runtime runs, they are a racy
 // snapshot and must not be used, so Stats returns only Live then.
 func (rt *Runtime) Stats() Stats {
-	st := Stats{Live: rt.live.Load()}
+	st := Stats{Live: rt.live.Load(), SenderWaits: rt.senderWaits.Load()}
 	rt.runMu.Lock()
 	defer rt.runMu.Unlock()
 	if rt.running {
@@ -243,6 +299,15 @@ func (rt *Runtime) end() {
 	for _, s := range rt.shards {
 		s.drainInbox()
 	}
+	// Outside senders waiting for room are let go: with no scheduler
+	// running they get ErrMailboxFull from the direct path instead.
+	rt.fullMu.Lock()
+	for pid, ch := range rt.full {
+		close(ch)
+		delete(rt.full, pid)
+	}
+	rt.fullCount.Store(0)
+	rt.fullMu.Unlock()
 }
 
 // Run runs the scheduler threads until ctx is done, waiting for messages

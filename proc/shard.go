@@ -55,6 +55,10 @@ type processExtra struct {
 	receiveTimeout time.Duration
 	lastActivity   int64 // nanoseconds on the runtime's time line
 	receiveArmed   bool
+	// parked holds messages from outside the runtime that found the
+	// MailboxBlock mailbox full; while it is not empty the process is
+	// marked full in Runtime.full and outside senders to it wait.
+	parked []envelope
 }
 
 type monitorEntry struct {
@@ -69,6 +73,7 @@ type envelope struct {
 	message  any
 	ref      uint64
 	kind     nodeKind
+	external bool          // sent from outside the runtime (Runtime.Send)
 	spawn    *spawnRequest // non-nil: a Spawn from outside while running
 }
 
@@ -131,6 +136,13 @@ type shard struct {
 	inboxPending atomic.Bool
 	sleeping     atomic.Bool
 	wake         chan struct{}
+	// outsideQueued counts envelopes from outside the runtime in inbox
+	// (guarded by inboxMu); outside senders wait on inboxRoom while it is
+	// at Options.OutsideQueueLimit, so the queue from outside is bounded.
+	// Envelopes between scheduler threads are not bounded here: a thread
+	// that waited for another could deadlock with it.
+	outsideQueued int
+	inboxRoom     sync.Cond
 }
 
 func newShard(rt *Runtime, id, count uint32) *shard {
@@ -144,6 +156,7 @@ func newShard(rt *Runtime, id, count uint32) *shard {
 		messagesPerTurn: rt.opts.MessagesPerTurn,
 		wake:            make(chan struct{}, 1),
 	}
+	s.inboxRoom.L = &s.inboxMu
 	if rt.opts.MemoryBudgetBytes > 0 {
 		s.budgetBytes = rt.opts.MemoryBudgetBytes / int64(count)
 	}
@@ -458,6 +471,9 @@ func (s *shard) runTurn() bool {
 		kind, message, from, ref := n.kind, n.message, n.from, n.ref
 		s.usedBytes -= messageCost(kind, message)
 		s.freeNode(n)
+		if p.extra != nil && len(p.extra.parked) > 0 {
+			s.unpark(p)
+		}
 		if kind != kindMessage {
 			if s.handleSignal(p, pid, kind, from, message, ref) {
 				return true // p exited
@@ -588,6 +604,11 @@ func (s *shard) exit(p *process, pid PID, reason error) {
 			_ = s.send(m.watcher, pid, kindMessage, Down{Ref: m.ref, PID: pid, Reason: reason}, 0)
 		}
 	}
+	if p.extra != nil && len(p.extra.parked) > 0 {
+		s.dropped += uint64(len(p.extra.parked))
+		p.extra.parked = nil
+		s.rt.markRoom(pid)
+	}
 	for p.head != nil {
 		n := p.popMailbox()
 		s.usedBytes -= messageCost(n.kind, n.message)
@@ -634,6 +655,26 @@ func (s *shard) push(e envelope) {
 	}
 }
 
+// pushOutside hands an envelope from outside the runtime to this shard,
+// waiting while the outside queue is full.
+func (s *shard) pushOutside(e envelope) {
+	s.inboxMu.Lock()
+	for s.outsideQueued >= s.rt.opts.OutsideQueueLimit {
+		s.rt.senderWaits.Add(1)
+		s.inboxRoom.Wait()
+	}
+	s.outsideQueued++
+	s.inbox = append(s.inbox, e)
+	s.inboxPending.Store(true)
+	s.inboxMu.Unlock()
+	if s.sleeping.Load() {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // drainInbox applies the envelopes other threads left; it returns how many.
 func (s *shard) drainInbox() int {
 	if !s.inboxPending.Load() {
@@ -643,6 +684,10 @@ func (s *shard) drainInbox() int {
 	batch := s.inbox
 	s.inbox = s.inboxSpare[:0]
 	s.inboxPending.Store(false)
+	if s.outsideQueued > 0 {
+		s.outsideQueued = 0
+		s.inboxRoom.Broadcast()
+	}
 	s.inboxMu.Unlock()
 	for i := range batch {
 		e := &batch[i]
@@ -659,7 +704,11 @@ func (s *shard) drainInbox() int {
 			}
 			_ = s.deliver(e.to, e.from, e.kind, e.message, e.ref)
 		default:
-			if err := s.deliver(e.to, e.from, e.kind, e.message, e.ref); err != nil && err != ErrNoProcess {
+			err := s.deliver(e.to, e.from, e.kind, e.message, e.ref)
+			if err == ErrMailboxFull && e.external && s.park(*e) {
+				break
+			}
+			if err != nil && err != ErrNoProcess {
 				s.dropped++ // cross-thread sends cannot return the error: they are counted
 			}
 		}
@@ -716,3 +765,43 @@ func (s *shard) armReceiveTimer(pid PID, ex *processExtra, deadlineNanos int64) 
 
 // hasLiveTimers reports whether any timer is pending.
 func (s *shard) hasTimers() bool { return len(s.timers) > 0 }
+
+// park keeps an outside message for a full MailboxBlock mailbox and marks
+// the target full, so outside senders wait (Runtime.Send). It reports false
+// when the target's policy is not MailboxBlock.
+func (s *shard) park(e envelope) bool {
+	p := s.lookup(e.to)
+	if p == nil || p.extra == nil || p.extra.mailboxPolicy != MailboxBlock {
+		return false
+	}
+	if len(p.extra.parked) == 0 {
+		s.rt.markFull(e.to)
+	}
+	p.extra.parked = append(p.extra.parked, e)
+	return true
+}
+
+// unpark moves parked messages into p's mailbox while it has room, and
+// lets outside senders go once none is left.
+func (s *shard) unpark(p *process) {
+	ex := p.extra
+	moved := 0
+	for moved < len(ex.parked) && p.mailboxLen < ex.mailboxLimit {
+		e := ex.parked[moved]
+		if err := s.deliver(e.to, e.from, e.kind, e.message, e.ref); err != nil {
+			break // the memory budget refused it: keep it parked
+		}
+		moved++
+	}
+	if moved == 0 {
+		return
+	}
+	to := ex.parked[0].to
+	n := copy(ex.parked, ex.parked[moved:])
+	clear(ex.parked[n:])
+	ex.parked = ex.parked[:n]
+	if n == 0 {
+		ex.parked = nil
+		s.rt.markRoom(to)
+	}
+}

@@ -248,6 +248,6 @@ func TestSupervisorBadSpecFailsSpawn(t *testing.T) {
 
 type initFails struct{}
 
-func (initFails) Init(*Context) error                { return errors.New("init refused") }
-func (initFails) Receive(*Context, any) error        { return nil }
-func (initFails) Terminate(*Context, error)          {}
+func (initFails) Init(*Context) error         { return errors.New("init refused") }
+func (initFails) Receive(*Context, any) error { return nil }
+func (initFails) Terminate(*Context, error)   {}
