@@ -128,16 +128,23 @@ func TestBoundedMailboxErrorAndDrop(t *testing.T) {
 }
 
 // TestBoundedMailboxBlock: a sender outside the runtime waits while a
-// MailboxBlock mailbox is full, and every message arrives, in order.
+// MailboxBlock mailbox is full, so what is buffered for the process (its
+// mailbox, the messages parked for it, the outside queue) stays within
+// MailboxLimit + OutsideQueueLimit; every message arrives, in order.
 func TestBoundedMailboxBlock(t *testing.T) {
-	rt := mustNew(t, Options{MessagesPerTurn: 1})
+	const outsideLimit = 4
+	rt := mustNew(t, Options{MessagesPerTurn: 1, OutsideQueueLimit: outsideLimit})
 	var mu sync.Mutex
 	var got []int
 	var maxLen uint32
+	maxParked := 0
 	sink := BehaviourFunc(func(ctx *Context, m any) error {
 		mu.Lock()
 		if l := ctx.proc.mailboxLen; l > maxLen {
 			maxLen = l
+		}
+		if l := len(ctx.proc.extra.parked); l > maxParked {
+			maxParked = l
 		}
 		got = append(got, m.(int))
 		mu.Unlock()
@@ -174,6 +181,11 @@ func TestBoundedMailboxBlock(t *testing.T) {
 	if maxLen > 4 {
 		t.Fatalf("mailbox held %d messages, limit 4", maxLen)
 	}
+	// Parked messages came through the outside queue; the one sender can
+	// add one more that passed its room check before the mark was set.
+	if maxParked > outsideLimit+1 {
+		t.Fatalf("%d messages parked, more than the outside queue could hold (%d) plus one", maxParked, outsideLimit)
+	}
 	if rt.Stats().SenderWaits == 0 {
 		t.Fatal("the sender never waited: 300 messages into a mailbox of 4 read slowly")
 	}
@@ -209,6 +221,9 @@ func TestOutsideQueueLimit(t *testing.T) {
 	close(release)
 	<-done
 	stop()
+	if err := rt.RunUntilIdle(); err != nil { // what was still queued when Run stopped
+		t.Fatal(err)
+	}
 	if count != 101 {
 		t.Fatalf("%d messages handled, want 101", count)
 	}
