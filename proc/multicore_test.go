@@ -1,0 +1,171 @@
+package proc
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// The order-insensitive program of the multi-core test: producers send
+// increments to counters by name; every counter, told to report, sends its
+// total to the collector; links and monitors cross threads too (each
+// counter is monitored by the collector and a temporary helper linked to it
+// exits normally).
+type counterProc struct {
+	name  string
+	total int
+}
+
+type increment struct{ by int }
+
+type report struct{}
+
+func (c *counterProc) Receive(ctx *Context, m any) error {
+	switch m := m.(type) {
+	case increment:
+		c.total += m.by
+	case report:
+		ctx.Stop()
+		return ctx.SendName("collector", c.name+"="+strconv.Itoa(c.total))
+	}
+	return nil
+}
+
+type producerProc struct {
+	id, keys, rounds int
+}
+
+func (p *producerProc) Receive(ctx *Context, m any) error {
+	for r := 0; r < p.rounds; r++ {
+		for k := 0; k < p.keys; k++ {
+			if err := ctx.SendName("k"+strconv.Itoa(k), increment{by: p.id*r + k}); err != nil {
+				return err
+			}
+		}
+	}
+	// A helper, spawned and linked on this thread, that exits normally.
+	helper, err := ctx.Spawn("", BehaviourFunc(func(ctx *Context, _ any) error { ctx.Stop(); return nil }), SpawnOptions{Link: true})
+	if err != nil {
+		return err
+	}
+	ctx.Stop()
+	return ctx.Send(helper, "bye")
+}
+
+type collectorProc struct {
+	totals map[string]bool
+	downs  int
+}
+
+func (c *collectorProc) Receive(ctx *Context, m any) error {
+	switch m := m.(type) {
+	case string:
+		c.totals[m] = true
+	case Down:
+		c.downs++
+	case []PID:
+		for _, p := range m {
+			ctx.Monitor(p)
+		}
+	}
+	return nil
+}
+
+// runCounters runs the program and returns what the collector saw.
+func runCounters(t *testing.T, opts Options) (map[string]bool, int) {
+	t.Helper()
+	const keys, producers, rounds = 200, 8, 50
+	rt := mustNew(t, opts)
+	col := &collectorProc{totals: map[string]bool{}}
+	colPID := mustSpawn(t, rt, "collector", col, SpawnOptions{})
+	var counters []PID
+	for k := 0; k < keys; k++ {
+		counters = append(counters, mustSpawn(t, rt, "k"+strconv.Itoa(k), &counterProc{name: "k" + strconv.Itoa(k)}, SpawnOptions{}))
+	}
+	_ = rt.Send(colPID, counters)
+	for p := 0; p < producers; p++ {
+		pid := mustSpawn(t, rt, "", &producerProc{id: p, keys: keys, rounds: rounds}, SpawnOptions{})
+		_ = rt.Send(pid, "go")
+	}
+	if err := rt.RunUntilIdle(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range counters {
+		_ = rt.Send(c, report{})
+	}
+	if err := rt.RunUntilIdle(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.Stats().Live; got != 1 {
+		t.Fatalf("%d processes alive at the end, want only the collector", got)
+	}
+	return col.totals, col.downs
+}
+
+// TestMultiCoreSameResultsAsDeterministic: for an order-insensitive program
+// the multi-core mode's observable results equal deterministic mode's, for
+// any seed and any number of threads.
+func TestMultiCoreSameResultsAsDeterministic(t *testing.T) {
+	want, wantDowns := runCounters(t, Options{Deterministic: true, Seed: 1})
+	if len(want) != 200 || wantDowns != 200 {
+		t.Fatalf("deterministic run: %d totals, %d downs", len(want), wantDowns)
+	}
+	for _, opts := range []Options{
+		{Deterministic: true, Seed: 99},
+		{},
+		{Schedulers: 2},
+		{Schedulers: 4},
+		{Schedulers: 3, MessagesPerTurn: 1},
+	} {
+		for round := 0; round < 3; round++ {
+			got, downs := runCounters(t, opts)
+			if fmt.Sprint(got) != fmt.Sprint(want) || downs != wantDowns {
+				t.Fatalf("options %+v round %d: results differ from deterministic mode (%d totals, %d downs)", opts, round, len(got), downs)
+			}
+		}
+	}
+}
+
+func TestMultiCoreRunStopsOnContext(t *testing.T) {
+	rt := mustNew(t, Options{Schedulers: 2})
+	pid := mustSpawn(t, rt, "", BehaviourFunc(func(ctx *Context, m any) error {
+		ctx.SendAfter(ctx.Self(), m, time.Millisecond) // forever busy with timers
+		return nil
+	}), SpawnOptions{})
+	_ = rt.Send(pid, "tick")
+	ctx, cancel := contextWithTimeout(30 * time.Millisecond)
+	defer cancel()
+	if err := rt.Run(ctx); err == nil {
+		t.Fatal("Run returned nil")
+	}
+}
+
+func TestMultiCoreKillAcrossThreads(t *testing.T) {
+	rt := mustNew(t, Options{Schedulers: 2})
+	var victims []PID
+	for i := 0; i < 4; i++ { // round-robin placement: two per thread
+		victims = append(victims, mustSpawn(t, rt, "", BehaviourFunc(func(*Context, any) error { return nil }), SpawnOptions{}))
+	}
+	killer := mustSpawn(t, rt, "", BehaviourFunc(func(ctx *Context, m any) error {
+		for _, v := range victims {
+			ctx.Kill(v, nil)
+		}
+		return nil
+	}), SpawnOptions{})
+	_ = rt.Send(killer, "go")
+	if err := rt.RunUntilIdle(); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range victims {
+		if rt.Alive(v) {
+			t.Fatalf("%v survived Kill from another thread", v)
+		}
+	}
+}
+
+func TestDeterministicRejectsSchedulers(t *testing.T) {
+	if _, err := New(Options{Deterministic: true, Schedulers: 2}); err == nil {
+		t.Fatal("deterministic mode with two threads accepted")
+	}
+}
