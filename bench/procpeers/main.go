@@ -1,0 +1,478 @@
+// Command procpeers measures the proc runtime against Erlang/OTP and
+// Proto.Actor Go on the same machine, in the same run, interleaved (one
+// measurement of every implementation per round), by the seed's method:
+// time by slope (two run lengths, the difference divided by the extra work,
+// so start-up and exit cancel), the minimum of the rounds; memory by live
+// heap delta per process (runtime/metrics; erlang:memory(processes) for
+// Erlang). Every measurement is a fresh child process, so no run inherits
+// another's heap.
+//
+//	cd bench/procpeers && go run . -rounds 5            # the recorded matrix
+//	go run . -rounds 1 -quick                           # a smoke run, small sizes
+//	go run . -callgrind                                 # instructions per delivery (valgrind)
+//
+// Erlang needs erl and erlc on PATH (Debian: erlang-nox); without them its
+// column is skipped.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+var (
+	rounds    = flag.Int("rounds", 5, "interleaved rounds; figures are the minimum over them (median and worst beside)")
+	only      = flag.String("only", "", "run only scenarios whose name matches this regexp")
+	quick     = flag.Bool("quick", false, "small sizes, for a smoke run (figures not for recording)")
+	callgrind = flag.Bool("callgrind", false, "measure instructions per delivery with valgrind --tool=callgrind instead")
+	child     = flag.Bool("child", false, "internal: run one measurement and print RESULT <value>")
+)
+
+func main() {
+	flag.Parse()
+	if *child {
+		runChild(flag.Args())
+		return
+	}
+	if *callgrind {
+		runCallgrind()
+		return
+	}
+	runMatrix()
+}
+
+// runChild performs one measurement: impl scenario args...
+func runChild(args []string) {
+	ints := make([]int, 0, len(args))
+	for _, a := range args[2:] {
+		n, err := strconv.Atoi(a)
+		if err != nil {
+			fail("bad argument %q", a)
+		}
+		ints = append(ints, n)
+	}
+	arg := func(i int) int {
+		if i >= len(ints) {
+			fail("%s %s: missing argument %d", args[0], args[1], i)
+		}
+		return ints[i]
+	}
+	var value float64
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	switch args[0] + " " + args[1] {
+	case "proc idle":
+		value = procIdle(arg(0), false)
+	case "proc idle-named":
+		value = procIdle(arg(0), true)
+	case "proc worked":
+		value = procWorked(arg(0))
+	case "proc spawn":
+		value = us(procSpawn(arg(0)))
+	case "proc pingpong":
+		value = us(procPingPong(arg(0), arg(1), false))
+	case "proc-det pingpong":
+		value = us(procPingPong(arg(0), arg(1), true))
+	case "proc ready":
+		value = us(procReady(arg(0), arg(1), false))
+	case "proc-det ready":
+		value = us(procReady(arg(0), arg(1), true))
+	case "proc restart":
+		value = us(procRestart(arg(0)))
+	case "proc multicore":
+		value = us(procMultiCore(arg(0), arg(1), arg(2), arg(3)))
+	case "protoactor idle":
+		value = paIdle(arg(0))
+	case "protoactor worked":
+		value = paWorked(arg(0))
+	case "protoactor spawn":
+		value = us(paSpawn(arg(0)))
+	case "protoactor pingpong":
+		value = us(paPingPong(arg(0), arg(1)))
+	case "protoactor ready":
+		value = us(paReady(arg(0), arg(1)))
+	case "protoactor restart":
+		value = us(paRestart(arg(0)))
+	default:
+		fail("unknown measurement %v", args)
+	}
+	fmt.Printf("RESULT %g\n", value)
+}
+
+func fail(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "procpeers: "+format+"\n", args...)
+	os.Exit(2)
+}
+
+// A point is one cell of the matrix: a scenario at one size, measured for
+// each implementation either directly (memory) or by slope between a short
+// and a long run.
+type point struct {
+	scenario string // table name
+	size     string // the size column
+	unit     string // of the figure
+	// args gives the child arguments of the short (long=false) or long run;
+	// perUnit is the extra work between them (deliveries, spawns, ...), 0
+	// for a direct measurement.
+	args    func(long bool) []string
+	perUnit float64
+	scale   float64 // figure = (long - short) / perUnit * scale, or value * scale
+	impls   []string
+	env     map[string][]string // extra environment per implementation
+}
+
+func sizes(full, small []int) []int {
+	if *quick {
+		return small
+	}
+	return full
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func matrix() []point {
+	var ps []point
+	all := []string{"proc", "protoactor", "erlang"}
+	for _, n := range sizes([]int{1000, 100_000, 1_000_000}, []int{1000, 10_000}) {
+		n := n
+		ps = append(ps, point{scenario: "idle memory per process", size: itoa(n), unit: "B",
+			args: func(bool) []string { return []string{"idle", itoa(n)} }, scale: 1, impls: all})
+	}
+	nNamed := sizes([]int{1_000_000}, []int{10_000})[0]
+	ps = append(ps, point{scenario: "idle memory per named process", size: itoa(nNamed), unit: "B",
+		args: func(bool) []string { return []string{"idle-named", itoa(nNamed)} }, scale: 1, impls: []string{"proc"}})
+	for _, n := range sizes([]int{1000, 100_000, 1_000_000}, []int{1000, 10_000}) {
+		n := n
+		ps = append(ps, point{scenario: "memory per process that worked once", size: itoa(n), unit: "B",
+			args: func(bool) []string { return []string{"worked", itoa(n)} }, scale: 1, impls: all})
+	}
+	spawnShort, spawnLong := 100_000, 1_000_000
+	if *quick {
+		spawnShort, spawnLong = 10_000, 50_000
+	}
+	ps = append(ps, point{scenario: "spawn at run time (slope)", size: itoa(spawnShort) + "→" + itoa(spawnLong), unit: "ns/spawn",
+		args: func(long bool) []string {
+			if long {
+				return []string{"spawn", itoa(spawnLong)}
+			}
+			return []string{"spawn", itoa(spawnShort)}
+		}, perUnit: float64(spawnLong - spawnShort), scale: 1e3, impls: all})
+	ps = append(ps, point{scenario: "spawn at run time (total)", size: itoa(spawnLong), unit: "ms",
+		args: func(bool) []string { return []string{"spawn", itoa(spawnLong)} }, scale: 1e-3, impls: all})
+	short, long := 1_000_000, 5_000_000
+	if *quick {
+		short, long = 100_000, 300_000
+	}
+	for _, alive := range sizes([]int{2, 1000, 100_000, 1_000_000}, []int{2, 10_000}) {
+		alive := alive
+		s, l := short, long
+		if alive > 2 {
+			s, l = short/5, long/4
+		}
+		ps = append(ps, point{scenario: "ping-pong delivery, pair spawned last", size: itoa(alive) + " alive", unit: "ns/delivery",
+			args: func(isLong bool) []string {
+				n := s
+				if isLong {
+					n = l
+				}
+				return []string{"pingpong", itoa(alive), itoa(n)}
+			}, perUnit: float64(l - s), scale: 1e3, impls: []string{"proc", "proc-det", "protoactor", "erlang"}})
+	}
+	for _, ready := range sizes([]int{2, 1000, 100_000, 1_000_000}, []int{2, 10_000}) {
+		ready := ready
+		totalShort, totalLong := 1_000_000, 4_000_000
+		if *quick {
+			totalShort, totalLong = 100_000, 300_000
+		}
+		k1, k2 := max(totalShort/ready, 1), max(totalLong/ready, 3)
+		ps = append(ps, point{scenario: "switch with N ready (self-send, one message per turn)", size: itoa(ready) + " ready", unit: "ns/switch",
+			args: func(isLong bool) []string {
+				k := k1
+				if isLong {
+					k = k2
+				}
+				return []string{"ready", itoa(ready), itoa(k)}
+			}, perUnit: float64(ready * (k2 - k1)), scale: 1e3, impls: []string{"proc", "proc-det", "protoactor", "erlang"}})
+	}
+	rs, rl := 10_000, 50_000
+	if *quick {
+		rs, rl = 1000, 3000
+	}
+	ps = append(ps, point{scenario: "supervised restart", size: itoa(rs) + "→" + itoa(rl), unit: "ns/restart",
+		args: func(isLong bool) []string {
+			if isLong {
+				return []string{"restart", itoa(rl)}
+			}
+			return []string{"restart", itoa(rs)}
+		}, perUnit: float64(rl - rs), scale: 1e3, impls: all})
+	for _, iterations := range []int{20_000, 0} {
+		iterations := iterations
+		ms, ml := 50, 150
+		if iterations == 0 {
+			ms, ml = 5000, 15000
+		}
+		for _, threads := range []int{1, 2} {
+			threads := threads
+			ps = append(ps, point{scenario: fmt.Sprintf("multi-core: 64 processes, handler of %d xorshift rounds", iterations), size: itoa(threads) + " threads", unit: "ns/message",
+				args: func(isLong bool) []string {
+					m := ms
+					if isLong {
+						m = ml
+					}
+					return []string{"multicore", itoa(threads), "64", itoa(m), itoa(iterations)}
+				}, perUnit: float64(64 * (ml - ms)), scale: 1e3, impls: []string{"proc"}})
+		}
+	}
+	return ps
+}
+
+func runMatrix() {
+	erlDir, erlErr := buildErlang()
+	fmt.Print(passport())
+	if erlErr != nil {
+		fmt.Printf("# erlang: skipped (%v)\n", erlErr)
+	}
+	fmt.Printf("# load before: %s", readFile("/proc/loadavg"))
+	var filter *regexp.Regexp
+	if *only != "" {
+		filter = regexp.MustCompile(*only)
+	}
+	points := matrix()
+	results := make(map[int]map[string][]float64)
+	for r := 1; r <= *rounds; r++ {
+		for i, p := range points {
+			if filter != nil && !filter.MatchString(p.scenario) {
+				continue
+			}
+			if results[i] == nil {
+				results[i] = map[string][]float64{}
+			}
+			for _, impl := range p.impls {
+				if impl == "erlang" && erlErr != nil {
+					continue
+				}
+				v, err := measure(p, impl, erlDir)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "%s %s %s: %v\n", p.scenario, p.size, impl, err)
+					continue
+				}
+				results[i][impl] = append(results[i][impl], v)
+				fmt.Fprintf(os.Stderr, "round %d: %s [%s] %s = %.4g %s\n", r, p.scenario, p.size, impl, v, p.unit)
+			}
+		}
+	}
+	fmt.Printf("# load after: %s", readFile("/proc/loadavg"))
+	fmt.Printf("# rounds: %d; cells: min (median, worst) over rounds\n\n", *rounds)
+	last := ""
+	for i, p := range points {
+		res := results[i]
+		if res == nil {
+			continue
+		}
+		if p.scenario != last {
+			fmt.Printf("\n%s (%s)\n\n| size | proc | proc (deterministic) | Proto.Actor Go | Erlang/OTP |\n|---|---:|---:|---:|---:|\n", p.scenario, p.unit)
+			last = p.scenario
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s |\n", p.size, cell(res["proc"]), cell(res["proc-det"]), cell(res["protoactor"]), cell(res["erlang"]))
+	}
+}
+
+func cell(vs []float64) string {
+	if len(vs) == 0 {
+		return "–"
+	}
+	s := append([]float64(nil), vs...)
+	sort.Float64s(s)
+	return fmt.Sprintf("%s (%s, %s)", num(s[0]), num(s[len(s)/2]), num(s[len(s)-1]))
+}
+
+func num(v float64) string {
+	switch {
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+}
+
+// measure runs one cell for one implementation: one child for a direct
+// figure, two (short, long) for a slope.
+func measure(p point, impl, erlDir string) (float64, error) {
+	if p.perUnit == 0 {
+		v, err := runOne(impl, p.args(false), erlDir, p.env[impl])
+		return v * p.scale, err
+	}
+	short, err := runOne(impl, p.args(false), erlDir, p.env[impl])
+	if err != nil {
+		return 0, err
+	}
+	long, err := runOne(impl, p.args(true), erlDir, p.env[impl])
+	if err != nil {
+		return 0, err
+	}
+	return (long - short) / p.perUnit * p.scale, nil
+}
+
+func runOne(impl string, args []string, erlDir string, env []string) (float64, error) {
+	var cmd *exec.Cmd
+	if impl == "erlang" {
+		cmd = exec.Command("erl", append([]string{"-noshell", "+P", "20000000", "-pa", erlDir, "-s", "procbench", "main"}, args...)...)
+	} else {
+		self, err := os.Executable()
+		if err != nil {
+			return 0, err
+		}
+		cmd = exec.Command(self, append([]string{"-child", impl}, args...)...)
+	}
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, fmt.Errorf("%v: %s", err, stderr.String())
+	}
+	return parseResult(out)
+}
+
+func parseResult(out []byte) (float64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "RESULT "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		}
+	}
+	return 0, fmt.Errorf("no RESULT line in %q", out)
+}
+
+// buildErlang compiles procbench.erl into a temporary directory.
+func buildErlang() (string, error) {
+	if _, err := exec.LookPath("erlc"); err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "procbench-erl")
+	if err != nil {
+		return "", err
+	}
+	src, err := filepath.Abs(".")
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command("erlc", "-o", dir, filepath.Join(src, "procbench.erl"), filepath.Join(src, "procbench_sup.erl"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("erlc: %v: %s", err, out)
+	}
+	return dir, nil
+}
+
+// passport prints the host and runtime profile (MEASURING.md).
+func passport() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# date: %s\n", time.Now().UTC().Format(time.RFC3339))
+	model := ""
+	for _, line := range strings.Split(readFile("/proc/cpuinfo"), "\n") {
+		if v, ok := strings.CutPrefix(line, "model name"); ok {
+			model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+			break
+		}
+	}
+	fmt.Fprintf(&b, "# host: %s, %d cores, %s", model, runtime.NumCPU(), firstLine(readFile("/proc/meminfo")))
+	fmt.Fprintf(&b, "# kernel: %s", readFile("/proc/sys/kernel/osrelease"))
+	fmt.Fprintf(&b, "# go: %s %s/%s GOMAXPROCS=%d GOGC=%s GOMEMLIMIT=%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH,
+		runtime.GOMAXPROCS(0), envOr("GOGC", "100"), envOr("GOMEMLIMIT", "unset"))
+	if out, err := exec.Command("erl", "-noshell", "-eval", `io:format("~s erts-~s schedulers=~p~n", [erlang:system_info(otp_release), erlang:system_info(version), erlang:system_info(schedulers)]), init:stop().`).Output(); err == nil {
+		fmt.Fprintf(&b, "# erlang: OTP %s", out)
+	}
+	fmt.Fprintf(&b, "# peers: Proto.Actor Go %s\n", protoactorVersion())
+	return b.String()
+}
+
+func protoactorVersion() string {
+	data, err := os.ReadFile("go.mod")
+	if err != nil {
+		return "?"
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "github.com/asynkron/protoactor-go" {
+			return f[1]
+		}
+	}
+	return "?"
+}
+
+func readFile(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "?\n"
+	}
+	return string(data)
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i+1]
+	}
+	return s
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// runCallgrind counts instructions per delivery: the same binary under
+// callgrind with two run lengths, the difference divided by the extra
+// deliveries (so start-up and exit cancel).
+func runCallgrind() {
+	if _, err := exec.LookPath("valgrind"); err != nil {
+		fail("valgrind not found (Debian: valgrind)")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fail("%v", err)
+	}
+	fmt.Print(passport())
+	collected := regexp.MustCompile(`Collected : (\d+)`)
+	count := func(args ...string) float64 {
+		cmd := exec.Command("valgrind", append([]string{"--tool=callgrind", "--callgrind-out-file=/dev/null", self, "-child"}, args...)...)
+		cmd.Env = append(os.Environ(), "GOMAXPROCS=1", "GOGC=off")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			fail("callgrind %v: %v\n%s", args, err, out)
+		}
+		m := collected.FindSubmatch(out)
+		if m == nil {
+			fail("callgrind %v: no instruction count in\n%s", args, out)
+		}
+		v, _ := strconv.ParseFloat(string(m[1]), 64)
+		return v
+	}
+	for _, c := range []struct {
+		impl        string
+		alive       int
+		short, long int
+	}{
+		{"proc", 2, 200_000, 1_200_000},
+		{"proc-det", 2, 200_000, 1_200_000},
+		{"proc", 100_000, 200_000, 1_200_000},
+		{"protoactor", 2, 200_000, 1_200_000},
+	} {
+		s := count(c.impl, "pingpong", itoa(c.alive), itoa(c.short))
+		l := count(c.impl, "pingpong", itoa(c.alive), itoa(c.long))
+		fmt.Printf("| %s | ping-pong, %d alive | %.0f instructions/delivery | (%s→%s deliveries: %.0f → %.0f) |\n",
+			c.impl, c.alive, (l-s)/float64(c.long-c.short), itoa(c.short), itoa(c.long), s, l)
+	}
+}
