@@ -28,6 +28,7 @@ type node struct {
 	message any
 	from    PID
 	ref     uint64
+	cost    uint32 // bytes it holds in the memory budget (nodeBytes + Sizer payload)
 	kind    nodeKind
 }
 

@@ -168,7 +168,7 @@ type Terminator interface {
 }
 
 // Sizer is implemented by messages that want their payload counted in the
-// memory budget.
+// memory budget (only when Options.MemoryBudgetBytes is set).
 type Sizer interface {
 	SizeBytes() int
 }

@@ -164,7 +164,12 @@ func newShard(rt *Runtime, id, count uint32) *shard {
 }
 
 func (s *shard) global(local uint32) uint32 { return local*s.count + s.id }
-func (s *shard) local(global uint32) uint32 { return global / s.count }
+func (s *shard) local(global uint32) uint32 {
+	if s.count == 1 {
+		return global // no division on the single-thread path
+	}
+	return global / s.count
+}
 
 func (s *shard) slot(local uint32) *process {
 	return &s.pages[local>>pageShift][local&(pageSize-1)]
@@ -403,15 +408,19 @@ func (s *shard) deliver(to, from PID, kind nodeKind, message any, ref uint64) er
 			}
 			return ErrMailboxFull
 		}
-		if sz, ok := message.(Sizer); ok {
-			cost += int64(sz.SizeBytes())
-		}
-		if s.budgetBytes > 0 && s.usedBytes+cost > s.budgetBytes {
-			return ErrMemoryBudget
+		if s.budgetBytes > 0 {
+			// Payload sizes count only under a budget: the type check
+			// costs a few nanoseconds per message.
+			if sz, ok := message.(Sizer); ok {
+				cost += int64(sz.SizeBytes())
+			}
+			if s.usedBytes+cost > s.budgetBytes {
+				return ErrMemoryBudget
+			}
 		}
 	}
 	n := s.allocNode()
-	n.message, n.from, n.ref, n.kind = message, from, ref, kind
+	n.message, n.from, n.ref, n.kind, n.cost = message, from, ref, kind, uint32(cost)
 	p.appendMailbox(n)
 	s.usedBytes += cost
 	if p.flags&flagQueued == 0 {
@@ -433,17 +442,6 @@ func (s *shard) deadLetter(to, from PID, kind nodeKind, ref uint64) error {
 		return ErrNoProcess
 	}
 	return nil
-}
-
-// messageCost is what a queued message holds in the memory budget.
-func messageCost(kind nodeKind, message any) int64 {
-	cost := nodeBytes
-	if kind == kindMessage {
-		if sz, ok := message.(Sizer); ok {
-			cost += int64(sz.SizeBytes())
-		}
-	}
-	return cost
 }
 
 // choose picks the offset in the ready ring of the next process to run:
@@ -469,7 +467,7 @@ func (s *shard) runTurn() bool {
 	for budget := s.messagesPerTurn; budget > 0 && p.head != nil; budget-- {
 		n := p.popMailbox()
 		kind, message, from, ref := n.kind, n.message, n.from, n.ref
-		s.usedBytes -= messageCost(kind, message)
+		s.usedBytes -= int64(n.cost)
 		s.freeNode(n)
 		if p.extra != nil && len(p.extra.parked) > 0 {
 			s.unpark(p)
@@ -611,7 +609,7 @@ func (s *shard) exit(p *process, pid PID, reason error) {
 	}
 	for p.head != nil {
 		n := p.popMailbox()
-		s.usedBytes -= messageCost(n.kind, n.message)
+		s.usedBytes -= int64(n.cost)
 		s.freeNode(n)
 	}
 	p.behaviour, p.name, p.extra, p.flags = nil, "", nil, 0
