@@ -232,10 +232,16 @@ func TestHandlerErrorAndPanicExit(t *testing.T) {
 	boom := errors.New("boom")
 	a := mustSpawn(t, rt, "a", BehaviourFunc(func(*Context, any) error { return boom }), SpawnOptions{})
 	b := mustSpawn(t, rt, "b", BehaviourFunc(func(*Context, any) error { panic("oops") }), SpawnOptions{})
+	after := 0
+	c := mustSpawn(t, rt, "c", BehaviourFunc(func(*Context, any) error { after++; return nil }), SpawnOptions{})
 	_ = rt.Send(a, 1)
 	_ = rt.Send(b, 1)
+	_ = rt.Send(c, 1) // runs after the panic, in the same batch of turns
 	if err := rt.RunUntilIdle(); err != nil {
 		t.Fatal(err)
+	}
+	if after != 1 {
+		t.Fatal("the scheduler stopped running processes after a panic")
 	}
 	got := journal.String()
 	for _, line := range []string{"exit <0.1> reason=boom", "exit <1.1> reason=proc: handler panicked: oops"} {
@@ -243,7 +249,7 @@ func TestHandlerErrorAndPanicExit(t *testing.T) {
 			t.Fatalf("journal lacks %q:\n%s", line, got)
 		}
 	}
-	if rt.Stats().Live != 0 {
+	if rt.Stats().Live != 1 {
 		t.Fatal("failed processes still live")
 	}
 }

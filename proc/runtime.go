@@ -403,9 +403,7 @@ func (s *shard) loop(done <-chan struct{}, untilIdle bool) error {
 		}
 		s.drainInbox()
 		if s.ready.count > 0 {
-			for i := 0; i < turnsBetweenChecks && s.ready.count > 0; i++ {
-				s.runTurn()
-			}
+			s.runTurns(turnsBetweenChecks)
 			if maxTurns > 0 && int64(s.turns-startTurns) >= maxTurns {
 				return ErrTurnLimit
 			}
@@ -494,9 +492,7 @@ func (s *shard) loopShared(done, stop <-chan struct{}, untilIdle bool) error {
 			rt.work.Add(-int64(n))
 		}
 		if s.ready.count > 0 {
-			for i := 0; i < turnsBetweenChecks && s.ready.count > 0; i++ {
-				s.runTurn()
-			}
+			s.runTurns(turnsBetweenChecks)
 			if len(s.timers) > 0 {
 				s.fireTimers(s.nowNanos())
 			}

@@ -176,16 +176,19 @@ func (s *shard) slot(local uint32) *process {
 }
 
 // lookup returns the live process pid names, or nil if pid is stale or not
-// on this shard.
+// on this shard. A zero PID never matches: slot generations start at 1.
 func (s *shard) lookup(pid PID) *process {
-	if pid.Generation == 0 || (s.count > 1 && pid.Index%s.count != s.id) {
-		return nil
+	local := pid.Index
+	if s.count != 1 {
+		if local%s.count != s.id {
+			return nil
+		}
+		local /= s.count
 	}
-	local := s.local(pid.Index)
 	if local >= s.slots {
 		return nil
 	}
-	p := s.slot(local)
+	p := &s.pages[local>>pageShift][local&(pageSize-1)]
 	if p.generation != pid.Generation || p.flags&flagAlive == 0 {
 		return nil
 	}
@@ -365,15 +368,6 @@ func callInit(in Initializer, c *Context) (err error) {
 	return in.Init(c)
 }
 
-func callReceive(b Behaviour, c *Context, message any) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = &PanicError{Value: r}
-		}
-	}()
-	return b.Receive(c, message)
-}
-
 func callTerminate(t Terminator, c *Context, reason error) {
 	defer func() { _ = recover() }() // a panicking Terminate must not stop the exit
 	t.Terminate(c, reason)
@@ -453,6 +447,31 @@ func (s *shard) choose() int {
 	return 0
 }
 
+// runTurns runs up to max turns, and ends the process whose Receive
+// panicked. Receive is only ever called at depth 0 (Init and Terminate,
+// which may run nested, recover on their own), so the panicking process is
+// contexts[0]'s.
+func (s *shard) runTurns(max int) {
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		if s.depth == 0 {
+			panic(r) // not from a callback: a bug of the runtime itself
+		}
+		c := s.contexts[0]
+		p, pid := c.proc, c.self
+		for s.depth > 0 {
+			s.popContext(s.contexts[s.depth-1])
+		}
+		s.exit(p, pid, &PanicError{Value: r})
+	}()
+	for i := 0; i < max && s.ready.count > 0; i++ {
+		s.runTurn()
+	}
+}
+
 // runTurn runs the next ready process for up to messagesPerTurn messages.
 // It reports false when the ring held only stale entries.
 func (s *shard) runTurn() bool {
@@ -502,7 +521,10 @@ func (s *shard) handleMessage(p *process, pid, from PID, message any) bool {
 	}
 	c := s.pushContext(pid, from, p)
 	c.message = message
-	err := callReceive(p.behaviour, c, message)
+	// No recover here: a panic unwinds to runTurns, which ends this
+	// process (a deferred recover per message would cost an eighth of a
+	// delivery).
+	err := p.behaviour.Receive(c, message)
 	stop, stopReason := c.stop, c.stopReason
 	s.popContext(c)
 	if err != nil || stop {
