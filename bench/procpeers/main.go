@@ -103,6 +103,8 @@ func runChild(args []string) {
 		value = us(paReady(arg(0), arg(1)))
 	case "protoactor restart":
 		value = us(paRestart(arg(0)))
+	case "protoactor multicore":
+		value = us(paMultiCore(arg(1), arg(2), arg(3))) // arg(0), the threads, is GOMAXPROCS
 	default:
 		fail("unknown measurement %v", args)
 	}
@@ -129,6 +131,7 @@ type point struct {
 	scale   float64 // figure = (long - short) / perUnit * scale, or value * scale
 	impls   []string
 	env     map[string][]string // extra environment per implementation
+	erlArgs []string            // extra emulator flags for Erlang
 }
 
 func sizes(full, small []int) []int {
@@ -215,22 +218,25 @@ func matrix() []point {
 			}
 			return []string{"restart", itoa(rs)}
 		}, perUnit: float64(rl - rs), scale: 1e3, impls: all})
-	for _, iterations := range []int{20_000, 0} {
-		iterations := iterations
-		ms, ml := 50, 150
-		if iterations == 0 {
-			ms, ml = 5000, 15000
-		}
+	// Multi-core: 64 processes with heavy handlers (and, for the cost of
+	// crossing threads, empty ones), on 1 and 2 threads: proc's
+	// Schedulers, Proto.Actor's GOMAXPROCS, Erlang's +S. Erlang's handler is
+	// its own loop (small integers), so compare each column's speedup, not
+	// the levels across columns.
+	for _, c := range []struct{ goIterations, erlIterations, short, long int }{{20_000, 2_000, 100, 300}, {0, 0, 10_000, 30_000}} {
+		c := c
 		for _, threads := range []int{1, 2} {
 			threads := threads
-			ps = append(ps, point{scenario: fmt.Sprintf("multi-core: 64 processes, handler of %d xorshift rounds", iterations), size: itoa(threads) + " threads", unit: "ns/message",
+			ps = append(ps, point{scenario: fmt.Sprintf("multi-core: 64 processes, handler of %d xorshift rounds (Erlang %d)", c.goIterations, c.erlIterations), size: itoa(threads) + " threads", unit: "ns/message",
 				args: func(isLong bool) []string {
-					m := ms
+					m := c.short
 					if isLong {
-						m = ml
+						m = c.long
 					}
-					return []string{"multicore", itoa(threads), "64", itoa(m), itoa(iterations)}
-				}, perUnit: float64(64 * (ml - ms)), scale: 1e3, impls: []string{"proc"}})
+					return []string{"multicore", itoa(threads), "64", itoa(m), itoa(c.goIterations)}
+				}, perUnit: float64(64 * (c.long - c.short)), scale: 1e3, impls: []string{"proc", "protoactor", "erlang"},
+				env:     map[string][]string{"protoactor": {"GOMAXPROCS=" + itoa(threads)}},
+				erlArgs: []string{"+S", itoa(threads) + ":" + itoa(threads), "-erlang-iterations", itoa(c.erlIterations)}})
 		}
 	}
 	return ps
@@ -311,24 +317,35 @@ func num(v float64) string {
 // figure, two (short, long) for a slope.
 func measure(p point, impl, erlDir string) (float64, error) {
 	if p.perUnit == 0 {
-		v, err := runOne(impl, p.args(false), erlDir, p.env[impl])
+		v, err := runOne(impl, p.args(false), erlDir, p)
 		return v * p.scale, err
 	}
-	short, err := runOne(impl, p.args(false), erlDir, p.env[impl])
+	short, err := runOne(impl, p.args(false), erlDir, p)
 	if err != nil {
 		return 0, err
 	}
-	long, err := runOne(impl, p.args(true), erlDir, p.env[impl])
+	long, err := runOne(impl, p.args(true), erlDir, p)
 	if err != nil {
 		return 0, err
 	}
 	return (long - short) / p.perUnit * p.scale, nil
 }
 
-func runOne(impl string, args []string, erlDir string, env []string) (float64, error) {
+func runOne(impl string, args []string, erlDir string, p point) (float64, error) {
 	var cmd *exec.Cmd
+	env := p.env[impl]
 	if impl == "erlang" {
-		cmd = exec.Command("erl", append([]string{"-noshell", "+P", "20000000", "-pa", erlDir, "-s", "procbench", "main"}, args...)...)
+		flags := []string{"-noshell", "+P", "20000000"}
+		if len(p.erlArgs) > 0 {
+			// erlArgs: emulator flags, then "-erlang-iterations N", which
+			// replaces the Go handler's iteration count (the last argument).
+			flags = append(flags, p.erlArgs[0], p.erlArgs[1])
+			args = append(append([]string(nil), args[:len(args)-1]...), p.erlArgs[3])
+		}
+		if args[0] == "multicore" {
+			args = append([]string{"multicore"}, args[2:]...) // the thread count is +S
+		}
+		cmd = exec.Command("erl", append(append(flags, "-pa", erlDir, "-s", "procbench", "main"), args...)...)
 	} else {
 		self, err := os.Executable()
 		if err != nil {

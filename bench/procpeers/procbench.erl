@@ -71,7 +71,33 @@ run(restart, [N]) ->
     T0 = now_us(),
     {ok, _Sup} = start_sup(self()),
     drive(N),
+    now_us() - T0;
+%% multicore Procs Messages Iterations: processes with a heavy handler
+%% (Iterations rounds of a 28-bit xorshift, small integers only), each
+%% resending to itself; run with +S 1:1 and +S 2:2 for the speedup.
+run(multicore, [Procs, Messages, Iterations]) ->
+    Self = self(),
+    Pids = [spawn(fun() -> heavy(Self, Iterations, 0) end) || _ <- lists:seq(1, Procs)],
+    T0 = now_us(),
+    [P ! {work, Messages} || P <- Pids],
+    wait(Procs),
     now_us() - T0.
+
+heavy(Parent, Iterations, Sink) ->
+    receive
+        {work, 0} -> Parent ! done, Sink;
+        {work, Left} ->
+            X = xorshift(88172645 + Left, Iterations),
+            self() ! {work, Left - 1},
+            heavy(Parent, Iterations, Sink bxor X)
+    end.
+
+xorshift(X, 0) -> X;
+xorshift(X, N) ->
+    X1 = X bxor ((X bsl 13) band 16#FFFFFFF),
+    X2 = X1 bxor (X1 bsr 7),
+    X3 = X2 bxor ((X2 bsl 17) band 16#FFFFFFF),
+    xorshift(X3, N - 1).
 
 start_sup(Driver) ->
     Spec = #{id => w, start => {procbench, start_worker, [Driver]}, restart => permanent,

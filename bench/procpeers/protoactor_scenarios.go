@@ -211,3 +211,44 @@ func paRestart(restarts int) time.Duration {
 	<-d.done
 	return time.Since(start)
 }
+
+type paHeavy struct {
+	left, iterations int
+	sink             uint64
+	done             *sync.WaitGroup
+}
+
+func (h *paHeavy) Receive(ctx actor.Context) {
+	if _, ok := ctx.Message().(*actor.Started); ok {
+		return
+	}
+	h.sink += heavyWork(h.iterations)
+	h.left--
+	if h.left > 0 {
+		ctx.Send(ctx.Self(), work)
+		return
+	}
+	h.done.Done()
+}
+
+// paMultiCore: actors with heavy handlers; the thread count is GOMAXPROCS,
+// set by the driver.
+func paMultiCore(processes, messages, iterations int) time.Duration {
+	system := newSystem()
+	var wg sync.WaitGroup
+	wg.Add(processes)
+	pids := make([]*actor.PID, processes)
+	for i := range pids {
+		pids[i] = system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+			return &paHeavy{left: messages, iterations: iterations, done: &wg}
+		}))
+	}
+	start := time.Now()
+	for _, pid := range pids {
+		system.Root.Send(pid, work)
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	keep(system)
+	return elapsed
+}
