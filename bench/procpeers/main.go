@@ -254,34 +254,38 @@ func runMatrix() {
 		filter = regexp.MustCompile(*only)
 	}
 	points := matrix()
-	results := make(map[int]map[string][]float64)
+	// runs[i][impl] holds every round's raw run values: (short, long) for a
+	// slope, (value, 0) for a direct measurement.
+	runs := make(map[int]map[string][][2]float64)
 	for r := 1; r <= *rounds; r++ {
 		for i, p := range points {
 			if filter != nil && !filter.MatchString(p.scenario) {
 				continue
 			}
-			if results[i] == nil {
-				results[i] = map[string][]float64{}
+			if runs[i] == nil {
+				runs[i] = map[string][][2]float64{}
 			}
 			for _, impl := range p.impls {
 				if impl == "erlang" && erlErr != nil {
 					continue
 				}
-				v, err := measure(p, impl, erlDir)
+				pair, err := measure(p, impl, erlDir)
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "%s %s %s: %v\n", p.scenario, p.size, impl, err)
 					continue
 				}
-				results[i][impl] = append(results[i][impl], v)
-				fmt.Fprintf(os.Stderr, "round %d: %s [%s] %s = %.4g %s\n", r, p.scenario, p.size, impl, v, p.unit)
+				runs[i][impl] = append(runs[i][impl], pair)
+				fmt.Fprintf(os.Stderr, "round %d: %s [%s] %s: raw %.6g %.6g\n", r, p.scenario, p.size, impl, pair[0], pair[1])
 			}
 		}
 	}
 	fmt.Printf("# load after: %s", readFile("/proc/loadavg"))
-	fmt.Printf("# rounds: %d; cells: min (median, worst) over rounds\n\n", *rounds)
+	fmt.Printf("# rounds: %d. A cell is min (median, max) over the rounds; for a slope, (long - short) / extra work\n", *rounds)
+	fmt.Printf("# computed from the minima of the short and of the long runs (then from their medians, their maxima),\n")
+	fmt.Printf("# so noise, which only lengthens runs, is dropped from both ends. Raw runs on stderr.\n\n")
 	last := ""
 	for i, p := range points {
-		res := results[i]
+		res := runs[i]
 		if res == nil {
 			continue
 		}
@@ -289,17 +293,30 @@ func runMatrix() {
 			fmt.Printf("\n%s (%s)\n\n| size | proc | proc (deterministic) | Proto.Actor Go | Erlang/OTP |\n|---|---:|---:|---:|---:|\n", p.scenario, p.unit)
 			last = p.scenario
 		}
-		fmt.Printf("| %s | %s | %s | %s | %s |\n", p.size, cell(res["proc"]), cell(res["proc-det"]), cell(res["protoactor"]), cell(res["erlang"]))
+		fmt.Printf("| %s | %s | %s | %s | %s |\n", p.size, cell(p, res["proc"]), cell(p, res["proc-det"]), cell(p, res["protoactor"]), cell(p, res["erlang"]))
 	}
 }
 
-func cell(vs []float64) string {
-	if len(vs) == 0 {
+// cell is min (median, max) of one implementation's runs, slopes taken
+// between the order statistics of the short and of the long runs.
+func cell(p point, pairs [][2]float64) string {
+	if len(pairs) == 0 {
 		return "–"
 	}
-	s := append([]float64(nil), vs...)
-	sort.Float64s(s)
-	return fmt.Sprintf("%s (%s, %s)", num(s[0]), num(s[len(s)/2]), num(s[len(s)-1]))
+	short := make([]float64, len(pairs))
+	long := make([]float64, len(pairs))
+	for i, pr := range pairs {
+		short[i], long[i] = pr[0], pr[1]
+	}
+	sort.Float64s(short)
+	sort.Float64s(long)
+	figure := func(k int) float64 {
+		if p.perUnit == 0 {
+			return short[k] * p.scale
+		}
+		return (long[k] - short[k]) / p.perUnit * p.scale
+	}
+	return fmt.Sprintf("%s (%s, %s)", num(figure(0)), num(figure(len(pairs)/2)), num(figure(len(pairs)-1)))
 }
 
 func num(v float64) string {
@@ -314,21 +331,14 @@ func num(v float64) string {
 }
 
 // measure runs one cell for one implementation: one child for a direct
-// figure, two (short, long) for a slope.
-func measure(p point, impl, erlDir string) (float64, error) {
-	if p.perUnit == 0 {
-		v, err := runOne(impl, p.args(false), erlDir, p)
-		return v * p.scale, err
-	}
+// figure, two (short, long) for a slope; it returns the raw values.
+func measure(p point, impl, erlDir string) ([2]float64, error) {
 	short, err := runOne(impl, p.args(false), erlDir, p)
-	if err != nil {
-		return 0, err
+	if err != nil || p.perUnit == 0 {
+		return [2]float64{short, 0}, err
 	}
 	long, err := runOne(impl, p.args(true), erlDir, p)
-	if err != nil {
-		return 0, err
-	}
-	return (long - short) / p.perUnit * p.scale, nil
+	return [2]float64{short, long}, err
 }
 
 func runOne(impl string, args []string, erlDir string, p point) (float64, error) {
