@@ -157,3 +157,42 @@ func TestExitSignal(t *testing.T) {
 		t.Fatal("Kill did not end a trapping process")
 	}
 }
+
+// lifecycle records Init and Terminate; Init spawns a linked child.
+type lifecycle struct {
+	events *[]string
+	name   string
+	child  bool
+}
+
+func (l *lifecycle) Init(ctx *Context) error {
+	*l.events = append(*l.events, "init "+l.name)
+	if l.child {
+		_, err := ctx.Spawn(l.name+"/child", &lifecycle{events: l.events, name: l.name + "/child"}, SpawnOptions{Link: true})
+		return err
+	}
+	return nil
+}
+
+func (l *lifecycle) Receive(ctx *Context, m any) error { return errors.New("fail " + l.name) }
+
+func (l *lifecycle) Terminate(ctx *Context, reason error) {
+	*l.events = append(*l.events, "terminate "+l.name+": "+reasonText(reason))
+}
+
+func TestInitAndTerminate(t *testing.T) {
+	rt := mustNew(t, Options{Deterministic: true})
+	var events []string
+	parent := mustSpawn(t, rt, "p", &lifecycle{events: &events, name: "p", child: true}, SpawnOptions{})
+	if _, ok := rt.Lookup("p/child"); !ok {
+		t.Fatal("Init's child is not running when Spawn returns")
+	}
+	_ = rt.Send(parent, "x")
+	if err := rt.RunUntilIdle(); err != nil {
+		t.Fatal(err)
+	}
+	want := "[init p init p/child terminate p: fail p terminate p/child: fail p]"
+	if fmt.Sprint(events) != want {
+		t.Fatalf("events %v\nwant %s", events, want)
+	}
+}

@@ -169,3 +169,41 @@ func TestDeterministicRejectsSchedulers(t *testing.T) {
 		t.Fatal("deterministic mode with two threads accepted")
 	}
 }
+
+// TestMultiCoreLinksAndMonitorsAcrossThreads: a link and a monitor between
+// processes on different threads deliver Exit and Down.
+func TestMultiCoreLinksAndMonitorsAcrossThreads(t *testing.T) {
+	rt := mustNew(t, Options{Schedulers: 2})
+	got := make(chan string, 4)
+	// Round-robin placement from outside: victim and watcher land on
+	// different threads.
+	victim := mustSpawn(t, rt, "victim", &recorder{}, SpawnOptions{})
+	watcher := mustSpawn(t, rt, "watcher", BehaviourFunc(func(ctx *Context, m any) error {
+		switch m := m.(type) {
+		case string:
+			ctx.Link(victim)
+			ctx.Monitor(victim)
+			return ctx.Send(victim, "crash")
+		case Exit:
+			got <- "exit " + reasonText(m.Reason)
+		case Down:
+			got <- "down " + reasonText(m.Reason)
+		}
+		return nil
+	}), SpawnOptions{TrapExit: true})
+	if victim.Index%2 == watcher.Index%2 {
+		t.Fatalf("victim %v and watcher %v on the same thread", victim, watcher)
+	}
+	_ = rt.Send(watcher, "go")
+	if err := rt.RunUntilIdle(); err != nil {
+		t.Fatal(err)
+	}
+	close(got)
+	var all []string
+	for s := range got {
+		all = append(all, s)
+	}
+	if fmt.Sprint(all) != "[exit crashed down crashed]" && fmt.Sprint(all) != "[down crashed exit crashed]" {
+		t.Fatalf("watcher got %v", all)
+	}
+}
