@@ -151,6 +151,9 @@ func matrix() []point {
 		ps = append(ps, point{scenario: "idle memory per process", size: itoa(n), unit: "B",
 			args: func(bool) []string { return []string{"idle", itoa(n)} }, scale: 1, impls: all})
 	}
+	nInfo := sizes([]int{1_000_000}, []int{10_000})[0]
+	ps = append(ps, point{scenario: "idle memory per process, Erlang's process_info(Pid, memory)", size: itoa(nInfo), unit: "B",
+		args: func(bool) []string { return []string{"pinfo", itoa(nInfo)} }, scale: 1, impls: []string{"erlang"}})
 	nNamed := sizes([]int{1_000_000}, []int{10_000})[0]
 	ps = append(ps, point{scenario: "idle memory per named process", size: itoa(nNamed), unit: "B",
 		args: func(bool) []string { return []string{"idle-named", itoa(nNamed)} }, scale: 1, impls: []string{"proc"}})

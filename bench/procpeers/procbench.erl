@@ -33,6 +33,11 @@ run(idle, [N]) ->
     {memory, One} = process_info(hd(Pids), memory),
     io:format(standard_error, "process_info(Pid, memory) = ~p~n", [One]),
     (After - Before) / N;
+%% pinfo N: process_info(Pid, memory) of one of N idle processes.
+run(pinfo, [N]) ->
+    Pids = spawn_idle(N, []),
+    {memory, One} = process_info(hd(Pids), memory),
+    One;
 %% worked N: bytes per process after each handled one message.
 run(worked, [N]) ->
     garbage_collect(),
