@@ -193,3 +193,36 @@ func TestVirtualTimeJumpsToTimers(t *testing.T) {
 		t.Fatalf("got %v, want %s", got, want)
 	}
 }
+
+// TestChoiceWindow: the window changes the schedules a seed gives, each
+// window is deterministic, and a window of 1 is FIFO.
+func TestChoiceWindow(t *testing.T) {
+	order := func(window int, seed uint64) string {
+		rt := mustNew(t, Options{Deterministic: true, Seed: seed, ChoiceWindow: window})
+		var got []byte
+		for i := 0; i < 20; i++ {
+			i := i
+			pid := mustSpawn(t, rt, "", BehaviourFunc(func(*Context, any) error { got = append(got, byte('a'+i)); return nil }), SpawnOptions{})
+			_ = rt.Send(pid, 0)
+		}
+		if err := rt.RunUntilIdle(); err != nil {
+			t.Fatal(err)
+		}
+		return string(got)
+	}
+	if got := order(1, 5); got != "abcdefghijklmnopqrst" {
+		t.Fatalf("window 1 gave %s, want FIFO", got)
+	}
+	if order(4, 5) != order(4, 5) || order(1<<30, 5) != order(1<<30, 5) {
+		t.Fatal("a window is not deterministic")
+	}
+	if order(4, 5) == order(1<<30, 5) {
+		t.Fatal("window 4 and an unbounded window gave the same schedule of 20 processes")
+	}
+	// The first choice is among the first 4 queued.
+	for seed := uint64(1); seed < 50; seed++ {
+		if first := order(4, seed)[0]; first > 'd' {
+			t.Fatalf("seed %d: window 4 chose %c first", seed, first)
+		}
+	}
+}

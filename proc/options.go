@@ -24,6 +24,14 @@ type Options struct {
 	Deterministic bool
 	Seed          uint64
 	VirtualStart  time.Time // zero: 2000-01-01T00:00:00Z
+	// ChoiceWindow is how many of the longest-waiting ready processes the
+	// PRNG chooses among (0: DefaultChoiceWindow). A window keeps the
+	// choice O(1) in memory traffic too: a pick among a million ready
+	// processes anywhere in memory costs a cache miss per turn, a pick near
+	// the head of the ring mostly does not; and a process that has waited
+	// longest is always among the candidates. Set it to math.MaxInt for a
+	// choice among all ready processes.
+	ChoiceWindow int
 
 	// Schedulers is the number of scheduler threads (goroutines). 0 or 1:
 	// one. More selects multi-core mode: each thread owns the processes
@@ -69,6 +77,9 @@ type Options struct {
 	JournalDeliveries bool
 }
 
+// DefaultChoiceWindow is Options.ChoiceWindow's default.
+const DefaultChoiceWindow = 64
+
 // DefaultOutsideQueueLimit is Options.OutsideQueueLimit's default.
 const DefaultOutsideQueueLimit = 4096
 
@@ -80,6 +91,12 @@ var defaultVirtualStart = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 func (o Options) withDefaults() (Options, error) {
 	if o.Schedulers < 0 || o.MessagesPerTurn < 0 || o.MaxProcesses < 0 || o.MemoryBudgetBytes < 0 || o.MaxTurns < 0 {
 		return o, fmt.Errorf("%w: negative Schedulers, MessagesPerTurn, MaxProcesses, MemoryBudgetBytes or MaxTurns", ErrBadOptions)
+	}
+	if o.ChoiceWindow < 0 {
+		return o, fmt.Errorf("%w: negative ChoiceWindow", ErrBadOptions)
+	}
+	if o.ChoiceWindow == 0 {
+		o.ChoiceWindow = DefaultChoiceWindow
 	}
 	if o.OutsideQueueLimit < 0 {
 		return o, fmt.Errorf("%w: negative OutsideQueueLimit", ErrBadOptions)

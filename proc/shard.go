@@ -110,6 +110,7 @@ type shard struct {
 	timerSeq  uint64
 
 	deterministic   bool
+	choiceWindow    int
 	rng             splitmix64
 	virtual         bool
 	virtualNanos    int64
@@ -151,6 +152,7 @@ func newShard(rt *Runtime, id, count uint32) *shard {
 		id:              id,
 		count:           count,
 		deterministic:   rt.opts.Deterministic,
+		choiceWindow:    rt.opts.ChoiceWindow,
 		rng:             splitmix64{state: rt.opts.Seed},
 		virtual:         rt.opts.Deterministic,
 		messagesPerTurn: rt.opts.MessagesPerTurn,
@@ -439,10 +441,11 @@ func (s *shard) deadLetter(to, from PID, kind nodeKind, ref uint64) error {
 }
 
 // choose picks the offset in the ready ring of the next process to run:
-// the seeded PRNG's choice in deterministic mode, the head otherwise.
+// in deterministic mode the seeded PRNG's choice among the first
+// choiceWindow entries (the longest waiting), the head otherwise.
 func (s *shard) choose() int {
 	if s.deterministic && s.ready.count > 1 {
-		return s.rng.below(s.ready.count)
+		return s.rng.below(min(s.ready.count, s.choiceWindow))
 	}
 	return 0
 }
