@@ -24,7 +24,8 @@
 //
 // The default mode runs one scheduler thread, FIFO. Deterministic mode
 // (Options.Deterministic) also runs one thread, lets a PRNG seeded by
-// Options.Seed choose every next process, and keeps virtual time that jumps
+// Options.Seed choose every next process (among the Options.ChoiceWindow
+// longest-waiting ready ones), and keeps virtual time that jumps
 // to the next timer when nothing is ready: the same seed gives a
 // byte-identical Options.Journal, so a failing run is replayed from its
 // seed. Multi-core mode (Options.Schedulers > 1) runs several threads, each
