@@ -20,8 +20,8 @@ var (
 	// ErrMemoryBudget: Spawn or Send would exceed Options.MemoryBudgetBytes.
 	ErrMemoryBudget = errors.New("proc: memory budget exhausted (Options.MemoryBudgetBytes); spawn or send refused")
 	// ErrMailboxFull: Send to a bounded mailbox (SpawnOptions.MailboxLimit)
-	// that is full, under MailboxError, or under MailboxBlock from inside the
-	// runtime (a scheduler thread cannot wait for itself).
+	// that is full, under MailboxError (or MailboxBlock where the sender
+	// cannot wait: a timer, a process sending to itself).
 	ErrMailboxFull = errors.New("proc: mailbox full (SpawnOptions.MailboxLimit)")
 	// ErrShutdown is the exit reason of a process its supervisor stopped; a
 	// transient child exiting with it is not restarted (OTP's shutdown).

@@ -231,3 +231,55 @@ func TestOutsideQueueLimit(t *testing.T) {
 		t.Fatal("no sender wait counted")
 	}
 }
+
+// TestBoundedMailboxBlockInsideRuntime: a process that fills a MailboxBlock
+// mailbox finishes its callback and then gets no turn until there is room;
+// nothing is lost or reordered, and the mailbox never exceeds its bound.
+func TestBoundedMailboxBlockInsideRuntime(t *testing.T) {
+	rt := mustNew(t, Options{Deterministic: true, Seed: 4, MessagesPerTurn: 1})
+	var got []int
+	var maxLen uint32
+	consumer := mustSpawn(t, rt, "", BehaviourFunc(func(ctx *Context, m any) error {
+		if l := ctx.proc.mailboxLen; l > maxLen {
+			maxLen = l
+		}
+		got = append(got, m.(int))
+		return nil
+	}), SpawnOptions{MailboxLimit: 2, MailboxFull: MailboxBlock})
+	next := 0
+	producerTurns := 0
+	producer := mustSpawn(t, rt, "", BehaviourFunc(func(ctx *Context, m any) error {
+		producerTurns++
+		for i := 0; i < 10 && next < 100; i++ { // a burst of 10 per turn into a mailbox of 2
+			if err := ctx.Send(consumer, next); err != nil {
+				return err
+			}
+			next++
+		}
+		if next < 100 {
+			return ctx.Send(ctx.Self(), "more")
+		}
+		return nil
+	}), SpawnOptions{})
+	_ = rt.Send(producer, "more")
+	if err := rt.RunUntilIdle(); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 100 {
+		t.Fatalf("%d of 100 messages arrived", len(got))
+	}
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("message %d is %d: order lost", i, v)
+		}
+	}
+	if maxLen > 2 {
+		t.Fatalf("mailbox held %d, bound 2", maxLen)
+	}
+	if w := rt.Stats().SenderWaits; w < 9 {
+		t.Fatalf("producer blocked %d times, want at least 9 (one per burst)", w)
+	}
+	if !rt.Alive(producer) || producerTurns != 10 {
+		t.Fatalf("producer alive %v after %d turns, want 10", rt.Alive(producer), producerTurns)
+	}
+}

@@ -134,10 +134,15 @@ const (
 	// MailboxDrop drops the message silently (Send returns nil) and counts
 	// it in Runtime.Stats().Dropped.
 	MailboxDrop
-	// MailboxBlock makes a sender outside the runtime (Runtime.Send from
-	// another goroutine) wait until the mailbox has room. A sender inside
-	// the runtime gets ErrMailboxFull: its scheduler thread is the one that
-	// would have to make room.
+	// MailboxBlock makes the sender wait until the mailbox has room. A
+	// sender outside the runtime (Runtime.Send from another goroutine)
+	// waits in Send. A process sending from its callback is not interrupted
+	// (its scheduler thread is the one that must make room): the message
+	// is kept, the callback finishes, and the sender gets no further turn
+	// until the mailbox has room. A send from another scheduler thread, or
+	// from a timer, is refused like MailboxError (counted in Dropped across
+	// threads). As with any blocking queue, processes that fill each
+	// other's Block mailboxes wait for each other forever.
 	MailboxBlock
 )
 

@@ -22,6 +22,10 @@ const (
 	flagTrapExit              // exit signals become Exit messages
 	flagRunning               // one of its callbacks is on the scheduler's stack
 	flagExiting               // exit has begun (Terminate is running)
+	// flagBlocked: the process sent to a full MailboxBlock mailbox and gets
+	// no turn until that mailbox has room. flagQueued stays set meanwhile,
+	// so deliveries to it do not queue it; unblocking queues it.
+	flagBlocked
 )
 
 // process is one slot of the process table. An idle process costs this
@@ -55,10 +59,12 @@ type processExtra struct {
 	receiveTimeout time.Duration
 	lastActivity   int64 // nanoseconds on the runtime's time line
 	receiveArmed   bool
-	// parked holds messages from outside the runtime that found the
-	// MailboxBlock mailbox full; while it is not empty the process is
-	// marked full in Runtime.full and outside senders to it wait.
-	parked []envelope
+	// parked holds messages that found the MailboxBlock mailbox full (from
+	// outside the runtime, or from senders now blocked); while it is not
+	// empty the process is marked full in Runtime.full, outside senders to
+	// it wait, and blockedSenders get no turns.
+	parked         []envelope
+	blockedSenders []PID
 }
 
 type monitorEntry struct {
@@ -398,9 +404,14 @@ func (s *shard) deliver(to, from PID, kind nodeKind, message any, ref uint64) er
 	cost := nodeBytes
 	if kind == kindMessage {
 		if ex := p.extra; ex != nil && ex.mailboxLimit > 0 && p.mailboxLen >= ex.mailboxLimit {
-			if ex.mailboxPolicy == MailboxDrop {
+			switch ex.mailboxPolicy {
+			case MailboxDrop:
 				s.dropped++
 				return nil
+			case MailboxBlock:
+				if s.blockSender(p, to, from, message) {
+					return nil
+				}
 			}
 			return ErrMailboxFull
 		}
@@ -502,6 +513,9 @@ func (s *shard) runTurn() bool {
 		}
 		if s.handleMessage(p, pid, from, message) {
 			return true
+		}
+		if p.flags&flagBlocked != 0 {
+			return true // no more turns until the mailbox it filled has room
 		}
 	}
 	p.flags &^= flagQueued
@@ -631,6 +645,7 @@ func (s *shard) exit(p *process, pid PID, reason error) {
 		s.dropped += uint64(len(p.extra.parked))
 		p.extra.parked = nil
 		s.rt.markRoom(pid)
+		s.unblockSenders(p.extra)
 	}
 	for p.head != nil {
 		n := p.popMailbox()
@@ -826,5 +841,47 @@ func (s *shard) unpark(p *process) {
 	if n == 0 {
 		ex.parked = nil
 		s.rt.markRoom(to)
+		s.unblockSenders(ex)
 	}
+}
+
+// blockSender parks message for the full MailboxBlock mailbox of target
+// when it comes from the process whose callback is running (not a timer,
+// not itself), and suspends that sender: its callback finishes, then it
+// gets no turn until the mailbox has room. It reports false when the
+// sender cannot be suspended (the caller then refuses the message).
+func (s *shard) blockSender(target *process, to, from PID, message any) bool {
+	if s.depth == 0 || from == to || s.contexts[s.depth-1].self != from {
+		return false
+	}
+	sender := s.contexts[s.depth-1].proc
+	ex := target.extra
+	if len(ex.parked) == 0 {
+		s.rt.markFull(to)
+	}
+	ex.parked = append(ex.parked, envelope{to: to, from: from, message: message, kind: kindMessage})
+	if sender.flags&flagBlocked == 0 {
+		sender.flags |= flagBlocked
+		ex.blockedSenders = append(ex.blockedSenders, from)
+		s.rt.senderWaits.Add(1)
+	}
+	return true
+}
+
+// unblockSenders gives the senders blocked on ex's mailbox their turns
+// back.
+func (s *shard) unblockSenders(ex *processExtra) {
+	for _, pid := range ex.blockedSenders {
+		sp := s.lookup(pid)
+		if sp == nil || sp.flags&flagBlocked == 0 {
+			continue
+		}
+		sp.flags &^= flagBlocked
+		if sp.head != nil {
+			s.ready.push(pid) // flagQueued is still set
+		} else {
+			sp.flags &^= flagQueued
+		}
+	}
+	ex.blockedSenders = ex.blockedSenders[:0]
 }
