@@ -207,3 +207,43 @@ func TestMultiCoreLinksAndMonitorsAcrossThreads(t *testing.T) {
 		t.Fatalf("watcher got %v", all)
 	}
 }
+
+// TestMultiCoreMonitorRequestQueuedAtExit: a monitor and a link requested
+// from another thread, still queued behind the message on which the target
+// exits, are answered (not lost with the rest of its mailbox).
+func TestMultiCoreMonitorRequestQueuedAtExit(t *testing.T) {
+	rt := mustNew(t, Options{Schedulers: 2})
+	target := mustSpawn(t, rt, "", &recorder{}, SpawnOptions{})
+	got := make(chan string, 2)
+	watcher := mustSpawn(t, rt, "", BehaviourFunc(func(ctx *Context, m any) error {
+		switch m := m.(type) {
+		case Down:
+			got <- "down " + reasonText(m.Reason)
+		case Exit:
+			got <- "exit " + reasonText(m.Reason)
+		}
+		return nil
+	}), SpawnOptions{TrapExit: true})
+	if target.Index%2 == watcher.Index%2 {
+		t.Fatal("target and watcher on the same thread")
+	}
+	// Lay out the target's mailbox by hand (nothing runs yet): the crash,
+	// then the watcher's link and monitor requests, as they would arrive
+	// from the watcher's thread.
+	ts, ws := rt.shards[target.Index%2], rt.shards[watcher.Index%2]
+	addLink(ws.lookup(watcher), target)
+	_ = ts.deliver(target, PID{}, kindMessage, "crash", 0)
+	_ = ts.deliver(target, watcher, kindLink, nil, 0)
+	_ = ts.deliver(target, watcher, kindMonitor, nil, 77)
+	if err := rt.RunUntilIdle(); err != nil {
+		t.Fatal(err)
+	}
+	close(got)
+	var all []string
+	for g := range got {
+		all = append(all, g)
+	}
+	if fmt.Sprint(all) != "[exit crashed down crashed]" && fmt.Sprint(all) != "[down crashed exit crashed]" {
+		t.Fatalf("the watcher got %v, want the Exit and the Down of the crash", all)
+	}
+}

@@ -650,7 +650,16 @@ func (s *shard) exit(p *process, pid PID, reason error) {
 	for p.head != nil {
 		n := p.popMailbox()
 		s.usedBytes -= int64(n.cost)
+		from, kind, ref := n.from, n.kind, n.ref
 		s.freeNode(n)
+		// A link or monitor request still queued (from another thread) is
+		// answered as if it had arrived just after the exit.
+		switch kind {
+		case kindLink:
+			_ = s.send(from, pid, kindLinkExit, reason, 0)
+		case kindMonitor:
+			_ = s.send(from, pid, kindMessage, Down{Ref: MonitorRef(ref), PID: pid, Reason: reason}, 0)
+		}
 	}
 	p.behaviour, p.name, p.extra, p.flags = nil, "", nil, 0
 	p.generation++
