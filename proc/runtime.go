@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -597,4 +598,4 @@ func (s *shard) finishJournal(b []byte) {
 	s.journalLine = b[:0]
 }
 
-func appendInt(b []byte, v int64) []byte { return fmt.Appendf(b, "%d", v) }
+func appendInt(b []byte, v int64) []byte { return strconv.AppendInt(b, v, 10) }
