@@ -1,8 +1,10 @@
 package proc
 
 import (
+	"errors"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // Benchmarks of the scenarios. They run only with -bench; the
@@ -98,5 +100,39 @@ func BenchmarkSwitchReady(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// crashOnStart announces itself to the driver, which makes it crash.
+type crashOnStart struct{}
+
+func (crashOnStart) Init(ctx *Context) error { return ctx.SendName("driver", "started") }
+func (crashOnStart) Receive(*Context, any) error {
+	return errBenchCrash
+}
+
+var errBenchCrash = errors.New("crash")
+
+// BenchmarkSupervisedRestart: one op is one crash and restart of a child
+// under a one_for_one supervisor.
+func BenchmarkSupervisedRestart(b *testing.B) {
+	rt := mustNew(b, Options{})
+	count := 0
+	mustSpawn(b, rt, "driver", BehaviourFunc(func(ctx *Context, m any) error {
+		count++
+		if count <= b.N {
+			return ctx.Reply("crash")
+		}
+		return nil
+	}), SpawnOptions{})
+	b.ReportAllocs()
+	b.ResetTimer()
+	mustSpawn(b, rt, "sup", NewSupervisor(SupervisorSpec{Strategy: OneForOne, Intensity: 1 << 30, Period: time.Hour,
+		Children: []ChildSpec{{ID: "w", Restart: Permanent, Start: func(any) Behaviour { return crashOnStart{} }}}}), SpawnOptions{})
+	if err := rt.RunUntilIdle(); err != nil {
+		b.Fatal(err)
+	}
+	if count != b.N+1 {
+		b.Fatalf("%d starts, want %d", count, b.N+1)
 	}
 }

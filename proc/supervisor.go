@@ -327,16 +327,20 @@ func (s *supervisor) restartFrom(ctx *Context, first int) error {
 }
 
 // tooManyRestarts records a restart now and reports whether it makes more
-// than Intensity within Period.
+// than Intensity within Period. restarts is a queue in time order: entries
+// leave from the front once older than the period (each once, so the cost
+// per restart is O(1) amortized), and it never holds more than
+// Intensity+1 entries (one more escalates).
 func (s *supervisor) tooManyRestarts(ctx *Context) bool {
 	now := ctx.shard.nowNanos()
 	horizon := now - int64(s.spec.Period)
-	kept := s.restarts[:0]
-	for _, t := range s.restarts {
-		if t > horizon {
-			kept = append(kept, t)
-		}
+	drop := 0
+	for drop < len(s.restarts) && s.restarts[drop] <= horizon {
+		drop++
 	}
-	s.restarts = append(kept, now)
+	if drop > 0 {
+		s.restarts = append(s.restarts[:0], s.restarts[drop:]...)
+	}
+	s.restarts = append(s.restarts, now)
 	return len(s.restarts) > s.spec.Intensity
 }
