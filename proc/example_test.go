@@ -189,3 +189,49 @@ func ExampleOptions_multiCore() {
 	fmt.Println(sum)
 	// Output: 30
 }
+
+// Monitors: a watcher learns that a process it monitors exited, without
+// being linked to it.
+func ExampleContext_Monitor() {
+	rt, _ := proc.New(proc.Options{})
+	worker, _ := rt.Spawn("", proc.BehaviourFunc(func(ctx *proc.Context, m any) error {
+		ctx.Stop()
+		return nil
+	}), proc.SpawnOptions{})
+	watcher, _ := rt.Spawn("", proc.BehaviourFunc(func(ctx *proc.Context, m any) error {
+		switch m := m.(type) {
+		case string:
+			ctx.Monitor(worker)
+			return ctx.Send(worker, "finish")
+		case proc.Down:
+			fmt.Println("worker down, reason:", m.Reason)
+		}
+		return nil
+	}), proc.SpawnOptions{})
+	_ = rt.Send(watcher, "watch")
+	_ = rt.RunUntilIdle()
+	// Output: worker down, reason: <nil>
+}
+
+// Bounded mailboxes with MailboxBlock: a producer that fills its
+// consumer's mailbox gets no turn until there is room again.
+func ExampleMailboxBlock() {
+	rt, _ := proc.New(proc.Options{})
+	received := 0
+	consumer, _ := rt.Spawn("", proc.BehaviourFunc(func(*proc.Context, any) error {
+		received++
+		return nil
+	}), proc.SpawnOptions{MailboxLimit: 8, MailboxFull: proc.MailboxBlock})
+	producer, _ := rt.Spawn("", proc.BehaviourFunc(func(ctx *proc.Context, m any) error {
+		for i := 0; i < 100; i++ { // more than the mailbox holds: kept, and the producer waits
+			if err := ctx.Send(consumer, i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}), proc.SpawnOptions{})
+	_ = rt.Send(producer, "go")
+	_ = rt.RunUntilIdle()
+	fmt.Println(received, rt.Stats().SenderWaits)
+	// Output: 100 1
+}
