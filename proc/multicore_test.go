@@ -247,3 +247,34 @@ func TestMultiCoreMonitorRequestQueuedAtExit(t *testing.T) {
 		t.Fatalf("the watcher got %v, want the Exit and the Down of the crash", all)
 	}
 }
+
+// TestMultiCoreMaxProcesses: threads spawning at once never pass the limit
+// together.
+func TestMultiCoreMaxProcesses(t *testing.T) {
+	rt := mustNew(t, Options{Schedulers: 2, MaxProcesses: 50})
+	refused := make(chan int, 2)
+	for i := 0; i < 2; i++ {
+		mustSpawn(t, rt, "", BehaviourFunc(func(ctx *Context, m any) error {
+			n := 0
+			for j := 0; j < 100; j++ {
+				if _, err := ctx.Spawn("", &recorder{}, SpawnOptions{}); err != nil {
+					n++
+				}
+			}
+			refused <- n
+			return nil
+		}), SpawnOptions{})
+	}
+	for i := uint32(0); i < 2; i++ {
+		_ = rt.Send(PID{Index: i, Generation: 1}, "go")
+	}
+	if err := rt.RunUntilIdle(); err != nil {
+		t.Fatal(err)
+	}
+	if live := rt.Stats().Live; live != 50 {
+		t.Fatalf("%d live, limit 50", live)
+	}
+	if got := <-refused + <-refused; got != 200-48 {
+		t.Fatalf("%d spawns refused, want %d", got, 200-48)
+	}
+}

@@ -258,15 +258,18 @@ func (s *shard) spawn(name string, b Behaviour, opts SpawnOptions, parent PID) (
 	if opts.MailboxLimit < 0 || opts.MailboxFull > MailboxBlock {
 		return PID{}, errBadSpawnOptions
 	}
-	if max := s.rt.opts.MaxProcesses; max > 0 && s.rt.live.Load() >= int64(max) {
-		return PID{}, ErrTooManyProcesses
-	}
 	cost := processBytes
 	if name != "" {
 		cost += int64(len(name)) + nameEntryBytes
 	}
 	if s.budgetBytes > 0 && s.usedBytes+cost > s.budgetBytes {
 		return PID{}, ErrMemoryBudget
+	}
+	// The live count is reserved before the slot is taken, so threads
+	// spawning at once cannot pass MaxProcesses together.
+	if live := s.rt.live.Add(1); s.rt.opts.MaxProcesses > 0 && live > int64(s.rt.opts.MaxProcesses) {
+		s.rt.live.Add(-1)
+		return PID{}, ErrTooManyProcesses
 	}
 	var local uint32
 	if n := len(s.freeSlots); n > 0 {
@@ -284,6 +287,7 @@ func (s *shard) spawn(name string, b Behaviour, opts SpawnOptions, parent PID) (
 	pid := PID{Index: s.global(local), Generation: p.generation}
 	if name != "" && !s.rt.register(name, pid) {
 		s.freeSlots = append(s.freeSlots, local)
+		s.rt.live.Add(-1)
 		return PID{}, ErrNameTaken
 	}
 	p.behaviour, p.name, p.flags = b, name, flagAlive
@@ -296,7 +300,6 @@ func (s *shard) spawn(name string, b Behaviour, opts SpawnOptions, parent PID) (
 	}
 	s.usedBytes += cost
 	s.live++
-	s.rt.live.Add(1)
 	if s.rt.journal != nil {
 		s.journalSpawn(pid, name, parent)
 	}
