@@ -72,7 +72,7 @@ func NewEntities(opts EntityOptions) Behaviour {
 }
 
 type entityRouter struct {
-	opts   EntityOptions
+	opts     EntityOptions
 	live     map[string]PID
 	byPID    map[PID]string
 	stopping map[string]bool // told to stop; its messages wait in pending
