@@ -235,3 +235,30 @@ func ExampleMailboxBlock() {
 	fmt.Println(received, rt.Stats().SenderWaits)
 	// Output: 100 1
 }
+
+// visits is a per-key entity: it counts the messages of its key.
+type visits struct{ n int }
+
+func (v *visits) Receive(*proc.Context, any) error { v.n++; return nil }
+func (v *visits) State() any                       { return v.n }
+
+// Per-key entities: one process per key, spawned on the key's first
+// message with its last handed-over state, passivated when idle.
+func ExampleNewEntities() {
+	rt, _ := proc.New(proc.Options{Deterministic: true})
+	router, _ := rt.Spawn("", proc.NewEntities(proc.EntityOptions{
+		IdleTimeout: time.Minute,
+		New: func(key string, state any) proc.Entity {
+			n, _ := state.(int)
+			return &visits{n: n}
+		},
+	}), proc.SpawnOptions{})
+	for _, page := range []string{"home", "cart", "home"} {
+		_ = rt.Send(router, proc.Routed{Key: page, Message: "visit"})
+	}
+	_ = rt.RunUntilIdle() // a virtual minute later both entities have passivated
+	_ = rt.Send(router, proc.Routed{Key: "home", Message: "visit"})
+	_ = rt.Send(router, proc.PassivateAll{Done: func(states map[string]any) { fmt.Println(states) }})
+	_ = rt.RunUntilIdle()
+	// Output: map[cart:1 home:3]
+}

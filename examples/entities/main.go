@@ -2,14 +2,13 @@
 // per-key entity pattern of the proc runtime over a plain channel source
 // (until the stream framework can feed it).
 //
-// A router process receives every record and sends it to the process named
-// customer/<id>, spawning it on the customer's first record with the state
-// last handed over for that customer. An entity passivates (hands its state
-// to the router and stops) after -idle without records, so only active
-// customers cost a process. A negative amount is a poison record: the
-// entity fails, the router (trapping exits) forgets it, and the next record
-// respawns it from its last handed-over state. The router runs under a
-// one_for_one supervisor.
+// A router (proc.NewEntities) receives every record and sends it to the
+// process named customer/<id>, spawning it on the customer's first record
+// with the state last handed over for that customer. An entity passivates
+// (hands its state to the router and stops) after -idle without records,
+// so only active customers cost a process. A negative amount is a poison
+// record: the entity fails, and the next record respawns it from its last
+// handed-over state. The router runs under a one_for_one supervisor.
 //
 // Usage:
 //
@@ -66,7 +65,7 @@ func main() {
 			fail(err)
 		}
 	}
-	report := make(chan map[string]entityState, 1)
+	report := make(chan map[string]counterState, 1)
 	if err := ents.Flush(report); err != nil {
 		fail(err)
 	}
@@ -77,7 +76,7 @@ func main() {
 		sum += st.Total
 		count += st.Records
 	}
-	fmt.Printf("records fed: %d in %v\ncustomers: %d\nrecords counted: %d (poison records lost with the state since the last hand-over)\nsum of amounts: %d\n",
+	fmt.Printf("records fed: %d in %v\ncustomers: %d\nrecords counted: %d (a poison record loses its customer's records since the last hand-over)\nsum of amounts: %d\n",
 		*records, elapsed.Round(time.Millisecond), len(totals), count, sum)
 	cancel()
 }
