@@ -42,6 +42,13 @@
 // and escalation to the supervisor's own supervisor. Supervisors write their
 // failures and decisions to the journal.
 //
+// # Per-key entities
+//
+// NewEntities returns a router that sends each Routed message to the
+// process of its key, spawned on the key's first message with the state the
+// key last handed over, and passivated after an idle timeout through a
+// hand-shake that loses no message: only active keys cost a process.
+//
 // # Limits
 //
 // Options.MaxProcesses, Options.MemoryBudgetBytes, bounded mailboxes
