@@ -51,9 +51,33 @@ func (c *Context) SendName(name string, message any) error {
 }
 
 // Spawn starts a process on this scheduler thread; name "" is anonymous.
-// With opts.Link the new process is linked to the caller.
+// With opts.Link the new process is linked to the caller. With opts.Spread
+// in multi-core mode it may start on another thread instead (see
+// SpawnOptions.Spread).
 func (c *Context) Spawn(name string, b Behaviour, opts SpawnOptions) (PID, error) {
-	return c.shard.spawn(name, b, opts, c.self)
+	s := c.shard
+	if opts.Spread && s.count > 1 {
+		if err := validSpawn(b, opts); err != nil {
+			return PID{}, err
+		}
+		target := s.rt.shards[s.rt.nextShard.Add(1)%s.count]
+		if target != s {
+			if !s.rt.reserveLive() {
+				return PID{}, ErrTooManyProcesses
+			}
+			pid, ok := target.takeReserved()
+			if ok {
+				if opts.Link {
+					addLink(c.proc, pid)
+				}
+				s.rt.work.Add(1)
+				target.push(envelope{spawn: &spawnRequest{name: name, behaviour: b, options: opts, reserved: pid, parent: c.self}})
+				return pid, nil
+			}
+			s.rt.live.Add(-1) // its pool is empty: start here
+		}
+	}
+	return s.spawn(name, b, opts, c.self)
 }
 
 // Stop ends the running process normally when the current callback

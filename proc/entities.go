@@ -37,6 +37,9 @@ type EntityOptions struct {
 	IdleTimeout time.Duration
 	// NamePrefix registers each entity as NamePrefix+key ("": anonymous).
 	NamePrefix string
+	// Spread starts entities on every scheduler thread in multi-core mode
+	// (SpawnOptions.Spread), not only on the router's.
+	Spread bool
 }
 
 // PassivateAll asks the router to passivate every live entity; once none
@@ -176,7 +179,7 @@ func (r *entityRouter) spawn(ctx *Context, key string) (PID, error) {
 		name = r.opts.NamePrefix + key
 	}
 	e := &entityProcess{key: key, entity: r.opts.New(key, r.stored[key]), idle: r.opts.IdleTimeout}
-	pid, err := ctx.Spawn(name, e, SpawnOptions{Link: true})
+	pid, err := ctx.Spawn(name, e, SpawnOptions{Link: true, Spread: r.opts.Spread})
 	if err != nil {
 		return PID{}, err
 	}

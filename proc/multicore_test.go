@@ -278,3 +278,76 @@ func TestMultiCoreMaxProcesses(t *testing.T) {
 		t.Fatalf("%d spawns refused, want %d", got, 200-48)
 	}
 }
+
+// TestSpreadSpawn: with Spread, processes spawned by one process start on
+// every thread; a failure to start reaches the linked spawner as Exit.
+func TestSpreadSpawn(t *testing.T) {
+	rt := mustNew(t, Options{Schedulers: 2})
+	threads := map[uint32]int{}
+	var exits []string
+	spawner := mustSpawn(t, rt, "spawner", BehaviourFunc(func(ctx *Context, m any) error {
+		switch m := m.(type) {
+		case string:
+			for i := 0; i < 100; i++ {
+				pid, err := ctx.Spawn("", &recorder{}, SpawnOptions{Spread: true})
+				if err != nil {
+					return err
+				}
+				threads[pid.Index%2]++
+			}
+			// Two spread spawns under one name: one of them cannot start.
+			for i := 0; i < 2; i++ {
+				if _, err := ctx.Spawn("twin", &recorder{}, SpawnOptions{Spread: true, Link: true}); err != nil {
+					return err
+				}
+			}
+		case Exit:
+			exits = append(exits, reasonText(m.Reason))
+		}
+		return nil
+	}), SpawnOptions{TrapExit: true})
+	_ = rt.Send(spawner, "go")
+	if err := rt.RunUntilIdle(); err != nil {
+		t.Fatal(err)
+	}
+	if threads[0] < 40 || threads[1] < 40 {
+		t.Fatalf("spread spawns landed on threads %v", threads)
+	}
+	if got := rt.Stats().Live; got != 1+100+1 {
+		t.Fatalf("%d live, want %d", got, 1+100+1)
+	}
+	if fmt.Sprint(exits) != "["+ErrNameTaken.Error()+"]" {
+		t.Fatalf("spawner got exits %v, want one ErrNameTaken", exits)
+	}
+}
+
+// TestMultiCoreSpreadEntitiesLoseNothing: entities spread over threads
+// count every routed message.
+func TestMultiCoreSpreadEntitiesLoseNothing(t *testing.T) {
+	rt := mustNew(t, Options{Schedulers: 2})
+	router := mustSpawn(t, rt, "", NewEntities(EntityOptions{New: newTally, IdleTimeout: time.Millisecond, Spread: true}), SpawnOptions{})
+	want := 0
+	driver := mustSpawn(t, rt, "", BehaviourFunc(func(ctx *Context, m any) error {
+		for i := 0; i < 2000; i++ {
+			want += i % 7
+			ctx.SendAfter(router, Routed{Key: strconv.Itoa(i % 13), Message: i % 7}, time.Duration(i%5)*time.Millisecond)
+		}
+		return nil
+	}), SpawnOptions{})
+	_ = rt.Send(driver, "go")
+	if err := rt.RunUntilIdle(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan map[string]any, 1)
+	_ = rt.Send(router, PassivateAll{Done: func(s map[string]any) { done <- s }})
+	if err := rt.RunUntilIdle(); err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for _, s := range <-done {
+		got += s.([2]int)[0]
+	}
+	if got != want {
+		t.Fatalf("states sum to %d, %d was routed", got, want)
+	}
+}

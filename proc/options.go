@@ -158,6 +158,14 @@ type SpawnOptions struct {
 	// bound.
 	MailboxLimit int
 	MailboxFull  MailboxPolicy
+	// Spread lets Context.Spawn in multi-core mode start the process on
+	// another scheduler thread (round-robin), so that processes spawned by
+	// one process use every core. Spawn then returns the PID at once, and
+	// the process starts (Init runs, the name is registered) on its thread
+	// shortly after; a failure to start reaches the spawner only as the
+	// exit signal of a Link. Ignored with one thread, and by Runtime.Spawn
+	// (which places round-robin anyway).
+	Spread bool
 }
 
 // Behaviour is what a process does with a message. Receive runs on a

@@ -339,6 +339,9 @@ func (rt *Runtime) runShards(done <-chan struct{}, untilIdle bool) error {
 	if len(rt.shards) == 1 {
 		return rt.shards[0].loop(done, untilIdle)
 	}
+	for _, s := range rt.shards {
+		s.refillReserve() // before the threads start: no one owns the shards yet
+	}
 	rt.work.Store(int64(len(rt.shards)))
 	rt.idleDone = make(chan struct{})
 	rt.idleOnce = new(sync.Once)
@@ -488,6 +491,9 @@ func (s *shard) loopShared(done, stop <-chan struct{}, untilIdle bool) error {
 		if !active {
 			rt.work.Add(1)
 			active = true
+		}
+		if s.reservedCount.Load() < reservePoolLow {
+			s.refillReserve()
 		}
 		if n := s.drainInbox(); n > 0 {
 			rt.work.Add(-int64(n))

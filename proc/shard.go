@@ -26,6 +26,9 @@ const (
 	// no turn until that mailbox has room. flagQueued stays set meanwhile,
 	// so deliveries to it do not queue it; unblocking queues it.
 	flagBlocked
+	// flagReserved: the slot is set aside for a process another thread is
+	// spawning here (SpawnOptions.Spread); it is neither free nor alive.
+	flagReserved
 )
 
 // process is one slot of the process table. An idle process costs this
@@ -87,7 +90,9 @@ type spawnRequest struct {
 	name      string
 	behaviour Behaviour
 	options   SpawnOptions
-	done      chan spawnResult
+	done      chan spawnResult // nil for a Spread spawn: nobody waits
+	reserved  PID              // a Spread spawn: the slot reserved for it
+	parent    PID
 }
 
 type spawnResult struct {
@@ -150,6 +155,13 @@ type shard struct {
 	// that waited for another could deadlock with it.
 	outsideQueued int
 	inboxRoom     sync.Cond
+
+	// reserved is the pool of slots set aside for Spread spawns from other
+	// threads (guarded by reserveMu, a leaf); reservedCount mirrors its
+	// length for the owner's lock-free check.
+	reserveMu     sync.Mutex
+	reserved      []PID
+	reservedCount atomic.Int32
 }
 
 func newShard(rt *Runtime, id, count uint32) *shard {
@@ -252,43 +264,79 @@ func (s *shard) runningContext(p *process) *Context {
 // spawn creates a process on this shard. parent is the spawning process
 // (zero from outside).
 func (s *shard) spawn(name string, b Behaviour, opts SpawnOptions, parent PID) (PID, error) {
+	if err := validSpawn(b, opts); err != nil {
+		return PID{}, err
+	}
+	if s.budgetBytes > 0 && s.usedBytes+processBytes+int64(len(name)) > s.budgetBytes {
+		return PID{}, ErrMemoryBudget // refused before a page of slots could be allocated
+	}
+	if !s.rt.reserveLive() {
+		return PID{}, ErrTooManyProcesses
+	}
+	return s.start(s.takeSlot(), name, b, opts, parent, false)
+}
+
+func validSpawn(b Behaviour, opts SpawnOptions) error {
 	if b == nil {
-		return PID{}, errNilBehaviour
+		return errNilBehaviour
 	}
 	if opts.MailboxLimit < 0 || opts.MailboxFull > MailboxBlock {
-		return PID{}, errBadSpawnOptions
+		return errBadSpawnOptions
+	}
+	return nil
+}
+
+// reserveLive counts a process about to start, refusing past MaxProcesses.
+// It is reserved before a slot is taken, so threads spawning at once
+// cannot pass the limit together.
+func (rt *Runtime) reserveLive() bool {
+	if live := rt.live.Add(1); rt.opts.MaxProcesses > 0 && live > int64(rt.opts.MaxProcesses) {
+		rt.live.Add(-1)
+		return false
+	}
+	return true
+}
+
+// takeSlot returns a free slot (last freed first) or a new one.
+func (s *shard) takeSlot() uint32 {
+	if n := len(s.freeSlots); n > 0 {
+		local := s.freeSlots[n-1]
+		s.freeSlots = s.freeSlots[:n-1]
+		return local
+	}
+	if s.slots>>pageShift == uint32(len(s.pages)) {
+		s.pages = append(s.pages, new([pageSize]process))
+	}
+	local := s.slots
+	s.slots++
+	s.slot(local).generation = 1
+	return local
+}
+
+// start brings a process to life in slot local, whose live count is
+// already reserved. remote says the spawner is on another thread
+// (SpawnOptions.Spread): it already holds its side of a Link and learns of
+// a failure to start only by the link's exit signal.
+func (s *shard) start(local uint32, name string, b Behaviour, opts SpawnOptions, parent PID, remote bool) (PID, error) {
+	p := s.slot(local)
+	pid := PID{Index: s.global(local), Generation: p.generation}
+	fail := func(err error) (PID, error) {
+		s.freeSlots = append(s.freeSlots, local)
+		s.rt.live.Add(-1)
+		if remote && opts.Link {
+			_ = s.send(parent, pid, kindLinkExit, err, 0)
+		}
+		return PID{}, err
 	}
 	cost := processBytes
 	if name != "" {
 		cost += int64(len(name)) + nameEntryBytes
 	}
 	if s.budgetBytes > 0 && s.usedBytes+cost > s.budgetBytes {
-		return PID{}, ErrMemoryBudget
+		return fail(ErrMemoryBudget)
 	}
-	// The live count is reserved before the slot is taken, so threads
-	// spawning at once cannot pass MaxProcesses together.
-	if live := s.rt.live.Add(1); s.rt.opts.MaxProcesses > 0 && live > int64(s.rt.opts.MaxProcesses) {
-		s.rt.live.Add(-1)
-		return PID{}, ErrTooManyProcesses
-	}
-	var local uint32
-	if n := len(s.freeSlots); n > 0 {
-		local = s.freeSlots[n-1]
-		s.freeSlots = s.freeSlots[:n-1]
-	} else {
-		if s.slots>>pageShift == uint32(len(s.pages)) {
-			s.pages = append(s.pages, new([pageSize]process))
-		}
-		local = s.slots
-		s.slots++
-		s.slot(local).generation = 1
-	}
-	p := s.slot(local)
-	pid := PID{Index: s.global(local), Generation: p.generation}
 	if name != "" && !s.rt.register(name, pid) {
-		s.freeSlots = append(s.freeSlots, local)
-		s.rt.live.Add(-1)
-		return PID{}, ErrNameTaken
+		return fail(ErrNameTaken)
 	}
 	p.behaviour, p.name, p.flags = b, name, flagAlive
 	if opts.TrapExit {
@@ -308,6 +356,9 @@ func (s *shard) spawn(name string, b Behaviour, opts SpawnOptions, parent PID) (
 			p.ensureExtra().parent = parent
 			addLink(pp, pid)
 			addLink(p, parent)
+		} else if remote {
+			p.ensureExtra().parent = parent
+			addLink(p, parent) // the spawner linked its side when it took the PID
 		}
 	}
 	if in, ok := b.(Initializer); ok {
@@ -323,8 +374,9 @@ func (s *shard) spawn(name string, b Behaviour, opts SpawnOptions, parent PID) (
 		}
 		if err != nil {
 			// OTP: a failed init answers the spawner with the reason; the
-			// spawner is not also killed by the link.
-			if !parent.IsZero() {
+			// spawner is not also killed by the link. A remote spawner has
+			// no answer but the link's exit signal, which exit sends.
+			if !parent.IsZero() && !remote {
 				removeLink(p, parent)
 				if pp := s.lookup(parent); pp != nil {
 					removeLink(pp, pid)
@@ -335,6 +387,54 @@ func (s *shard) spawn(name string, b Behaviour, opts SpawnOptions, parent PID) (
 		}
 	}
 	return pid, nil
+}
+
+// Spread spawns: a shard keeps a pool of reserved slots that other
+// threads take PIDs from without waiting for it, then send it the spawn.
+const (
+	reservePoolLow  = 32
+	reservePoolHigh = 128
+)
+
+// refillReserve tops the pool of reserved slots up (the owner's thread,
+// between turns).
+func (s *shard) refillReserve() {
+	s.reserveMu.Lock()
+	for len(s.reserved) < reservePoolHigh {
+		local := s.takeSlot()
+		p := s.slot(local)
+		p.flags = flagReserved
+		s.reserved = append(s.reserved, PID{Index: s.global(local), Generation: p.generation})
+	}
+	s.reservedCount.Store(int32(len(s.reserved)))
+	s.reserveMu.Unlock()
+}
+
+// takeReserved returns a reserved PID of this shard for a spawner on
+// another thread, if the pool has one.
+func (s *shard) takeReserved() (PID, bool) {
+	s.reserveMu.Lock()
+	defer s.reserveMu.Unlock()
+	n := len(s.reserved)
+	if n == 0 {
+		return PID{}, false
+	}
+	pid := s.reserved[n-1]
+	s.reserved = s.reserved[:n-1]
+	s.reservedCount.Store(int32(n - 1))
+	return pid, true
+}
+
+// startReserved materialises a process spawned from another thread into
+// the slot reserved for it.
+func (s *shard) startReserved(req *spawnRequest) {
+	local := s.local(req.reserved.Index)
+	p := s.slot(local)
+	if p.flags&flagReserved == 0 || p.generation != req.reserved.Generation {
+		panic("proc: spawn into a slot that was not reserved for it") // a broken invariant, not a user error
+	}
+	p.flags = 0
+	_, _ = s.start(local, req.name, req.behaviour, req.options, req.parent, true)
 }
 
 func (p *process) ensureExtra() *processExtra {
@@ -742,6 +842,8 @@ func (s *shard) drainInbox() int {
 	for i := range batch {
 		e := &batch[i]
 		switch {
+		case e.spawn != nil && !e.spawn.reserved.IsZero():
+			s.startReserved(e.spawn)
 		case e.spawn != nil:
 			pid, err := s.spawn(e.spawn.name, e.spawn.behaviour, e.spawn.options, PID{})
 			e.spawn.done <- spawnResult{pid, err}
