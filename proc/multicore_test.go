@@ -44,8 +44,8 @@ func (p *producerProc) Receive(ctx *Context, m any) error {
 			}
 		}
 	}
-	// A helper, spawned and linked on this thread, that exits normally.
-	helper, err := ctx.Spawn("", BehaviourFunc(func(ctx *Context, _ any) error { ctx.Stop(); return nil }), SpawnOptions{Link: true})
+	// A helper, spawned and linked (on any thread), that exits normally.
+	helper, err := ctx.Spawn("", BehaviourFunc(func(ctx *Context, _ any) error { ctx.Stop(); return nil }), SpawnOptions{Link: true, Spread: true})
 	if err != nil {
 		return err
 	}
