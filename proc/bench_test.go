@@ -14,8 +14,22 @@ import (
 
 // BenchmarkPingPong: one delivery per op between two processes on one
 // scheduler thread.
-func BenchmarkPingPong(b *testing.B) {
+func BenchmarkPingPong(b *testing.B) { benchPingPong(b, 0) }
+
+// BenchmarkPingPongAmongIdle: the pair is spawned last, after n idle
+// processes; delivery cost must not depend on n.
+func BenchmarkPingPongAmongIdle(b *testing.B) {
+	for _, n := range []int{2, 1000, 100_000, 1_000_000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) { benchPingPong(b, n) })
+	}
+}
+
+func benchPingPong(b *testing.B, idleProcesses int) {
 	rt := mustNew(b, Options{})
+	idle := BehaviourFunc(func(*Context, any) error { return nil })
+	for i := 0; i < idleProcesses; i++ {
+		mustSpawn(b, rt, "idle-"+strconv.Itoa(i), idle, SpawnOptions{})
+	}
 	pl := &player{limit: b.N}
 	ping := mustSpawn(b, rt, "ping", pl, SpawnOptions{})
 	pong := mustSpawn(b, rt, "pong", pl, SpawnOptions{})
@@ -24,29 +38,6 @@ func BenchmarkPingPong(b *testing.B) {
 	b.ResetTimer()
 	if err := rt.RunUntilIdle(); err != nil {
 		b.Fatal(err)
-	}
-}
-
-// BenchmarkPingPongAmongIdle: the pair is spawned last, after n idle
-// processes; delivery cost must not depend on n.
-func BenchmarkPingPongAmongIdle(b *testing.B) {
-	for _, n := range []int{2, 1000, 100_000, 1_000_000} {
-		b.Run(strconv.Itoa(n), func(b *testing.B) {
-			rt := mustNew(b, Options{})
-			idle := BehaviourFunc(func(*Context, any) error { return nil })
-			for i := 0; i < n; i++ {
-				mustSpawn(b, rt, "idle-"+strconv.Itoa(i), idle, SpawnOptions{})
-			}
-			pl := &player{limit: b.N}
-			ping := mustSpawn(b, rt, "ping", pl, SpawnOptions{})
-			pong := mustSpawn(b, rt, "pong", pl, SpawnOptions{})
-			_ = rt.shards[0].deliver(ping, pong, kindMessage, &ball{}, 0)
-			b.ReportAllocs()
-			b.ResetTimer()
-			if err := rt.RunUntilIdle(); err != nil {
-				b.Fatal(err)
-			}
-		})
 	}
 }
 

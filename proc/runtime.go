@@ -424,17 +424,8 @@ func (s *shard) loop(done <-chan struct{}, untilIdle bool) error {
 				s.fireTimers(s.virtualNanos)
 				continue
 			}
-			now := s.nowNanos()
-			if s.fireTimers(now) > 0 {
-				continue
-			}
-			wait := time.Duration(s.timers[0].deadlineNanos - now)
-			if timer == nil {
-				timer = time.NewTimer(wait)
-			} else {
-				timer.Reset(wait)
-			}
-			if s.sleep(done, timer.C) {
+			fired, timerC := s.fireOrArm(&timer)
+			if !fired && s.sleep(done, timerC) {
 				return nil
 			}
 			continue
@@ -446,6 +437,23 @@ func (s *shard) loop(done <-chan struct{}, untilIdle bool) error {
 			return nil
 		}
 	}
+}
+
+// fireOrArm fires the timers that are due and reports true, or, if none
+// is, arms *timer (created on first use) for the next deadline and returns
+// its channel.
+func (s *shard) fireOrArm(timer **time.Timer) (bool, <-chan time.Time) {
+	now := s.nowNanos()
+	if s.fireTimers(now) > 0 {
+		return true, nil
+	}
+	wait := time.Duration(s.timers[0].deadlineNanos - now)
+	if *timer == nil {
+		*timer = time.NewTimer(wait)
+	} else {
+		(*timer).Reset(wait)
+	}
+	return false, (*timer).C
 }
 
 // sleep waits for an envelope, the timer or done; it reports whether done
@@ -507,17 +515,10 @@ func (s *shard) loopShared(done, stop <-chan struct{}, untilIdle bool) error {
 		}
 		var timerC <-chan time.Time
 		if len(s.timers) > 0 {
-			now := s.nowNanos()
-			if s.fireTimers(now) > 0 {
+			var fired bool
+			if fired, timerC = s.fireOrArm(&timer); fired {
 				continue
 			}
-			wait := time.Duration(s.timers[0].deadlineNanos - now)
-			if timer == nil {
-				timer = time.NewTimer(wait)
-			} else {
-				timer.Reset(wait)
-			}
-			timerC = timer.C
 		} else {
 			// Idle: give back this thread's unit of work. Whoever brings
 			// the count to zero saw every thread idle and no envelope in

@@ -797,6 +797,13 @@ func (s *shard) push(e envelope) {
 	s.inbox = append(s.inbox, e)
 	s.inboxPending.Store(true)
 	s.inboxMu.Unlock()
+	s.wakeIfSleeping()
+}
+
+// wakeIfSleeping wakes the shard's thread after an envelope was added. The
+// thread sets sleeping before its last look at the inbox, so either it sees
+// the envelope or this sees it sleeping.
+func (s *shard) wakeIfSleeping() {
 	if s.sleeping.Load() {
 		select {
 		case s.wake <- struct{}{}:
@@ -817,12 +824,7 @@ func (s *shard) pushOutside(e envelope) {
 	s.inbox = append(s.inbox, e)
 	s.inboxPending.Store(true)
 	s.inboxMu.Unlock()
-	if s.sleeping.Load() {
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
-	}
+	s.wakeIfSleeping()
 }
 
 // drainInbox applies the envelopes other threads left; it returns how many.

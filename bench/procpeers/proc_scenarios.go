@@ -29,6 +29,15 @@ func newProc(opts proc.Options) *proc.Runtime {
 	return rt
 }
 
+// timedRun runs rt until idle and returns how long that took.
+func timedRun(rt *proc.Runtime) time.Duration {
+	start := time.Now()
+	mustRun(rt)
+	elapsed := time.Since(start)
+	keep(rt)
+	return elapsed
+}
+
 func mustRun(rt *proc.Runtime) {
 	if err := rt.RunUntilIdle(); err != nil {
 		panic(err)
@@ -119,11 +128,7 @@ func procPingPong(alive, deliveries int, deterministic bool) time.Duration {
 	pb, _ := rt.Spawn("pong", b, proc.SpawnOptions{})
 	a.peer, b.peer = pb, pa
 	_ = rt.Send(pa, &procBall{limit: deliveries})
-	start := time.Now()
-	mustRun(rt)
-	elapsed := time.Since(start)
-	keep(rt)
-	return elapsed
+	return timedRun(rt)
 }
 
 type procSelfSender struct{ left int }
@@ -145,11 +150,7 @@ func procReady(ready, perProcess int, deterministic bool) time.Duration {
 		pid, _ := rt.Spawn("", &procSelfSender{left: perProcess}, proc.SpawnOptions{})
 		_ = rt.Send(pid, work)
 	}
-	start := time.Now()
-	mustRun(rt)
-	elapsed := time.Since(start)
-	keep(rt)
-	return elapsed
+	return timedRun(rt)
 }
 
 type procCrasher struct{}
@@ -222,11 +223,7 @@ func procMultiCore(schedulers, processes, messages, iterations int) time.Duratio
 		pid, _ := rt.Spawn("", &procHeavy{left: messages, iterations: iterations}, proc.SpawnOptions{})
 		_ = rt.Send(pid, work)
 	}
-	start := time.Now()
-	mustRun(rt)
-	elapsed := time.Since(start)
-	keep(rt)
-	return elapsed
+	return timedRun(rt)
 }
 
 var kept []any

@@ -159,14 +159,7 @@ func paReady(ready, perProcess int) time.Duration {
 	for i := range pids {
 		pids[i] = system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &paSelfSender{left: perProcess, done: &wg} }))
 	}
-	start := time.Now()
-	for _, pid := range pids {
-		system.Root.Send(pid, work)
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	keep(system)
-	return elapsed
+	return timedKick(system, pids, &wg)
 }
 
 type paCrasher struct{}
@@ -243,6 +236,12 @@ func paMultiCore(processes, messages, iterations int) time.Duration {
 			return &paHeavy{left: messages, iterations: iterations, done: &wg}
 		}))
 	}
+	return timedKick(system, pids, &wg)
+}
+
+// timedKick sends one message to every pid and returns how long it took
+// until wg is done.
+func timedKick(system *actor.ActorSystem, pids []*actor.PID, wg *sync.WaitGroup) time.Duration {
 	start := time.Now()
 	for _, pid := range pids {
 		system.Root.Send(pid, work)
