@@ -368,3 +368,30 @@ func TestRunStopsOnContext(t *testing.T) {
 		t.Fatal("Run returned nil after its context expired")
 	}
 }
+
+// TestIdleShardDropsBurstNodes: the nodes of a burst of queued messages are
+// let go when the runtime goes idle, so per-process memory after work
+// returns to the idle figure; a small free list is kept.
+func TestIdleShardDropsBurstNodes(t *testing.T) {
+	rt := mustNew(t, Options{})
+	pid := mustSpawn(t, rt, "", BehaviourFunc(func(*Context, any) error { return nil }), SpawnOptions{})
+	s := rt.shards[0]
+	for i := 0; i < 10*keepFreeNodes; i++ {
+		_ = rt.Send(pid, i)
+	}
+	if err := rt.RunUntilIdle(); err != nil {
+		t.Fatal(err)
+	}
+	if s.freeNodes != nil || s.freeNodeCount != 0 {
+		t.Fatalf("%d free nodes kept after a burst of %d", s.freeNodeCount, 10*keepFreeNodes)
+	}
+	for i := 0; i < 10; i++ {
+		_ = rt.Send(pid, i)
+	}
+	if err := rt.RunUntilIdle(); err != nil {
+		t.Fatal(err)
+	}
+	if s.freeNodeCount != nodeSlabSize {
+		t.Fatalf("%d free nodes after a small batch, want one slab (%d) kept", s.freeNodeCount, nodeSlabSize)
+	}
+}

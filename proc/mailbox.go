@@ -39,6 +39,12 @@ const nodeBytes = int64(unsafe.Sizeof(node{}))
 // allocation per slab, none per message afterwards.
 const nodeSlabSize = 256
 
+// keepFreeNodes is how many free nodes an idle shard keeps; past it, going
+// idle drops the free list, so a burst of queued messages does not hold its
+// memory for the rest of the runtime's life (the collector frees a slab
+// once none of its nodes is referenced).
+const keepFreeNodes = 4 * nodeSlabSize
+
 // allocNode takes a node from the free list, refilling it with a slab when
 // it is empty.
 func (s *shard) allocNode() *node {
@@ -49,9 +55,11 @@ func (s *shard) allocNode() *node {
 			slab[i+1].next = s.freeNodes
 			s.freeNodes = &slab[i+1]
 		}
+		s.freeNodeCount += nodeSlabSize - 1
 		return &slab[0]
 	}
 	s.freeNodes = n.next
+	s.freeNodeCount--
 	n.next = nil
 	return n
 }
@@ -61,6 +69,15 @@ func (s *shard) allocNode() *node {
 func (s *shard) freeNode(n *node) {
 	*n = node{next: s.freeNodes}
 	s.freeNodes = n
+	s.freeNodeCount++
+}
+
+// trimFreeNodes drops the free list when it holds more than keepFreeNodes
+// (called when the shard goes idle).
+func (s *shard) trimFreeNodes() {
+	if s.freeNodeCount > keepFreeNodes {
+		s.freeNodes, s.freeNodeCount = nil, 0
+	}
 }
 
 // appendMailbox queues n at the tail of p's mailbox.

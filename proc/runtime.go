@@ -430,6 +430,7 @@ func (s *shard) loop(done <-chan struct{}, untilIdle bool) error {
 			}
 			continue
 		}
+		s.trimFreeNodes()
 		if untilIdle {
 			return nil
 		}
@@ -523,6 +524,7 @@ func (s *shard) loopShared(done, stop <-chan struct{}, untilIdle bool) error {
 			// Idle: give back this thread's unit of work. Whoever brings
 			// the count to zero saw every thread idle and no envelope in
 			// flight (senders count an envelope before pushing it).
+			s.trimFreeNodes()
 			active = false
 			if rt.work.Add(-1) == 0 && untilIdle {
 				rt.idleOnce.Do(func() { close(rt.idleDone) })

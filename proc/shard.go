@@ -115,10 +115,11 @@ type shard struct {
 	freeSlots []uint32 // local indexes of free slots, reused last-in first-out
 	live      int
 
-	ready     readyRing
-	freeNodes *node
-	timers    timerHeap
-	timerSeq  uint64
+	ready         readyRing
+	freeNodes     *node
+	freeNodeCount int
+	timers        timerHeap
+	timerSeq      uint64
 
 	deterministic   bool
 	choiceWindow    int
