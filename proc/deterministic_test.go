@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -224,5 +225,33 @@ func TestChoiceWindow(t *testing.T) {
 		if first := order(4, seed)[0]; first > 'd' {
 			t.Fatalf("seed %d: window 4 chose %c first", seed, first)
 		}
+	}
+}
+
+// TestDeterministicGoldenJournal pins one seed's journal to a file: a seed
+// must replay the same schedule on every machine and every later version
+// (a change that alters it must say so by rewriting the file: -rewrite).
+func TestDeterministicGoldenJournal(t *testing.T) {
+	var journal bytes.Buffer
+	rt := mustNew(t, Options{Deterministic: true, Seed: 7, Journal: &journal, JournalDeliveries: true})
+	root := &swarmWorker{depth: 2, id: "w"}
+	pid := mustSpawn(t, rt, root.id, root, SpawnOptions{})
+	_ = rt.Send(pid, "go")
+	if err := rt.RunUntilIdle(); err != nil {
+		t.Fatal(err)
+	}
+	path := "testdata/deterministic/swarm-depth2-seed7.txt"
+	if *rewrite {
+		if err := os.WriteFile(path, journal.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -rewrite to create it)", err)
+	}
+	if !bytes.Equal(journal.Bytes(), want) {
+		t.Fatalf("seed 7 no longer replays the recorded schedule (%s; -rewrite if the change is meant)\n--- got\n%s", path, journal.Bytes())
 	}
 }
