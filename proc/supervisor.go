@@ -225,6 +225,8 @@ func (s *supervisor) Receive(ctx *Context, m any) error {
 		if !ctx.Sender().IsZero() {
 			_ = ctx.Reply(ChildStarted{PID: c.pid, Err: err})
 		}
+	case retryRestart:
+		return s.retry(ctx, m.child)
 	case TerminateChild:
 		if i := s.find(m.PID); i >= 0 {
 			c := s.children[i]
@@ -283,29 +285,70 @@ func (s *supervisor) childExit(ctx *Context, m Exit) error {
 		s.stopAll(ctx)
 		return ErrRestartIntensity
 	}
-	var err error
+	var failed *supervisedChild
 	switch s.spec.Strategy {
 	case OneForOne, SimpleOneForOne:
 		ctx.shard.journalf("sup %v decision=restart child=%s", self, c.spec.ID)
-		err = s.start(ctx, c)
+		if err := s.start(ctx, c); err != nil {
+			failed = c
+		}
 	case OneForAll:
 		ctx.shard.journalf("sup %v decision=restart-all after child=%s", self, c.spec.ID)
-		err = s.restartFrom(ctx, 0)
+		failed = s.restartFrom(ctx, 0)
 	case RestForOne:
 		ctx.shard.journalf("sup %v decision=restart-rest from child=%s", self, c.spec.ID)
-		err = s.restartFrom(ctx, i)
+		failed = s.restartFrom(ctx, i)
 	}
-	if err != nil {
-		ctx.shard.journalf("sup %v decision=escalate (restart failed): stopping children", self)
+	s.retryLater(ctx, failed)
+	return nil
+}
+
+// retryRestart is a supervisor's note to itself: the restart of child
+// failed to start it and is tried again, as OTP does, counting against the
+// restart intensity (so a child that never starts ends in escalation).
+type retryRestart struct{ child *supervisedChild }
+
+func (s *supervisor) retryLater(ctx *Context, failed *supervisedChild) {
+	if failed == nil {
+		return
+	}
+	ctx.shard.journalf("sup %v decision=retry child=%s (start failed)", ctx.Self(), failed.spec.ID)
+	_ = ctx.Send(ctx.Self(), retryRestart{child: failed})
+}
+
+func (s *supervisor) retry(ctx *Context, c *supervisedChild) error {
+	i := -1
+	for j, other := range s.children {
+		if other == c {
+			i = j
+		}
+	}
+	if i < 0 || c.running {
+		return nil // removed or restarted meanwhile
+	}
+	if s.tooManyRestarts(ctx) {
+		ctx.shard.journalf("sup %v decision=escalate (more than %d restarts in %v): stopping children", ctx.Self(), s.spec.Intensity, s.spec.Period)
 		s.stopAll(ctx)
-		return err
+		return ErrRestartIntensity
+	}
+	ctx.shard.journalf("sup %v decision=restart child=%s (retry)", ctx.Self(), c.spec.ID)
+	group := s.spec.Strategy == OneForAll || s.spec.Strategy == RestForOne
+	for _, next := range s.children[i:] {
+		if next.running || (next != c && !group) {
+			continue
+		}
+		if err := s.start(ctx, next); err != nil {
+			s.retryLater(ctx, next)
+			return nil
+		}
 	}
 	return nil
 }
 
 // restartFrom stops the children from index first on (reverse order), drops
-// the temporary ones, and starts the rest again in order.
-func (s *supervisor) restartFrom(ctx *Context, first int) error {
+// the temporary ones, and starts the rest again in order; it returns the
+// child that failed to start (the later ones are not started), or nil.
+func (s *supervisor) restartFrom(ctx *Context, first int) *supervisedChild {
 	for i := len(s.children) - 1; i >= first; i-- {
 		s.stop(ctx, s.children[i])
 	}
@@ -320,7 +363,7 @@ func (s *supervisor) restartFrom(ctx *Context, first int) error {
 	s.children = kept
 	for _, c := range s.children[first:] {
 		if err := s.start(ctx, c); err != nil {
-			return err
+			return c
 		}
 	}
 	return nil

@@ -251,3 +251,42 @@ type initFails struct{}
 func (initFails) Init(*Context) error         { return errors.New("init refused") }
 func (initFails) Receive(*Context, any) error { return nil }
 func (initFails) Terminate(*Context, error)   {}
+
+// flakyStart fails to start while *failures > 0, counting down.
+type flakyStart struct{ failures *int }
+
+func (f flakyStart) Init(*Context) error {
+	if *f.failures > 0 {
+		*f.failures--
+		return errors.New("not ready")
+	}
+	return nil
+}
+
+func (f flakyStart) Receive(ctx *Context, m any) error {
+	if m == "crash" {
+		return errors.New("crash")
+	}
+	return nil
+}
+
+// TestSupervisorRestartRetry: a child that fails to start on restart is
+// tried again (OTP's try_again_restart), each try counting against the
+// intensity; one that never starts ends in escalation.
+func TestSupervisorRestartRetry(t *testing.T) {
+	sc := newScenario(t)
+	failures := 0
+	sc.spawnSupervisor("sup", SupervisorSpec{Strategy: OneForOne, Intensity: 3, Period: time.Minute,
+		Children: []ChildSpec{{ID: "flaky", Name: "flaky", Restart: Permanent, Start: func(any) Behaviour { return flakyStart{&failures} }}}})
+	failures = 2 // the next two starts fail
+	sc.send("flaky", "crash")
+	if _, ok := sc.rt.Lookup("flaky"); !ok {
+		t.Fatal("flaky was not restarted after two failed starts")
+	}
+	failures = 100 // now it never starts: the retries use up the intensity
+	sc.send("flaky", "crash")
+	if _, ok := sc.rt.Lookup("sup"); ok {
+		t.Fatal("a child that never starts must make the supervisor escalate")
+	}
+	sc.golden()
+}
