@@ -103,6 +103,20 @@ type ChildStarted struct {
 // restart it.
 type TerminateChild struct{ PID PID }
 
+// WhichChildren asks a supervisor for its children (OTP's
+// which_children); it answers the sender with Children.
+type WhichChildren struct{}
+
+// Children answers WhichChildren, in start order.
+type Children []ChildInfo
+
+// ChildInfo describes one child of a supervisor.
+type ChildInfo struct {
+	ID      string
+	PID     PID // of the running child; zero when not running
+	Restart RestartType
+}
+
 // NewSupervisor returns the behaviour of a supervisor; spawn it like any
 // process (with SpawnOptions.Link under another supervisor, which
 // ChildSpec does for you). Its Init starts the static children in order; a
@@ -227,6 +241,16 @@ func (s *supervisor) Receive(ctx *Context, m any) error {
 		}
 	case retryRestart:
 		return s.retry(ctx, m.child)
+	case WhichChildren:
+		out := make(Children, 0, len(s.children))
+		for _, c := range s.children {
+			info := ChildInfo{ID: c.spec.ID, Restart: c.spec.Restart}
+			if c.running {
+				info.PID = c.pid
+			}
+			out = append(out, info)
+		}
+		_ = ctx.Reply(out)
 	case TerminateChild:
 		if i := s.find(m.PID); i >= 0 {
 			c := s.children[i]

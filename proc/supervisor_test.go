@@ -227,6 +227,19 @@ func TestSupervisorSimpleOneForOne(t *testing.T) {
 	if got := sc.rt.Stats().Live; got != 3 { // pool, client, restarted x
 		t.Fatalf("%d live, want 3", got)
 	}
+	var children Children
+	asker := mustSpawn(t, sc.rt, "", BehaviourFunc(func(ctx *Context, m any) error {
+		if c, ok := m.(Children); ok {
+			children = c
+			return nil
+		}
+		return ctx.Send(sup, WhichChildren{})
+	}), SpawnOptions{})
+	_ = sc.rt.Send(asker, "ask")
+	sc.run()
+	if len(children) != 1 || children[0].ID != "conn" || children[0].PID.IsZero() || children[0].PID == x {
+		t.Fatalf("which_children: %+v", children)
+	}
 	sc.golden()
 }
 
