@@ -97,7 +97,7 @@ func checkBookkeeping(t *testing.T, seed uint64, rt *Runtime) {
 			if !freeSet[local] {
 				t.Fatalf("seed %d: dead slot %d not on the free list", seed, local)
 			}
-			if p.behaviour != nil || p.head != nil || p.extra != nil {
+			if p.behaviour != nil || p.tail != nil || p.extra != nil {
 				t.Fatalf("seed %d: dead slot %d holds memory", seed, local)
 			}
 			continue
@@ -106,7 +106,7 @@ func checkBookkeeping(t *testing.T, seed uint64, rt *Runtime) {
 		if freeSet[local] {
 			t.Fatalf("seed %d: live slot %d on the free list", seed, local)
 		}
-		if p.head != nil || p.mailboxLen != 0 || p.flags&(flagQueued|flagRunning|flagBlocked) != 0 {
+		if p.tail != nil || p.mailboxLen != 0 || p.flags&(flagQueued|flagRunning|flagBlocked) != 0 {
 			t.Fatalf("seed %d: idle process %v has mailbox %d, flags %b", seed, pid, p.mailboxLen, p.flags)
 		}
 		want += processBytes

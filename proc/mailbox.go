@@ -80,11 +80,19 @@ func (s *shard) trimFreeNodes() {
 	}
 }
 
+// The mailbox is a circular singly linked list reached through its tail
+// (tail.next is the head), so one pointer in the process struct holds it:
+// the struct stays within one 64-byte cache line.
+
+// hasMail reports whether p's mailbox is not empty.
+func (p *process) hasMail() bool { return p.tail != nil }
+
 // appendMailbox queues n at the tail of p's mailbox.
 func (p *process) appendMailbox(n *node) {
 	if p.tail == nil {
-		p.head = n
+		n.next = n
 	} else {
+		n.next = p.tail.next
 		p.tail.next = n
 	}
 	p.tail = n
@@ -93,10 +101,11 @@ func (p *process) appendMailbox(n *node) {
 
 // popMailbox takes the head of p's non-empty mailbox.
 func (p *process) popMailbox() *node {
-	n := p.head
-	p.head = n.next
-	if p.head == nil {
+	n := p.tail.next
+	if n == p.tail {
 		p.tail = nil
+	} else {
+		p.tail.next = n.next
 	}
 	n.next = nil
 	p.mailboxLen--

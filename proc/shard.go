@@ -33,12 +33,12 @@ const (
 
 // process is one slot of the process table. An idle process costs this
 // struct, its name entry, and its behaviour: no goroutine, no mailbox
-// buffer (head and tail are nil when empty), no extra block unless it uses
+// buffer (tail is nil when empty), no extra block unless it uses
 // links, monitors, a bounded mailbox or a receive timeout.
 type process struct {
 	behaviour  Behaviour // nil when the slot is free
 	name       string    // registered name, "" if anonymous
-	head, tail *node     // the mailbox
+	tail       *node     // the mailbox: a circular list, tail.next is its head; nil when empty
 	extra      *processExtra
 	mailboxLen uint32
 	generation uint32 // of the current (or next) occupant; never 0
@@ -601,7 +601,7 @@ func (s *shard) runTurn() bool {
 	s.turns++
 	// flagQueued stays set during the turn: a send to p from its own
 	// handler must not queue it again; it is requeued below if needed.
-	for budget := s.messagesPerTurn; budget > 0 && p.head != nil; budget-- {
+	for budget := s.messagesPerTurn; budget > 0 && p.hasMail(); budget-- {
 		n := p.popMailbox()
 		kind, message, from, ref := n.kind, n.message, n.from, n.ref
 		s.usedBytes -= int64(n.cost)
@@ -623,7 +623,7 @@ func (s *shard) runTurn() bool {
 		}
 	}
 	p.flags &^= flagQueued
-	if p.head != nil {
+	if p.hasMail() {
 		p.flags |= flagQueued
 		s.ready.push(pid)
 	}
@@ -751,7 +751,7 @@ func (s *shard) exit(p *process, pid PID, reason error) {
 		s.rt.markRoom(pid)
 		s.unblockSenders(p.extra)
 	}
-	for p.head != nil {
+	for p.hasMail() {
 		n := p.popMailbox()
 		s.usedBytes -= int64(n.cost)
 		from, kind, ref := n.from, n.kind, n.ref
@@ -994,7 +994,7 @@ func (s *shard) unblockSenders(ex *processExtra) {
 			continue
 		}
 		sp.flags &^= flagBlocked
-		if sp.head != nil {
+		if sp.hasMail() {
 			s.ready.push(pid) // flagQueued is still set
 		} else {
 			sp.flags &^= flagQueued
