@@ -4,10 +4,11 @@
 //
 // # Processes are data, not goroutines
 //
-// A process is a small struct in a paged table: its Behaviour (the state),
-// its mailbox (two pointers, nil when empty) and a generation. A scheduler
-// thread runs a process only while its mailbox is not empty; an idle process
-// costs its struct, its name entry and its behaviour, and no goroutine.
+// A process is a 64-byte struct in a paged table: its Behaviour (the
+// state), its mailbox (one pointer, nil when empty) and a generation. A
+// scheduler thread runs a process only while its mailbox is not empty; an
+// idle process costs its struct, its name entry and its behaviour, and no
+// goroutine.
 //
 //   - Spawn returns a PID (slot index and generation): a PID kept after its
 //     process exited is detected (ErrNoProcess) and never delivered to the

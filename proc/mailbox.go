@@ -18,8 +18,8 @@ const (
 
 // node is one queued message or signal. Nodes come from their shard's free
 // list and go back to it as soon as they are taken out of a mailbox, so an
-// empty mailbox holds no memory at all: a mailbox is just the head and tail
-// pointers in the process struct.
+// empty mailbox holds no memory at all: a mailbox is just the tail pointer
+// in the process struct.
 //
 // Ownership: a node belongs to exactly one of (the shard's free list, one
 // mailbox), and only the shard's scheduler thread touches either.
