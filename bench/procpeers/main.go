@@ -192,7 +192,7 @@ func matrix() []point {
 					n = l
 				}
 				return []string{"pingpong", itoa(alive), itoa(n)}
-			}, perUnit: float64(l - s), scale: 1e3, impls: []string{"proc", "proc-det", "protoactor", "erlang"}})
+			}, perUnit: float64(l - s), scale: 1e3, impls: []string{"proc", "proc-det", "protoactor", "erlang", "erlang-s1"}})
 	}
 	for _, ready := range sizes([]int{2, 1000, 100_000, 1_000_000}, []int{2, 10_000}) {
 		ready := ready
@@ -208,7 +208,7 @@ func matrix() []point {
 					k = k2
 				}
 				return []string{"ready", itoa(ready), itoa(k)}
-			}, perUnit: float64(ready * (k2 - k1)), scale: 1e3, impls: []string{"proc", "proc-det", "protoactor", "erlang"}})
+			}, perUnit: float64(ready * (k2 - k1)), scale: 1e3, impls: []string{"proc", "proc-det", "protoactor", "erlang", "erlang-s1"}})
 	}
 	rs, rl := 10_000, 50_000
 	if *quick {
@@ -269,7 +269,7 @@ func runMatrix() {
 				runs[i] = map[string][][2]float64{}
 			}
 			for _, impl := range p.impls {
-				if impl == "erlang" && erlErr != nil {
+				if strings.HasPrefix(impl, "erlang") && erlErr != nil {
 					continue
 				}
 				pair, err := measure(p, impl, erlDir)
@@ -293,10 +293,10 @@ func runMatrix() {
 			continue
 		}
 		if p.scenario != last {
-			fmt.Printf("\n%s (%s)\n\n| size | proc | proc (deterministic) | Proto.Actor Go | Erlang/OTP |\n|---|---:|---:|---:|---:|\n", p.scenario, p.unit)
+			fmt.Printf("\n%s (%s)\n\n| size | proc | proc (deterministic) | Proto.Actor Go | Erlang/OTP | Erlang/OTP +S 1:1 |\n|---|---:|---:|---:|---:|---:|\n", p.scenario, p.unit)
 			last = p.scenario
 		}
-		fmt.Printf("| %s | %s | %s | %s | %s |\n", p.size, cell(p, res["proc"]), cell(p, res["proc-det"]), cell(p, res["protoactor"]), cell(p, res["erlang"]))
+		fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", p.size, cell(p, res["proc"]), cell(p, res["proc-det"]), cell(p, res["protoactor"]), cell(p, res["erlang"]), cell(p, res["erlang-s1"]))
 	}
 }
 
@@ -347,8 +347,11 @@ func measure(p point, impl, erlDir string) ([2]float64, error) {
 func runOne(impl string, args []string, erlDir string, p point) (float64, error) {
 	var cmd *exec.Cmd
 	env := p.env[impl]
-	if impl == "erlang" {
+	if strings.HasPrefix(impl, "erlang") {
 		flags := []string{"-noshell", "+P", "20000000"}
+		if impl == "erlang-s1" {
+			flags = append(flags, "+S", "1:1") // one scheduler thread, as proc's
+		}
 		if len(p.erlArgs) > 0 {
 			// erlArgs: emulator flags, then "-erlang-iterations N", which
 			// replaces the Go handler's iteration count (the last argument).
