@@ -175,7 +175,7 @@ func matrix() []point {
 		}, perUnit: float64(spawnLong - spawnShort), scale: 1e3, impls: all})
 	ps = append(ps, point{scenario: "spawn at run time (total)", size: itoa(spawnLong), unit: "ms",
 		args: func(bool) []string { return []string{"spawn", itoa(spawnLong)} }, scale: 1e-3, impls: all})
-	short, long := 1_000_000, 5_000_000
+	short, long := 200_000, 1_000_000
 	if *quick {
 		short, long = 100_000, 300_000
 	}
@@ -183,7 +183,7 @@ func matrix() []point {
 		alive := alive
 		s, l := short, long
 		if alive > 2 {
-			s, l = short/5, long/4
+			s, l = short/2, long/2
 		}
 		ps = append(ps, point{scenario: "ping-pong delivery, pair spawned last", size: itoa(alive) + " alive", unit: "ns/delivery",
 			args: func(isLong bool) []string {
@@ -196,7 +196,7 @@ func matrix() []point {
 	}
 	for _, ready := range sizes([]int{2, 1000, 100_000, 1_000_000}, []int{2, 10_000}) {
 		ready := ready
-		totalShort, totalLong := 1_000_000, 4_000_000
+		totalShort, totalLong := 1_000_000, 3_000_000
 		if *quick {
 			totalShort, totalLong = 100_000, 300_000
 		}
@@ -210,7 +210,7 @@ func matrix() []point {
 				return []string{"ready", itoa(ready), itoa(k)}
 			}, perUnit: float64(ready * (k2 - k1)), scale: 1e3, impls: []string{"proc", "proc-det", "protoactor", "erlang", "erlang-s1"}})
 	}
-	rs, rl := 10_000, 50_000
+	rs, rl := 5_000, 20_000
 	if *quick {
 		rs, rl = 1000, 3000
 	}
