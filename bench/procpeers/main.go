@@ -37,6 +37,7 @@ var (
 	quick     = flag.Bool("quick", false, "small sizes, for a smoke run (figures not for recording)")
 	callgrind = flag.Bool("callgrind", false, "measure instructions per delivery with valgrind --tool=callgrind instead")
 	child     = flag.Bool("child", false, "internal: run one measurement and print RESULT <value>")
+	fromRaw   = flag.String("from-raw", "", "print the tables from the raw runs a previous run wrote to stderr, instead of measuring")
 )
 
 func main() {
@@ -47,6 +48,10 @@ func main() {
 	}
 	if *callgrind {
 		runCallgrind()
+		return
+	}
+	if *fromRaw != "" {
+		printFromRaw(*fromRaw)
 		return
 	}
 	runMatrix()
@@ -283,7 +288,43 @@ func runMatrix() {
 		}
 	}
 	fmt.Printf("# load after: %s", readFile("/proc/loadavg"))
-	fmt.Printf("# rounds: %d. A cell is min (median, max) over the rounds; for a slope, (long - short) / extra work\n", *rounds)
+	printTables(points, runs, *rounds)
+}
+
+// printFromRaw rebuilds the tables from the "round N: scenario [size]
+// impl: raw short long" lines of an earlier run.
+func printFromRaw(path string) {
+	points := matrix()
+	index := map[string]int{}
+	for i, p := range points {
+		index[p.scenario+" ["+p.size+"]"] = i
+	}
+	line := regexp.MustCompile(`^round (\d+): (.*) (\S+): raw (\S+) (\S+)$`)
+	runs := make(map[int]map[string][][2]float64)
+	maxRound := 0
+	for _, l := range strings.Split(readFile(path), "\n") {
+		m := line.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		i, ok := index[m[2]]
+		if !ok {
+			continue
+		}
+		r, _ := strconv.Atoi(m[1])
+		maxRound = max(maxRound, r)
+		a, _ := strconv.ParseFloat(m[4], 64)
+		b, _ := strconv.ParseFloat(m[5], 64)
+		if runs[i] == nil {
+			runs[i] = map[string][][2]float64{}
+		}
+		runs[i][m[3]] = append(runs[i][m[3]], [2]float64{a, b})
+	}
+	printTables(points, runs, maxRound)
+}
+
+func printTables(points []point, runs map[int]map[string][][2]float64, rounds int) {
+	fmt.Printf("# rounds: %d. A cell is min (median, max) over the rounds; for a slope, (long - short) / extra work\n", rounds)
 	fmt.Printf("# computed from the minima of the short and of the long runs (then from their medians, their maxima),\n")
 	fmt.Printf("# so noise, which only lengthens runs, is dropped from both ends. Raw runs on stderr.\n\n")
 	last := ""
