@@ -16,9 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"os"
 	"sync"
 	"testing"
@@ -30,6 +27,7 @@ import (
 	"github.com/sushka-io/sushka/stream"
 	"github.com/sushka-io/sushka/stream/kafka"
 	"github.com/sushka-io/sushka/stream/memory"
+	"github.com/sushka-io/sushka/test/testbroker"
 )
 
 // Build makes the App under test over transport, adding opts (the
@@ -285,29 +283,5 @@ func kindName(k stream.EventKind) string {
 // (several, so that partitions are handled concurrently).
 func StartSushka(t testing.TB, partitions int32) string {
 	t.Helper()
-	b, err := broker.New(broker.Config{
-		DataDir:           t.TempDir(),
-		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
-		DefaultPartitions: partitions,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- b.Serve(l) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := b.Shutdown(ctx); err != nil {
-			t.Errorf("broker shutdown: %v", err)
-		}
-		if err := <-served; err != nil && !errors.Is(err, broker.ErrServerClosed) {
-			t.Errorf("broker serve: %v", err)
-		}
-	})
-	return l.Addr().String()
+	return testbroker.StartInProcessWith(t, broker.Config{DefaultPartitions: partitions})
 }

@@ -19,10 +19,20 @@ import (
 // the sushka binary as users run it.
 func StartInProcess(t testing.TB) string {
 	t.Helper()
-	b, err := broker.New(broker.Config{
-		DataDir: t.TempDir(),
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	return StartInProcessWith(t, broker.Config{})
+}
+
+// StartInProcessWith is StartInProcess with cfg; an empty DataDir is a
+// t.TempDir() and a nil Logger discards.
+func StartInProcessWith(t testing.TB, cfg broker.Config) string {
+	t.Helper()
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	b, err := broker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
