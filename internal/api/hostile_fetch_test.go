@@ -73,19 +73,8 @@ func TestHostileFetchDuplicatesBuildNoResponse(t *testing.T) {
 	roundTrip := func(sessionID int32) (allocated uint64, response int) {
 		req := fetchRequest("t", copies, 0, 0)
 		req.SessionID = sessionID
-		c.corr++
-		frame := encodeRequest(req, c.corr)
-		req = nil
-		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		c.sendFrame(frame)
-		_, body, err := c.readFrame(20 * time.Second)
-		if err != nil {
-			t.Fatalf("fetch: %v", err)
-		}
-		runtime.ReadMemStats(&after)
-		return after.TotalAlloc - before.TotalAlloc, len(body)
+		allocated, body := allocatedByRoundTrip(t, c, req)
+		return allocated, len(body)
 	}
 	decoding, _ := roundTrip(7)
 	allocated, response := roundTrip(0)
@@ -116,19 +105,7 @@ func TestHostileFetchOfAMillionMissingPartitions(t *testing.T) {
 			req.Topics[0].Partitions[i].Partition = int32(i + 1) // t has only partition 0
 		}
 		req.SessionID = sessionID
-		c.corr++
-		frame := encodeRequest(req, c.corr)
-		req = nil
-		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		c.sendFrame(frame)
-		_, body, err := c.readFrame(20 * time.Second)
-		if err != nil {
-			t.Fatalf("fetch: %v", err)
-		}
-		runtime.ReadMemStats(&after)
-		return after.TotalAlloc - before.TotalAlloc, body
+		return allocatedByRoundTrip(t, c, req)
 	}
 	decoding, _ := roundTrip(7)
 	allocated, body := roundTrip(0)
@@ -238,4 +215,23 @@ func TestFetchLongPollOverManyPartitions(t *testing.T) {
 	if left := wakersLeft(tp); left != 0 {
 		t.Fatalf("%d registrations left after the context ended", left)
 	}
+}
+
+// allocatedByRoundTrip sends req and reads its answer, returning the bytes
+// this process allocated meanwhile (the broker's handling and the
+// test's read of the answer; the request is encoded before counting).
+func allocatedByRoundTrip(t *testing.T, c *rawConn, req *kmsg.FetchRequest) (allocated uint64, body []byte) {
+	t.Helper()
+	c.corr++
+	frame := encodeRequest(req, c.corr)
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	c.sendFrame(frame)
+	_, body, err := c.readFrame(20 * time.Second)
+	if err != nil {
+		t.Fatalf("fetch: %v", err)
+	}
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc, body
 }
