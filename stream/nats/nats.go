@@ -243,6 +243,7 @@ func (n *NATS) Close() error {
 		return n.err
 	}
 	closed := n.nc.StatusChanged(natsclient.CLOSED)
+	defer n.nc.RemoveStatusListener(closed)
 	if err := n.nc.Drain(); err != nil {
 		n.nc.Close()
 		return fmt.Errorf("nats: drain: %w", err)
@@ -341,9 +342,12 @@ func (n *NATS) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.C
 		closedCh: make(chan struct{}),
 	}
 	c.fetchCtx, c.stopFetching = context.WithCancel(context.Background())
+	c.connClosed = n.nc.StatusChanged(natsclient.CLOSED)
+	c.reconnected = n.nc.StatusChanged(natsclient.CONNECTED)
 	for _, topic := range cfg.Topics {
 		streamName, err := n.streamFor(ctx, topic)
 		if err != nil {
+			c.removeListeners()
 			return nil, err
 		}
 		jc, err := n.js.CreateOrUpdateConsumer(ctx, streamName, jetstream.ConsumerConfig{
@@ -356,6 +360,7 @@ func (n *NATS) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.C
 			DeliverPolicy: jetstream.DeliverAllPolicy,
 		})
 		if err != nil {
+			c.removeListeners()
 			return nil, fmt.Errorf("nats: durable consumer %q on stream %q: %w", DurableName(cfg.Group, topic), streamName, err)
 		}
 		ts := &topicState{topic: topic, jc: jc, wakeFetch: make(chan struct{}, 1)}
@@ -368,7 +373,7 @@ func (n *NATS) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.C
 		go c.fetchLoop(ts)
 	}
 	c.loops.Add(1)
-	go c.keepAlive()
+	go c.maintain()
 	return c, nil
 }
 
@@ -385,17 +390,21 @@ type consumer struct {
 	topics map[string]*topicState // written only by Consume
 	order  []*topicState          // the same, sorted by topic: Poll's round robin
 
-	mu       sync.Mutex
-	next     int   // guarded by mu: where Poll's round robin starts
-	closing  bool  // guarded by mu: Close has begun; new arrivals are nak'ed
-	closed   bool  // guarded by mu
-	fatal    error // guarded by mu: what stops Poll for good
-	pollWake chan struct{}
-	closedCh chan struct{}
+	mu         sync.Mutex
+	next       int      // guarded by mu: where Poll's round robin starts
+	closing    bool     // guarded by mu: Close has begun; new arrivals are nak'ed
+	closed     bool     // guarded by mu
+	fatal      error    // guarded by mu: what stops Poll for good
+	recent     []string // guarded by mu: the last recentAcks acks' subjects, a ring
+	recentNext int      // guarded by mu: where the ring writes next once full
+	pollWake   chan struct{}
+	closedCh   chan struct{}
 
-	fetchCtx     context.Context // cancelled by Close: ends the fetches in flight
+	connClosed   chan natsclient.Status // reports the connection's CLOSED
+	reconnected  chan natsclient.Status // reports CONNECTED (after a reconnect)
+	fetchCtx     context.Context        // cancelled by Close: ends the fetches in flight
 	stopFetching context.CancelFunc
-	loops        sync.WaitGroup // fetchLoops and keepAlive
+	loops        sync.WaitGroup // fetchLoops and maintain
 	closeOnce    sync.Once
 	closeErr     error
 }
@@ -455,8 +464,11 @@ func (c *consumer) fetchLoop(ts *topicState) {
 			retry = 50 * time.Millisecond
 			continue
 		}
-		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
-			errors.Is(err, natsclient.ErrConnectionClosed) || c.n.nc.IsClosed() {
+		if c.n.nc.IsClosed() {
+			c.fail(errConnectionGone)
+			return
+		}
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 			c.fail(fmt.Errorf("nats: fetching %q: %w", ts.topic, err))
 			return
 		}
@@ -527,6 +539,9 @@ func (c *consumer) received(ts *topicState, m jetstream.Msg) {
 	signal(c.pollWake)
 }
 
+// errConnectionGone stops a consumer whose connection is closed for good.
+var errConnectionGone = fmt.Errorf("nats: the connection is closed for good (reconnects exhausted?): %w", natsclient.ErrConnectionClosed)
+
 func (c *consumer) fail(err error) {
 	c.mu.Lock()
 	if c.fatal == nil && !c.closing {
@@ -591,11 +606,22 @@ func (c *consumer) Mark(tp stream.TopicPartition, next int64) {
 	for ; i < len(ts.held) && ts.held[i].offset < next; i++ {
 		// Fire and forget, as JetStream acks are: a lost ack means a
 		// redelivery after AckWait (at least once), never a loss.
-		_ = ts.held[i].msg.Ack()
+		if ts.held[i].msg.Ack() == nil {
+			c.rememberAckLocked(ts.held[i].msg.Reply())
+		}
 	}
 	clear(ts.held[:i])
 	ts.held = ts.held[i:]
 	c.mu.Unlock()
+}
+
+func (c *consumer) rememberAckLocked(reply string) {
+	if len(c.recent) < recentAcks {
+		c.recent = append(c.recent, reply)
+		return
+	}
+	c.recent[c.recentNext] = reply
+	c.recentNext = (c.recentNext + 1) % recentAcks
 }
 
 // Seek queues again, ahead of anything newer, every held message of tp
@@ -637,31 +663,84 @@ func (c *consumer) Resume(tp stream.TopicPartition) {
 	}
 }
 
-// keepAlive renews the ack deadline of every held message every AckWait/3.
-func (c *consumer) keepAlive() {
+// recentAcks is how many of the last acks a consumer remembers, to send
+// them again after a reconnect (see maintain).
+const recentAcks = 4096
+
+// resyncAttempts bounds how often an ack is retried after a reconnect
+// while the server does not answer it (its consumer still loading), 100
+// ms apart.
+const resyncAttempts = 20
+
+// maintain runs beside the fetches until Close. It renews the ack
+// deadline of every held message every AckWait/3. After a reconnect it
+// sends the recent acks again, each as a request the server answers once
+// it has applied it: acks are fire and forget, and those in flight when
+// the connection broke, or read by a server that was shutting down, are
+// lost (a restarted server was seen to keep a message pending whose ack
+// it had read before it stopped), which would turn a finished message
+// into a redelivery after AckWait; acking a message again is a no-op. An
+// ack older than the last recentAcks is left to that redelivery: at
+// least once. And it stops the consumer when its connection closes for
+// good (a paused consumer has no fetch that would notice).
+func (c *consumer) maintain() {
 	defer c.loops.Done()
-	tick := time.NewTicker(c.n.cfg.ackWait / 3)
-	defer tick.Stop()
+	renew := time.NewTicker(c.n.cfg.ackWait / 3)
+	defer renew.Stop()
 	var msgs []jetstream.Msg
+	var replies []string
 	for {
 		select {
 		case <-c.fetchCtx.Done():
 			return
-		case <-tick.C:
-		}
-		msgs = msgs[:0]
-		c.mu.Lock()
-		for _, ts := range c.order {
-			for _, h := range ts.held {
-				msgs = append(msgs, h.msg)
+		case <-c.connClosed:
+			c.fail(errConnectionGone)
+			return
+		case <-c.reconnected:
+			c.mu.Lock()
+			replies = append(replies[:0], c.recent...)
+			c.mu.Unlock()
+			for _, reply := range replies {
+				c.resyncAck(reply)
 			}
+			clear(replies)
+		case <-renew.C:
+			msgs = msgs[:0]
+			c.mu.Lock()
+			for _, ts := range c.order {
+				for _, h := range ts.held {
+					msgs = append(msgs, h.msg)
+				}
+			}
+			c.mu.Unlock()
+			for _, m := range msgs {
+				_ = m.InProgress() // fails only for a message acked meanwhile, or a closed connection
+			}
+			clear(msgs)
 		}
-		c.mu.Unlock()
-		for _, m := range msgs {
-			_ = m.InProgress() // fails only for a message acked meanwhile, or a closed connection
-		}
-		clear(msgs)
 	}
+}
+
+// resyncAck sends an ack again and waits for the server's answer,
+// retrying while it has none.
+func (c *consumer) resyncAck(reply string) {
+	for range resyncAttempts {
+		if c.fetchCtx.Err() != nil {
+			return
+		}
+		if _, err := c.n.nc.Request(reply, ackBody, time.Second); err == nil || c.n.nc.IsClosed() {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// ackBody is JetStream's ack (jetstream.Msg.Ack sends the same).
+var ackBody = []byte("+ACK")
+
+func (c *consumer) removeListeners() {
+	c.n.nc.RemoveStatusListener(c.connClosed)
+	c.n.nc.RemoveStatusListener(c.reconnected)
 }
 
 // Close ends the fetches, naks what this member holds unfinished (the
@@ -674,6 +753,7 @@ func (c *consumer) Close(ctx context.Context) error {
 		c.mu.Unlock()
 		c.stopFetching()
 		c.loops.Wait()
+		c.removeListeners()
 		c.mu.Lock()
 		for _, ts := range c.order {
 			for _, h := range ts.held {

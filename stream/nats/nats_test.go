@@ -1,0 +1,553 @@
+package nats_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	natsclient "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/sushka-io/sushka/stream"
+	"github.com/sushka-io/sushka/stream/nats"
+	"github.com/sushka-io/sushka/stream/nats/natstest"
+)
+
+// testTimeout bounds each wait of these tests; AckWait is 30 s, far above
+// it, so a test passes only if nothing waited for JetStream's ack timer.
+const testTimeout = 15 * time.Second
+
+func newTransport(t *testing.T, url string, opts ...nats.Option) *nats.NATS {
+	t.Helper()
+	tr := nats.New(url, nil, append([]nats.Option{nats.FetchExpiry(time.Second)}, opts...)...)
+	if tr.Conn() == nil {
+		t.Fatalf("connect %s: %v", url, tr.Close())
+	}
+	return tr
+}
+
+func publish(t *testing.T, p stream.Producer, rec *stream.Record) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if err := p.Publish(ctx, rec); err != nil {
+		t.Fatalf("publish to %s: %v", rec.Topic, err)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", testTimeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// running is an App started in the background.
+type running struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func run(app *stream.App) *running {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- app.Run(ctx) }()
+	return r
+}
+
+func (r *running) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("Run did not return after its context ended")
+	}
+}
+
+// tally counts what handlers did, by value.
+type tally struct {
+	mu       sync.Mutex
+	started  map[string]int
+	finished map[string]int
+	order    []string // finished, in order
+}
+
+func newTally() *tally { return &tally{started: map[string]int{}, finished: map[string]int{}} }
+
+func (c *tally) start(v string) {
+	c.mu.Lock()
+	c.started[v]++
+	c.mu.Unlock()
+}
+
+func (c *tally) finish(v string) {
+	c.mu.Lock()
+	c.finished[v]++
+	c.order = append(c.order, v)
+	c.mu.Unlock()
+}
+
+func (c *tally) finishedCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.finished)
+}
+
+func (c *tally) finishedSet() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.finished))
+	for k, v := range c.finished {
+		out[k] = v
+	}
+	return out
+}
+
+// consumerInfo is the server's view of the group's durable on topic.
+func consumerInfo(t *testing.T, tr *nats.NATS, group, topic string) *jetstream.ConsumerInfo {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c, err := tr.JetStream().Consumer(ctx, nats.StreamName(topic), nats.DurableName(group, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+// TestKeyAndHeadersRoundTrip: keys (binary, empty, absent, text, text that
+// looks encoded) and header values (with newlines, leading spaces,
+// repeated names) come back byte for byte, and the key travels in the
+// documented header, readable by any NATS client.
+func TestKeyAndHeadersRoundTrip(t *testing.T) {
+	url := natstest.Start(t)
+	tr := newTransport(t, url)
+	defer tr.Close()
+	const topic = "roundtrip"
+	cases := []stream.Record{
+		{Key: []byte("order-1"), Headers: []stream.Header{{Key: "trace", Value: []byte("00-abc-01")}}},
+		{Key: []byte{0, 1, 2, 0xff, '\n'}},
+		{Key: []byte{}},
+		{Key: nil, Headers: []stream.Header{{Key: "error", Value: []byte("first line\nsecond line")}}},
+		{Key: []byte("base64:AAAA"), Headers: []stream.Header{{Key: "lead", Value: []byte("  spaced")}}},
+		{Key: []byte(" k"), Headers: []stream.Header{{Key: "a", Value: []byte("1")}, {Key: "a", Value: []byte("2")}, {Key: "b", Value: nil}}},
+	}
+	for i := range cases {
+		rec := cases[i]
+		rec.Topic, rec.Partition, rec.Value = topic, stream.AnyPartition, []byte(strconv.Itoa(i))
+		publish(t, tr.Producer(), &rec)
+	}
+
+	// What a plain NATS client sees: the key in Sushka-Key.
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	s, err := tr.JetStream().Stream(ctx, nats.StreamName(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := s.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := raw.Header.Get(nats.KeyHeader); got != "order-1" {
+		t.Fatalf("stored %s = %q, want order-1", nats.KeyHeader, got)
+	}
+	if raw, err = s.GetMsg(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := raw.Header[nats.KeyHeader]; ok {
+		t.Fatalf("a record without a key was stored with %s", nats.KeyHeader)
+	}
+
+	c, err := tr.Consume(ctx, stream.ConsumerConfig{Group: "g", Topics: []string{topic}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var got []*stream.Record
+	for len(got) < len(cases) {
+		polled, err := c.Poll(ctx, make([]*stream.Record, 0, len(cases)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, polled...)
+	}
+	for i, want := range cases {
+		r := got[i]
+		if r.Offset != int64(i) || r.Partition != 0 || string(r.Value) != strconv.Itoa(i) {
+			t.Fatalf("record %d: offset %d partition %d value %q", i, r.Offset, r.Partition, r.Value)
+		}
+		if !bytes.Equal(r.Key, want.Key) || (r.Key == nil) != (want.Key == nil) {
+			t.Fatalf("record %d: key %q (nil %v), want %q (nil %v)", i, r.Key, r.Key == nil, want.Key, want.Key == nil)
+		}
+		if len(r.Headers) != len(want.Headers) {
+			t.Fatalf("record %d: headers %q, want %q", i, r.Headers, want.Headers)
+		}
+		for k, h := range want.Headers {
+			if r.Headers[k].Key != h.Key || !bytes.Equal(r.Headers[k].Value, h.Value) {
+				t.Fatalf("record %d: header %d = %q:%q, want %q:%q", i, k, r.Headers[k].Key, r.Headers[k].Value, h.Key, h.Value)
+			}
+		}
+		if r.Timestamp.IsZero() || time.Since(r.Timestamp) > time.Minute {
+			t.Fatalf("record %d: timestamp %v", i, r.Timestamp)
+		}
+	}
+}
+
+// TestBadInput: what NATS cannot carry is refused with the Kafka error a
+// client expects, and nothing is published.
+func TestBadInput(t *testing.T) {
+	url := natstest.Start(t)
+	tr := newTransport(t, url)
+	defer tr.Close()
+	strict := newTransport(t, url, nats.ExpectStreams())
+	defer strict.Close()
+	cases := []struct {
+		name string
+		tr   *nats.NATS
+		rec  stream.Record
+		want error
+	}{
+		{"partition 1", tr, stream.Record{Topic: "bad", Partition: 1}, kerr.UnknownTopicOrPartition},
+		{"wildcard topic", tr, stream.Record{Topic: "orders.*", Partition: stream.AnyPartition}, kerr.InvalidTopicException},
+		{"empty token", tr, stream.Record{Topic: "orders..eu", Partition: stream.AnyPartition}, kerr.InvalidTopicException},
+		{"space in topic", tr, stream.Record{Topic: "or ders", Partition: stream.AnyPartition}, kerr.InvalidTopicException},
+		{"header name with a colon", tr, stream.Record{Topic: "bad", Partition: 0, Headers: []stream.Header{{Key: "a:b"}}}, kerr.InvalidRecord},
+		{"header named like the key", tr, stream.Record{Topic: "bad", Partition: 0, Headers: []stream.Header{{Key: nats.KeyHeader}}}, kerr.InvalidRecord},
+		{"no stream, ExpectStreams", strict, stream.Record{Topic: "nostream", Partition: 0}, kerr.UnknownTopicOrPartition},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.tr.Producer().Publish(context.Background(), &tc.rec)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Publish: %v, want %v", err, tc.want)
+			}
+		})
+	}
+	_, err := strict.Consume(context.Background(), stream.ConsumerConfig{Group: "g", Topics: []string{"nostream"}})
+	if !errors.Is(err, kerr.UnknownTopicOrPartition) {
+		t.Fatalf("Consume without a stream under ExpectStreams: %v", err)
+	}
+	// The stream "bad" exists (created for the refused records' topic);
+	// nothing is in it.
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	s, err := tr.JetStream().Stream(ctx, nats.StreamName("bad"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := s.Info(ctx); err != nil || info.State.Msgs != 0 {
+		t.Fatalf("stream bad: %v messages, %v", info.State.Msgs, err)
+	}
+}
+
+// TestRedeliveryAfterNack: a nacked message comes again to the member
+// that nacked it, ahead of the messages after it that the member had
+// already fetched (they come again too, in order), well before AckWait,
+// and JetStream ends with everything acknowledged.
+func TestRedeliveryAfterNack(t *testing.T) {
+	url := natstest.Start(t)
+	const topic, group, n = "nack", "g", 40
+	tr := newTransport(t, url)
+	var mu sync.Mutex
+	var order []string
+	attempts := map[string][]int{}
+	app := stream.New(tr, stream.Group(group), stream.RedeliveryBackoff(time.Millisecond))
+	stream.Consume(app, topic, func(ctx context.Context, v string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		attempts[v] = append(attempts[v], stream.Attempt(ctx))
+		if i, _ := strconv.Atoi(v); i%10 == 3 && len(attempts[v]) == 1 {
+			return errors.New("fail the first attempt")
+		}
+		order = append(order, v)
+		return nil
+	})
+	// Published before the App starts, so that the first fetch brings the
+	// failed messages together with those after them.
+	input := newTransport(t, url)
+	defer input.Close()
+	for i := range n {
+		publish(t, input.Producer(), &stream.Record{Topic: topic, Partition: stream.AnyPartition, Value: []byte(strconv.Itoa(i))})
+	}
+	r := run(app)
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(order) == n }, "every message to succeed")
+	r.stop(t)
+	mu.Lock()
+	defer mu.Unlock()
+	for i, v := range order {
+		if v != strconv.Itoa(i) {
+			t.Fatalf("handled out of order: %v", order)
+		}
+		want := []int{1}
+		if i%10 == 3 {
+			want = []int{1, 2}
+		}
+		if !slices.Equal(attempts[v], want) {
+			t.Fatalf("message %s: attempts %v, want %v", v, attempts[v], want)
+		}
+	}
+	info := consumerInfo(t, input, group, topic)
+	if info.NumAckPending != 0 || info.AckFloor.Stream != n {
+		t.Fatalf("server: %d ack pending, ack floor %d; want 0 and %d", info.NumAckPending, info.AckFloor.Stream, n)
+	}
+}
+
+// TestNackWithTwoMembers: two Apps share the group's durable and each
+// fails the first attempt of some messages. A redelivery must not depend
+// on JetStream handing the nacked message back to the same member (it
+// hands a nak'ed message to any member): every message succeeds, within
+// the timeout, and the group ends with nothing pending.
+func TestNackWithTwoMembers(t *testing.T) {
+	url := natstest.Start(t)
+	const topic, group, n = "nack2", "g", 200
+	done := newTally()
+	var mu sync.Mutex
+	failedOnce := map[string]bool{}
+	build := func() *stream.App {
+		app := stream.New(newTransport(t, url, nats.FetchBatch(16)), stream.Group(group), stream.RedeliveryBackoff(time.Millisecond))
+		stream.Consume(app, topic, func(ctx context.Context, v string) error {
+			mu.Lock()
+			fail := !failedOnce[v]
+			if i, _ := strconv.Atoi(v); i%7 == 0 && fail {
+				failedOnce[v] = true
+				mu.Unlock()
+				return errors.New("fail the first attempt")
+			}
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			done.finish(v)
+			return nil
+		})
+		return app
+	}
+	a, b := run(build()), run(build())
+	input := newTransport(t, url)
+	defer input.Close()
+	for i := range n {
+		publish(t, input.Producer(), &stream.Record{Topic: topic, Partition: stream.AnyPartition, Value: []byte(strconv.Itoa(i))})
+	}
+	waitFor(t, func() bool { return done.finishedCount() == n }, "every message to succeed on one of the members")
+	a.stop(t)
+	b.stop(t)
+	info := consumerInfo(t, input, group, topic)
+	if info.NumAckPending != 0 || info.NumPending != 0 {
+		t.Fatalf("server: %d ack pending, %d pending after both members finished everything", info.NumAckPending, info.NumPending)
+	}
+}
+
+// TestShutdownAcksWhatFinished: an App is stopped mid-run with messages
+// fetched but not handled (and, with key lanes, finished out of offset
+// order); another App of the group then gets exactly the messages the
+// first did not acknowledge. Everything is handled at least once; every
+// message the first App acknowledged had finished; what it acknowledged
+// does not come again (the acks reached the server before Close
+// returned); what it did not comes again at once (Close naks it rather
+// than leave it to AckWait).
+func TestShutdownAcksWhatFinished(t *testing.T) {
+	url := natstest.Start(t)
+	const topic, group, n = "shutdown", "g", 120
+	first, second := newTally(), newTally()
+	var mu sync.Mutex
+	ackedFirst := map[string]bool{}
+	build := func(c *tally, opts ...stream.Option) *stream.App {
+		app := stream.New(newTransport(t, url), append(opts, stream.Group(group), stream.ShutdownTimeout(5*time.Second))...)
+		stream.Consume(app, topic, func(ctx context.Context, v string) error {
+			c.start(v)
+			time.Sleep(5 * time.Millisecond)
+			c.finish(v)
+			return nil
+		}, stream.KeyConcurrency(4), stream.MaxInFlight(16))
+		return app
+	}
+	input := newTransport(t, url)
+	defer input.Close()
+	for i := range n {
+		publish(t, input.Producer(), &stream.Record{Topic: topic, Partition: stream.AnyPartition, Key: []byte("k" + strconv.Itoa(i%5)), Value: []byte(strconv.Itoa(i))})
+	}
+	a := run(build(first, stream.Observe(func(e stream.Event) {
+		if e.Kind == stream.EventAcked {
+			mu.Lock()
+			for _, r := range e.Records {
+				ackedFirst[string(r.Value)] = true
+			}
+			mu.Unlock()
+		}
+	})))
+	waitFor(t, func() bool { return first.finishedCount() >= n/4 }, "the first App to finish a quarter")
+	a.stop(t)
+	finishedFirst := first.finishedSet()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ackedFirst) == n {
+		t.Fatal("the first App acknowledged everything before it was stopped: nothing was in flight")
+	}
+	for v := range ackedFirst {
+		if finishedFirst[v] == 0 {
+			t.Fatalf("message %s acknowledged by the first App without its handler finishing", v)
+		}
+	}
+	for v := range first.started {
+		if first.finished[v] == 0 {
+			t.Fatalf("message %s was started and not finished by a graceful shutdown", v)
+		}
+	}
+
+	b := run(build(second))
+	waitFor(t, func() bool { return second.finishedCount() >= n-len(ackedFirst) }, "the second App to handle what the first did not acknowledge")
+	time.Sleep(200 * time.Millisecond) // room for a wrong extra delivery to show
+	b.stop(t)
+	finishedSecond := second.finishedSet()
+	for i := range n {
+		v := strconv.Itoa(i)
+		switch {
+		case ackedFirst[v] && finishedSecond[v] > 0:
+			t.Fatalf("message %s came again although the first App acknowledged it", v)
+		case !ackedFirst[v] && finishedSecond[v] == 0:
+			t.Fatalf("message %s, not acknowledged by the first App, did not come to the second", v)
+		}
+	}
+	info := consumerInfo(t, input, group, topic)
+	if info.NumAckPending != 0 || info.AckFloor.Stream != n {
+		t.Fatalf("server: %d ack pending, ack floor %d; want 0 and %d", info.NumAckPending, info.AckFloor.Stream, n)
+	}
+}
+
+// TestServerRestartUnderConsumer: the server stops and starts again (same
+// port, same store) while an App consumes and another client publishes.
+// The transport reconnects: every message published (PubAck received) is
+// handled, and the group ends with everything acknowledged.
+func TestServerRestartUnderConsumer(t *testing.T) {
+	srv := natstest.StartServer(t)
+	const topic, group, n = "restart", "g", 60
+	handled := newTally()
+	app := stream.New(newTransport(t, srv.URL), stream.Group(group))
+	stream.Consume(app, topic, func(ctx context.Context, v string) error {
+		time.Sleep(20 * time.Millisecond) // in flight when the server goes
+		handled.finish(v)
+		return nil
+	})
+	input := newTransport(t, srv.URL)
+	defer input.Close()
+	publishRetrying := func(i int) {
+		rec := &stream.Record{Topic: topic, Partition: stream.AnyPartition, Value: []byte(strconv.Itoa(i))}
+		deadline := time.Now().Add(testTimeout)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			err := input.Producer().Publish(ctx, rec)
+			cancel()
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("publish %d: %v", i, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for i := range n / 2 {
+		publishRetrying(i)
+	}
+	r := run(app)
+	waitFor(t, func() bool { return handled.finishedCount() >= 3 }, "the App to be consuming")
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if got := handled.finishedCount(); got >= n/2 {
+		t.Fatalf("%d of the %d messages published before the restart were handled by the time it finished: nothing was in flight", got, n/2)
+	}
+	for i := n / 2; i < n; i++ {
+		publishRetrying(i)
+	}
+	waitFor(t, func() bool { return handled.finishedCount() == n }, "every published message handled after the restart")
+	r.stop(t)
+	info := consumerInfo(t, input, group, topic)
+	if info.NumAckPending != 0 || info.AckFloor.Stream != n {
+		t.Fatalf("server: %d ack pending, ack floor %d; want 0 and %d", info.NumAckPending, info.AckFloor.Stream, n)
+	}
+}
+
+// TestHeldMessagesStayWithTheMember: a handler that runs for longer than
+// AckWait keeps its message: the transport renews what it holds (+WIP),
+// so JetStream does not hand the message to the group's other member.
+func TestHeldMessagesStayWithTheMember(t *testing.T) {
+	url := natstest.Start(t)
+	const topic, group = "held", "g"
+	const ackWait = time.Second
+	handled := newTally()
+	build := func() *stream.App {
+		app := stream.New(newTransport(t, url, nats.AckWait(ackWait)), stream.Group(group))
+		stream.Consume(app, topic, func(ctx context.Context, v string) error {
+			handled.start(v)
+			time.Sleep(3 * ackWait)
+			handled.finish(v)
+			return nil
+		})
+		return app
+	}
+	a, b := run(build()), run(build())
+	input := newTransport(t, url)
+	defer input.Close()
+	publish(t, input.Producer(), &stream.Record{Topic: topic, Partition: stream.AnyPartition, Value: []byte("slow")})
+	waitFor(t, func() bool { return handled.finishedCount() == 1 }, "the slow message to be handled")
+	time.Sleep(ackWait) // a redelivery to the other member would have started by now
+	a.stop(t)
+	b.stop(t)
+	handled.mu.Lock()
+	defer handled.mu.Unlock()
+	if handled.started["slow"] != 1 {
+		t.Fatalf("the message was handled %d times: JetStream redelivered it while its handler ran", handled.started["slow"])
+	}
+}
+
+// TestServerGoneFailsClearly: when the connection is closed for good
+// (reconnects exhausted), Run returns an error that says so instead of
+// waiting forever.
+func TestServerGoneFailsClearly(t *testing.T) {
+	srv := natstest.StartServer(t)
+	tr := nats.New(srv.URL, []natsclient.Option{natsclient.MaxReconnects(2), natsclient.ReconnectWait(50 * time.Millisecond)},
+		nats.FetchExpiry(time.Second))
+	started := make(chan struct{})
+	app := stream.New(tr, stream.Group("g"), stream.ShutdownTimeout(time.Second), stream.Observe(func(e stream.Event) {
+		if e.Kind == stream.EventStarted {
+			close(started)
+		}
+	}))
+	stream.Consume(app, "gone", func(ctx context.Context, v string) error { return nil })
+	r := run(app)
+	select {
+	case <-started:
+	case err := <-r.done:
+		t.Fatalf("Run: %v", err)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-r.done:
+		if !errors.Is(err, natsclient.ErrConnectionClosed) {
+			t.Fatalf("Run returned %v, want the closed connection", err)
+		}
+		t.Logf("Run: %v", err)
+	case <-time.After(testTimeout):
+		t.Fatal("Run still running with its connection closed for good")
+	}
+}
