@@ -465,8 +465,7 @@ func (c *consumer) fetchLoop(ts *topicState) {
 			continue
 		}
 		if c.n.nc.IsClosed() {
-			c.fail(errConnectionGone)
-			return
+			return // maintain reports it
 		}
 		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 			c.fail(fmt.Errorf("nats: fetching %q: %w", ts.topic, err))

@@ -551,3 +551,61 @@ func TestServerGoneFailsClearly(t *testing.T) {
 		t.Fatal("Run still running with its connection closed for good")
 	}
 }
+
+// TestExpectedStreamOfSeveralTopics: with ExpectStreams the transport uses
+// a stream it did not create, which captures two topics; each topic's
+// group has its own durable, offsets are the stream's sequences (with
+// gaps where the other topic's messages are) and every message is
+// acknowledged.
+func TestExpectedStreamOfSeveralTopics(t *testing.T) {
+	url := natstest.Start(t)
+	tr := newTransport(t, url, nats.ExpectStreams()) // the App's: closed when it stops
+	admin := newTransport(t, url)
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if _, err := admin.JetStream().CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.*"}}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	for i := range n {
+		topic := []string{"orders.eu", "orders.us"}[i%2]
+		publish(t, admin.Producer(), &stream.Record{Topic: topic, Partition: 0, Value: []byte(strconv.Itoa(i))})
+	}
+	var mu sync.Mutex
+	offsets := map[string][]int64{}
+	app := stream.New(tr, stream.Group("billing"))
+	for _, topic := range []string{"orders.eu", "orders.us"} {
+		stream.Consume(app, topic, func(ctx context.Context, v string) error {
+			mu.Lock()
+			offsets[topic] = append(offsets[topic], stream.Current(ctx).Offset)
+			mu.Unlock()
+			return nil
+		})
+	}
+	r := run(app)
+	waitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(offsets["orders.eu"])+len(offsets["orders.us"]) == n
+	}, "both topics handled")
+	r.stop(t)
+	for k, topic := range []string{"orders.eu", "orders.us"} {
+		for i, off := range offsets[topic] {
+			if off != int64(2*i+k) {
+				t.Fatalf("%s: offsets %v, want the stream's sequences minus one", topic, offsets[topic])
+			}
+		}
+		c, err := admin.JetStream().Consumer(ctx, "ORDERS", nats.DurableName("billing", topic))
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumAckPending != 0 || info.NumPending != 0 {
+			t.Fatalf("%s: %d ack pending, %d pending", topic, info.NumAckPending, info.NumPending)
+		}
+	}
+}
