@@ -7,7 +7,7 @@ import (
 
 // A Transport connects an App to a broker. The framework needs exactly
 // three things from it: a consumer of a group's topics, a producer, and a
-// Close. Implementations live in subpackages (memory, kafka); a transport is
+// Close. Implementations live in subpackages (memory, kafka, nats); a transport is
 // supported when it passes streamtest.TestTransport.
 //
 // Exactly once (consume, process, produce in one Kafka transaction) is to
