@@ -295,6 +295,12 @@ func (n *NATS) streamFor(ctx context.Context, topic string) (string, error) {
 	return name, nil
 }
 
+func (n *NATS) forgetStream(topic string) {
+	n.mu.Lock()
+	delete(n.streams, topic)
+	n.mu.Unlock()
+}
+
 // Producer returns the transport's producer.
 func (n *NATS) Producer() stream.Producer { return producer{n} }
 
@@ -319,7 +325,18 @@ func (p producer) Publish(ctx context.Context, rec *stream.Record) error {
 	}
 	// nats.go copies Data and Header into its write buffer before
 	// PublishMsg returns: rec may be reused afterwards.
-	_, err = p.n.js.PublishMsg(ctx, &natsclient.Msg{Subject: rec.Topic, Data: rec.Value, Header: header})
+	msg := &natsclient.Msg{Subject: rec.Topic, Data: rec.Value, Header: header}
+	_, err = p.n.js.PublishMsg(ctx, msg)
+	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		// Nobody received it (no responders: nothing was stored). The
+		// stream looked up before may have been deleted since: look again
+		// (creating it, unless ExpectStreams) and publish once more.
+		p.n.forgetStream(rec.Topic)
+		if _, lookupErr := p.n.streamFor(ctx, rec.Topic); lookupErr != nil {
+			return lookupErr
+		}
+		_, err = p.n.js.PublishMsg(ctx, msg)
+	}
 	if err != nil {
 		return fmt.Errorf("nats: publish to %q: %w", rec.Topic, err)
 	}

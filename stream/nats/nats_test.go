@@ -609,3 +609,27 @@ func TestExpectedStreamOfSeveralTopics(t *testing.T) {
 		}
 	}
 }
+
+// TestDeletedStreamIsFoundAgain: a stream deleted after the transport
+// looked it up is looked up (and created) again by the next publish,
+// instead of every publish failing on a stale answer.
+func TestDeletedStreamIsFoundAgain(t *testing.T) {
+	url := natstest.Start(t)
+	tr := newTransport(t, url)
+	defer tr.Close()
+	const topic = "deleted"
+	publish(t, tr.Producer(), &stream.Record{Topic: topic, Partition: 0, Value: []byte("before")})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if err := tr.JetStream().DeleteStream(ctx, nats.StreamName(topic)); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, tr.Producer(), &stream.Record{Topic: topic, Partition: 0, Value: []byte("after")})
+	s, err := tr.JetStream().Stream(ctx, nats.StreamName(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := s.GetMsg(ctx, 1); err != nil || string(msg.Data) != "after" {
+		t.Fatalf("the re-created stream's first message: %v %v", msg, err)
+	}
+}
