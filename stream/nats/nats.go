@@ -48,9 +48,10 @@
 // no message is acked before its handler returned. Messages a member has
 // fetched and not finished are kept alive with +WIP (InProgress) every
 // AckWait/3, so a slow handler or a paused topic does not make JetStream
-// hand them to another member meanwhile. Close acks nothing more: it naks
-// what the member holds unfinished, so that JetStream redelivers it at once
-// to the next member instead of after AckWait.
+// hand them to another member meanwhile. Close acks nothing more: once its pull
+// requests have ended (at most FetchExpiry), it naks what the member holds
+// unfinished, so that JetStream redelivers it at once to the next member
+// instead of after AckWait.
 //
 // Seek(offset), the framework's redelivery after a nack, does not nak: a
 // nak'ed message goes back to the shared consumer, may be delivered to
@@ -137,7 +138,7 @@ func defaultConfig() config {
 		ackWait:       30 * time.Second,
 		maxAckPending: 1024,
 		fetchBatch:    256,
-		fetchExpiry:   5 * time.Second,
+		fetchExpiry:   time.Second,
 		logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 }
@@ -190,8 +191,10 @@ func MaxAckPending(n int) Option { return func(c *config) { c.maxAckPending = n 
 func FetchBatch(n int) Option { return func(c *config) { c.fetchBatch = n } }
 
 // FetchExpiry is how long one pull request waits for messages (default
-// 5 s, at least 200 ms) before the next replaces it; its idle heartbeat
-// (see fetchHeartbeat) bounds how long a lost connection goes unnoticed.
+// 1 s, at least 200 ms) before the next replaces it. It bounds how long a
+// consumer's Close waits for its pull requests to end, and, with its idle
+// heartbeat (see fetchHeartbeat), how long a lost connection goes
+// unnoticed; an idle topic costs one pull request per FetchExpiry.
 func FetchExpiry(d time.Duration) Option { return func(c *config) { c.fetchExpiry = d } }
 
 // Logger sets where transient errors (a fetch that failed and is
@@ -409,7 +412,7 @@ type consumer struct {
 
 	mu         sync.Mutex
 	next       int      // guarded by mu: where Poll's round robin starts
-	closing    bool     // guarded by mu: Close has begun; new arrivals are nak'ed
+	closing    bool     // guarded by mu: Close has begun; no new fetch starts
 	closed     bool     // guarded by mu
 	fatal      error    // guarded by mu: what stops Poll for good
 	recent     []string // guarded by mu: the last recentAcks acks' subjects, a ring
@@ -419,7 +422,7 @@ type consumer struct {
 
 	connClosed   chan natsclient.Status // reports the connection's CLOSED
 	reconnected  chan natsclient.Status // reports CONNECTED (after a reconnect)
-	fetchCtx     context.Context        // cancelled by Close: ends the fetches in flight
+	fetchCtx     context.Context        // cancelled by Close: no new fetch; the loops end
 	stopFetching context.CancelFunc
 	loops        sync.WaitGroup // fetchLoops and maintain
 	closeOnce    sync.Once
@@ -500,21 +503,21 @@ func (c *consumer) fetchLoop(ts *topicState) {
 	}
 }
 
+// fetchOnce runs one pull request to its end. It is never cancelled from
+// the client side: a pull request cancelled by the client stays on the
+// server until the server learns there is no one left to read it, and
+// what the server delivers to it meanwhile (Close's own naks, say) goes
+// nowhere until AckWait. A request ends when it is filled, or with the
+// server's 408 at its expiry, after everything the server sent to it.
 func (c *consumer) fetchOnce(ts *topicState, room int) error {
-	ctx, cancel := context.WithTimeout(c.fetchCtx, c.n.cfg.fetchExpiry)
-	defer cancel()
-	batch, err := ts.jc.Fetch(room, jetstream.FetchContext(ctx), jetstream.FetchHeartbeat(c.n.cfg.fetchHeartbeat()))
+	batch, err := ts.jc.Fetch(room, jetstream.FetchMaxWait(c.n.cfg.fetchExpiry), jetstream.FetchHeartbeat(c.n.cfg.fetchHeartbeat()))
 	if err != nil {
 		return err
 	}
 	for m := range batch.Messages() {
 		c.received(ts, m)
 	}
-	err = batch.Error()
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return nil // the request expired (or Close ended it): not a failure
-	}
-	return err
+	return batch.Error()
 }
 
 // received makes m held and ready.
@@ -534,11 +537,6 @@ func (c *consumer) received(ts *topicState, m jetstream.Msg) {
 	}
 	decodeHeaders(m.Headers(), rec)
 	c.mu.Lock()
-	if c.closing {
-		c.mu.Unlock()
-		_ = m.Nak() // arrived as the member closes: let another member have it now
-		return
-	}
 	i := sort.Search(len(ts.held), func(i int) bool { return ts.held[i].offset >= rec.Offset })
 	if i < len(ts.held) && ts.held[i].offset == rec.Offset {
 		// JetStream redelivered what we hold (its AckWait passed while we
@@ -759,9 +757,10 @@ func (c *consumer) removeListeners() {
 	c.n.nc.RemoveStatusListener(c.reconnected)
 }
 
-// Close ends the fetches, naks what this member holds unfinished (the
-// framework has marked, and so acked, everything it finished), and flushes
-// the acks to the server. The connection stays for the transport's Close.
+// Close waits for the fetches in flight to end (at most FetchExpiry: see
+// fetchOnce), naks what this member holds unfinished (the framework has
+// marked, and so acked, everything it finished), and flushes the acks to
+// the server. The connection stays for the transport's Close.
 func (c *consumer) Close(ctx context.Context) error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()

@@ -25,7 +25,8 @@ const testTimeout = 15 * time.Second
 
 func newTransport(t *testing.T, url string, opts ...nats.Option) *nats.NATS {
 	t.Helper()
-	tr := nats.New(url, nil, append([]nats.Option{nats.FetchExpiry(time.Second)}, opts...)...)
+	// A short pull expiry: every App's Close waits for its pull request to end.
+	tr := nats.New(url, nil, append([]nats.Option{nats.FetchExpiry(300 * time.Millisecond)}, opts...)...)
 	if tr.Conn() == nil {
 		t.Fatalf("connect %s: %v", url, tr.Close())
 	}
@@ -524,7 +525,7 @@ func TestHeldMessagesStayWithTheMember(t *testing.T) {
 func TestServerGoneFailsClearly(t *testing.T) {
 	srv := natstest.StartServer(t)
 	tr := nats.New(srv.URL, []natsclient.Option{natsclient.MaxReconnects(2), natsclient.ReconnectWait(50 * time.Millisecond)},
-		nats.FetchExpiry(time.Second))
+		nats.FetchExpiry(300*time.Millisecond))
 	started := make(chan struct{})
 	app := stream.New(tr, stream.Group("g"), stream.ShutdownTimeout(time.Second), stream.Observe(func(e stream.Event) {
 		if e.Kind == stream.EventStarted {

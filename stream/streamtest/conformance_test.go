@@ -49,7 +49,9 @@ func TestNATSTransport(t *testing.T) {
 	streamtest.TestTransport(t, func(t *testing.T) streamtest.Connect {
 		url := natstest.Start(t)
 		return func() stream.Transport {
-			return nats.New(url, nil, nats.FetchExpiry(time.Second))
+			// A short pull expiry: every App's Close waits for its pull
+			// request to end.
+			return nats.New(url, nil, nats.FetchExpiry(300*time.Millisecond))
 		}
 	}, streamtest.Features{Redelivery: true, Resume: true, Headers: true, Timeout: 15 * time.Second})
 }
