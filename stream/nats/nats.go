@@ -17,7 +17,8 @@
 //   - group -> a durable pull consumer, DurableName(group, topic), one per
 //     (group, topic) because a JetStream consumer reads one stream. The
 //     group's members (Apps) share it, and JetStream spreads its messages
-//     over their pull requests. Explicit ack, AckWait and MaxAckPending as
+//     over their pull requests. Nothing is divided among members, so there
+//     are no rebalances: ConsumerConfig.OnRevoked is never called. Explicit ack, AckWait and MaxAckPending as
 //     configured, unlimited deliveries, delivering from the start of the
 //     stream.
 //   - key -> the header Sushka-Key (KeyHeader). Nats-Msg-Id is JetStream's

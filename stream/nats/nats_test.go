@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/sushka-io/sushka/stream"
 	"github.com/sushka-io/sushka/stream/nats"
 	"github.com/sushka-io/sushka/stream/nats/natstest"
+	"github.com/sushka-io/sushka/test/testbroker"
 )
 
 // testTimeout bounds each wait of these tests; AckWait is 30 s, far above
@@ -632,5 +634,21 @@ func TestDeletedStreamIsFoundAgain(t *testing.T) {
 	}
 	if msg, err := s.GetMsg(ctx, 1); err != nil || string(msg.Data) != "after" {
 		t.Fatalf("the re-created stream's first message: %v %v", msg, err)
+	}
+}
+
+// TestUnreachableServer: a transport that could not connect says so on
+// every use, and the App's Run returns it.
+func TestUnreachableServer(t *testing.T) {
+	url := "nats://127.0.0.1:" + strconv.Itoa(testbroker.FreePort(t)) // nothing listens there
+	tr := nats.Transport(url)
+	err := tr.Producer().Publish(context.Background(), &stream.Record{Topic: "t", Partition: 0})
+	if err == nil || !strings.Contains(err.Error(), url) {
+		t.Fatalf("Publish: %v, want the connect error naming %s", err, url)
+	}
+	app := stream.New(tr, stream.Group("g"))
+	stream.Consume(app, "t", func(ctx context.Context, v string) error { return nil })
+	if err := app.Run(context.Background()); err == nil || !strings.Contains(err.Error(), url) {
+		t.Fatalf("Run: %v, want the connect error", err)
 	}
 }

@@ -198,12 +198,38 @@ func Binary() (string, error) {
 	return buildBin, buildErr
 }
 
-func build() (string, error) {
-	_, self, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", errors.New("natstest: cannot locate the source tree (set SUSHKA_NATS_SERVER)")
+// sourceDir finds test/natsserver: beside this file in the source tree it
+// was compiled from, or (in a binary built with -trimpath, whose file
+// names are not paths) in the first parent of the working directory that
+// has it.
+func sourceDir() (string, error) {
+	_, self, _, _ := runtime.Caller(0)
+	wd, _ := os.Getwd()
+	return sourceDirFrom(self, wd)
+}
+
+func sourceDirFrom(self, wd string) (string, error) {
+	const rel = "test/natsserver"
+	candidates := []string{filepath.Join(filepath.Dir(self), "..", "..", "..", rel)}
+	for dir := wd; dir != ""; dir = filepath.Dir(dir) {
+		candidates = append(candidates, filepath.Join(dir, rel))
+		if filepath.Dir(dir) == dir {
+			break
+		}
 	}
-	src := filepath.Join(filepath.Dir(self), "..", "..", "..", "test", "natsserver")
+	for _, dir := range candidates {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+	}
+	return "", errors.New("natstest: cannot find test/natsserver in the source tree or above the working directory (set SUSHKA_NATS_SERVER to a built one)")
+}
+
+func build() (string, error) {
+	src, err := sourceDir()
+	if err != nil {
+		return "", err
+	}
 	hash := sha256.New()
 	fmt.Fprintln(hash, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	for _, name := range []string{"go.mod", "go.sum", "main.go"} {

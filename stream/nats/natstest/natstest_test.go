@@ -64,3 +64,24 @@ func TestStartAndRestart(t *testing.T) {
 		t.Fatalf("restarted on %s, was %s", s.URL, url)
 	}
 }
+
+// TestSourceDirWithoutSourcePaths: in a binary built with -trimpath the
+// compiled file name is not a path; the server's source is then found
+// above the working directory.
+func TestSourceDirWithoutSourcePaths(t *testing.T) {
+	want, err := filepath.Abs(filepath.Join("..", "..", "..", "test", "natsserver"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := sourceDirFrom("github.com/sushka-io/sushka/stream/nats/natstest/natstest.go", wd)
+	if err != nil || got != want {
+		t.Fatalf("sourceDirFrom: %q, %v; want %q", got, err, want)
+	}
+	if _, err := sourceDirFrom("nowhere/natstest.go", t.TempDir()); err == nil {
+		t.Fatal("found a source tree where there is none")
+	}
+}
