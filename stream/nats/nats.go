@@ -368,7 +368,7 @@ func (n *NATS) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.C
 	for _, topic := range cfg.Topics {
 		streamName, err := n.streamFor(ctx, topic)
 		if err != nil {
-			c.removeListeners()
+			c.abandon()
 			return nil, err
 		}
 		jc, err := n.js.CreateOrUpdateConsumer(ctx, streamName, jetstream.ConsumerConfig{
@@ -381,7 +381,7 @@ func (n *NATS) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.C
 			DeliverPolicy: jetstream.DeliverAllPolicy,
 		})
 		if err != nil {
-			c.removeListeners()
+			c.abandon()
 			return nil, fmt.Errorf("nats: durable consumer %q on stream %q: %w", DurableName(cfg.Group, topic), streamName, err)
 		}
 		ts := &topicState{topic: topic, jc: jc, wakeFetch: make(chan struct{}, 1)}
@@ -752,6 +752,12 @@ func (c *consumer) resyncAck(reply string) {
 
 // ackBody is JetStream's ack (jetstream.Msg.Ack sends the same).
 var ackBody = []byte("+ACK")
+
+// abandon undoes a Consume that failed before its goroutines started.
+func (c *consumer) abandon() {
+	c.stopFetching()
+	c.removeListeners()
+}
 
 func (c *consumer) removeListeners() {
 	c.n.nc.RemoveStatusListener(c.connClosed)

@@ -652,3 +652,41 @@ func TestUnreachableServer(t *testing.T) {
 		t.Fatalf("Run: %v, want the connect error", err)
 	}
 }
+
+// TestDurableDeletedFailsRun: a group's durable deleted under a running
+// App (by an operator, say) stops Run with an error that names it,
+// instead of the App waiting for messages that will never come.
+func TestDurableDeletedFailsRun(t *testing.T) {
+	url := natstest.Start(t)
+	const topic, group = "deleted-durable", "g"
+	started := make(chan struct{})
+	app := stream.New(newTransport(t, url), stream.Group(group), stream.Observe(func(e stream.Event) {
+		if e.Kind == stream.EventStarted {
+			close(started)
+		}
+	}))
+	stream.Consume(app, topic, func(ctx context.Context, v string) error { return nil })
+	r := run(app)
+	select {
+	case <-started:
+	case err := <-r.done:
+		t.Fatalf("Run: %v", err)
+	}
+	admin := newTransport(t, url)
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if err := admin.JetStream().DeleteConsumer(ctx, nats.StreamName(topic), nats.DurableName(group, topic)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-r.done:
+		if !errors.Is(err, jetstream.ErrConsumerDeleted) && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.Fatalf("Run returned %v, want the deleted consumer", err)
+		}
+		t.Logf("Run: %v", err)
+	case <-time.After(testTimeout):
+		r.cancel()
+		t.Fatal("Run still running after its durable was deleted")
+	}
+}
