@@ -91,6 +91,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -425,7 +426,7 @@ type consumer struct {
 	reconnected  chan natsclient.Status // reports CONNECTED (after a reconnect)
 	fetchCtx     context.Context        // cancelled by Close: no new fetch; the loops end
 	stopFetching context.CancelFunc
-	loops        sync.WaitGroup // fetchLoops and maintain
+	loops        sync.WaitGroup // fetchLoops, maintain and resyncs
 	closeOnce    sync.Once
 	closeErr     error
 }
@@ -703,7 +704,6 @@ func (c *consumer) maintain() {
 	renew := time.NewTicker(c.n.cfg.ackWait / 3)
 	defer renew.Stop()
 	var msgs []jetstream.Msg
-	var replies []string
 	for {
 		select {
 		case <-c.fetchCtx.Done():
@@ -713,12 +713,10 @@ func (c *consumer) maintain() {
 			return
 		case <-c.reconnected:
 			c.mu.Lock()
-			replies = append(replies[:0], c.recent...)
+			replies := slices.Clone(c.recent)
 			c.mu.Unlock()
-			for _, reply := range replies {
-				c.resyncAck(reply)
-			}
-			clear(replies)
+			c.loops.Add(1) // while maintain holds its own: Close's Wait covers it
+			go c.resync(replies)
 		case <-renew.C:
 			msgs = msgs[:0]
 			c.mu.Lock()
@@ -734,6 +732,34 @@ func (c *consumer) maintain() {
 			clear(msgs)
 		}
 	}
+}
+
+// resyncParallel is how many acks resync has in flight: a round trip
+// each, so that a far server does not make the resync take minutes.
+const resyncParallel = 32
+
+// resync sends replies' acks again, resyncParallel at a time; Close stops it.
+func (c *consumer) resync(replies []string) {
+	defer c.loops.Done()
+	work := make(chan string)
+	var workers sync.WaitGroup
+	for range resyncParallel {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for reply := range work {
+				c.resyncAck(reply)
+			}
+		}()
+	}
+	for _, reply := range replies {
+		select {
+		case work <- reply:
+		case <-c.fetchCtx.Done():
+		}
+	}
+	close(work)
+	workers.Wait()
 }
 
 // resyncAck sends an ack again and waits for the server's answer,
