@@ -17,10 +17,10 @@
 //   - group -> a durable pull consumer, DurableName(group, topic), one per
 //     (group, topic) because a JetStream consumer reads one stream. The
 //     group's members (Apps) share it, and JetStream spreads its messages
-//     over their pull requests. Nothing is divided among members, so there
-//     are no rebalances: ConsumerConfig.OnRevoked is never called. Explicit ack, AckWait and MaxAckPending as
+//     over their pull requests. Explicit ack, AckWait and MaxAckPending as
 //     configured, unlimited deliveries, delivering from the start of the
-//     stream.
+//     stream. Nothing is divided among members, so there are no
+//     rebalances: ConsumerConfig.OnRevoked is never called.
 //   - key -> the header Sushka-Key (KeyHeader). Nats-Msg-Id is JetStream's
 //     deduplication id, not a key. Keys and header values that are not
 //     header-safe text travel base64-encoded (see encodeValue): binary keys
@@ -49,10 +49,13 @@
 // no message is acked before its handler returned. Messages a member has
 // fetched and not finished are kept alive with +WIP (InProgress) every
 // AckWait/3, so a slow handler or a paused topic does not make JetStream
-// hand them to another member meanwhile. Close acks nothing more: once its pull
-// requests have ended (at most FetchExpiry), it naks what the member holds
-// unfinished, so that JetStream redelivers it at once to the next member
-// instead of after AckWait.
+// hand them to another member meanwhile. Close acks nothing more: once
+// its pull requests have ended (at most FetchExpiry), it naks what the
+// member holds unfinished, so that JetStream redelivers it at once to the
+// next member instead of after AckWait. Acks are fire and forget; after a
+// reconnect the consumer sends its recent acks again and waits for the
+// server's answers (see maintain), because a restarting server was seen to
+// lose acks it had read.
 //
 // Seek(offset), the framework's redelivery after a nack, does not nak: a
 // nak'ed message goes back to the shared consumer, may be delivered to
@@ -65,12 +68,13 @@
 // offset on (they are unacknowledged, because the framework's marks never
 // pass a failed message). The result is Kafka's seek exactly: the same
 // records from the same offset, the framework's attempts and backoff apply,
-// and JetStream's delivery count does not move.
+// and JetStream's delivery count does not move (TestNackWithTwoMembers
+// fails with nak-based seeks).
 //
 // Flow control: each topic has one pull request (Fetch) outstanding at a
 // time, of at most FetchBatch messages, and a fetch is issued only while
-// the topic is not paused and fewer than FetchBatch/2 fetched messages
-// wait to be polled. Pause stops fetching and holds back what was already
+// the topic is not paused and at most FetchBatch/2 fetched messages wait
+// to be polled. Pause stops fetching and holds back what was already
 // fetched; Resume lets it go. What a member holds is thus bounded by
 // FetchBatch plus the framework's in-flight window, and the group's by
 // MaxAckPending.
