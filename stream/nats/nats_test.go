@@ -136,6 +136,16 @@ func consumerInfo(t *testing.T, tr *nats.NATS, group, topic string) *jetstream.C
 	return info
 }
 
+// checkAllAcked fails t unless the server has every one of the n
+// messages of topic acknowledged by group, and none pending.
+func checkAllAcked(t *testing.T, tr *nats.NATS, group, topic string, n uint64) {
+	t.Helper()
+	info := consumerInfo(t, tr, group, topic)
+	if info.NumAckPending != 0 || info.AckFloor.Stream != n {
+		t.Fatalf("server: %d ack pending, ack floor %d; want 0 and %d", info.NumAckPending, info.AckFloor.Stream, n)
+	}
+}
+
 // TestKeyAndHeadersRoundTrip: keys (binary, empty, absent, text, text that
 // looks encoded) and header values (with newlines, leading spaces,
 // repeated names) come back byte for byte, and the key travels in the
@@ -308,10 +318,7 @@ func TestRedeliveryAfterNack(t *testing.T) {
 			t.Fatalf("message %s: attempts %v, want %v", v, attempts[v], want)
 		}
 	}
-	info := consumerInfo(t, input, group, topic)
-	if info.NumAckPending != 0 || info.AckFloor.Stream != n {
-		t.Fatalf("server: %d ack pending, ack floor %d; want 0 and %d", info.NumAckPending, info.AckFloor.Stream, n)
-	}
+	checkAllAcked(t, input, group, topic, n)
 }
 
 // TestNackWithTwoMembers: two Apps share the group's durable and each
@@ -428,10 +435,7 @@ func TestShutdownAcksWhatFinished(t *testing.T) {
 			t.Fatalf("message %s, not acknowledged by the first App, did not come to the second", v)
 		}
 	}
-	info := consumerInfo(t, input, group, topic)
-	if info.NumAckPending != 0 || info.AckFloor.Stream != n {
-		t.Fatalf("server: %d ack pending, ack floor %d; want 0 and %d", info.NumAckPending, info.AckFloor.Stream, n)
-	}
+	checkAllAcked(t, input, group, topic, n)
 }
 
 // TestServerRestartUnderConsumer: the server stops and starts again (same
@@ -482,10 +486,7 @@ func TestServerRestartUnderConsumer(t *testing.T) {
 	}
 	waitFor(t, func() bool { return handled.finishedCount() == n }, "every published message handled after the restart")
 	r.stop(t)
-	info := consumerInfo(t, input, group, topic)
-	if info.NumAckPending != 0 || info.AckFloor.Stream != n {
-		t.Fatalf("server: %d ack pending, ack floor %d; want 0 and %d", info.NumAckPending, info.AckFloor.Stream, n)
-	}
+	checkAllAcked(t, input, group, topic, n)
 }
 
 // TestHeldMessagesStayWithTheMember: a handler that runs for longer than
