@@ -37,7 +37,10 @@
 //     its messages in offset order (the framework's per-partition and
 //     per-key order holds); with several members the group's messages are
 //     spread over them and two messages of one key may be handled at once
-//     by two members: per-key order across members is not kept. Nor
+//     by two members: per-key order across members is not kept
+//     (TestMaxAckPendingOneKeepsOrderAcrossMembers shows both sides),
+//     unless MaxAckPending(1) allows the group one message in flight at a
+//     time, at one message per round trip. Nor
 //     after JetStream redelivers a message whose AckWait passed (the
 //     transport keeps the messages it holds alive, so that happens only
 //     when a member stalls or its connection is gone that long).
