@@ -254,6 +254,9 @@ func (n *NATS) Close() error {
 	if n.nc == nil {
 		return n.err
 	}
+	if n.nc.IsClosed() {
+		return nil // closed before
+	}
 	closed := n.nc.StatusChanged(natsclient.CLOSED)
 	defer n.nc.RemoveStatusListener(closed)
 	if err := n.nc.Drain(); err != nil {
@@ -293,13 +296,19 @@ func (n *NATS) streamFor(ctx context.Context, topic string) (string, error) {
 	default:
 		cfg := n.cfg.streamConfig(topic)
 		s, err := n.js.CreateStream(ctx, cfg)
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			s, err = n.js.Stream(ctx, cfg.Name) // created meanwhile by another member
-		}
-		if err != nil {
+		switch {
+		case err == nil:
+			name = s.CachedInfo().Config.Name
+		case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
+			// Created meanwhile by another member, or the name is taken
+			// by a stream of other subjects: only the first captures topic.
+			if name, err = n.js.StreamNameBySubject(ctx, topic); err != nil {
+				return "", fmt.Errorf("nats: stream name %q is taken by a stream that does not capture %q (see StreamConfig): %w",
+					cfg.Name, topic, kerr.InvalidTopicException)
+			}
+		default:
 			return "", fmt.Errorf("nats: creating stream %q for %q: %w", cfg.Name, topic, err)
 		}
-		name = s.CachedInfo().Config.Name
 	}
 	n.mu.Lock()
 	n.streams[topic] = name

@@ -745,3 +745,26 @@ func TestMaxAckPendingOneKeepsOrderAcrossMembers(t *testing.T) {
 	}
 	checkAllAcked(t, input, group, topic, n)
 }
+
+// TestStreamNameTakenByOtherSubjects: when the name the transport would
+// give a topic's stream belongs to a stream of other subjects, publishing
+// to the topic fails with an error that says so, and Close twice is fine.
+func TestStreamNameTakenByOtherSubjects(t *testing.T) {
+	url := natstest.Start(t)
+	tr := newTransport(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if _, err := tr.JetStream().CreateStream(ctx, jetstream.StreamConfig{Name: nats.StreamName("taken"), Subjects: []string{"elsewhere"}}); err != nil {
+		t.Fatal(err)
+	}
+	err := tr.Producer().Publish(ctx, &stream.Record{Topic: "taken", Partition: 0})
+	if !errors.Is(err, kerr.InvalidTopicException) || !strings.Contains(err.Error(), "does not capture") {
+		t.Fatalf("Publish: %v", err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
