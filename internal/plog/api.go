@@ -105,6 +105,18 @@ type AppendResult struct {
 	LogStartOffset int64
 }
 
+// TxnMarker is a transaction's end in one partition: the control batch
+// (commit or abort marker, KIP-98) that WriteTxnMarker appends for the
+// producer's ongoing transaction.
+type TxnMarker struct {
+	ProducerID    int64
+	ProducerEpoch int16 // the coordinator's epoch of the producer; an older one is fenced
+	Commit        bool  // false: abort
+	// CoordinatorEpoch is the transaction coordinator's epoch, stored in
+	// the marker's value as Kafka does.
+	CoordinatorEpoch int32
+}
+
 // Chunk is a byte range of a segment file holding whole batches.
 type Chunk struct {
 	File vfs.File
