@@ -278,25 +278,7 @@ func (l *Log) syncTxnIndex(s *segment, exists bool) error {
 		}
 	}
 	l.logger.Info("rewriting the aborted-transactions index from the segment", "file", name, "entries", len(s.aborted))
-	tmp := name + ".tmp"
-	f, err := fs.Create(tmp)
-	if err != nil {
-		return &IOError{Op: "create " + tmp, Err: err}
-	}
-	_, err = f.Write(want)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = fs.Rename(tmp, name)
-	}
-	if err == nil {
-		err = fs.SyncDir(l.dir)
-	}
-	if err != nil {
+	if err := l.replaceFile(txnIndexName(s.base), want); err != nil {
 		return &IOError{Op: "rewrite " + name, Err: err}
 	}
 	return nil
