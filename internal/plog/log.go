@@ -293,8 +293,8 @@ func (l *Log) Read(offset, maxBytes int64, atLeastOne bool) (ReadResult, error) 
 // batches below the last stable offset only (an offset at or past it, up to
 // the high watermark, gives no chunks), and in Aborted the aborted
 // transactions that overlap what it returns (lastOffset >= offset and
-// firstOffset below the end of the segment's stable part), which the
-// consumer drops.
+// firstOffset below the offset after its last batch), which the consumer
+// drops; Aborted is valid until Release.
 func (l *Log) ReadCommitted(offset, maxBytes int64, atLeastOne bool) (ReadResult, error) {
 	return l.read(offset, maxBytes, atLeastOne, true)
 }
