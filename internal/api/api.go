@@ -91,6 +91,10 @@ type Config struct {
 	SyncInterval time.Duration
 	Defaults     Defaults
 
+	// TxnVerifier is the transaction coordinator seen from Produce
+	// (txn.go); nil: transactional produce is refused.
+	TxnVerifier TxnVerifier
+
 	// WritePath overrides the partition log's write path (zero: the log's
 	// default).
 	WritePath plog.WritePath

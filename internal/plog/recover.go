@@ -28,9 +28,14 @@ func (l *Log) recover() error {
 		return &IOError{Op: "list " + l.dir, Err: err}
 	}
 	var bases []int64
+	txnIndexes := map[string]bool{} // index files listed, each kept only with its segment
 	for _, name := range names {
 		if strings.HasSuffix(name, ".tmp") {
-			fs.Remove(path.Join(l.dir, name)) // an interrupted checkpoint
+			fs.Remove(path.Join(l.dir, name)) // an interrupted checkpoint or index rewrite
+			continue
+		}
+		if strings.HasSuffix(name, txnIndexSuffix) {
+			txnIndexes[name] = true
 			continue
 		}
 		if base, ok := parseSegmentName(name); ok {
@@ -66,10 +71,21 @@ func (l *Log) recover() error {
 		if err := sc.scan(s, i == len(bases)-1); err != nil {
 			return err
 		}
+		if err := l.syncTxnIndex(s, txnIndexes[txnIndexName(base)]); err != nil {
+			return err
+		}
+		delete(txnIndexes, txnIndexName(base))
 		if i < len(bases)-1 {
 			s.seal() // the cache keeps it open, or closes it, from now on
 		}
 		prevNext = s.nextOffset
+	}
+	for name := range txnIndexes {
+		// The index of a segment that is gone (retention removed the
+		// segment, then the process stopped before its index).
+		if err := fs.Remove(path.Join(l.dir, name)); err != nil {
+			return &IOError{Op: "remove " + name, Err: err}
+		}
 	}
 	// An expired producer is not restored (producer.id.expiration.ms).
 	if n := l.w.producers.expire(sc.nowMs, l.cfg.ProducerIDExpiration); n > 0 {
@@ -200,15 +216,33 @@ func (sc *scanner) scan(s *segment, last bool) error {
 	interval := int64(l.cfg.IndexInterval)
 	pos, next := int64(0), s.base
 	for pos < fileSize {
-		h, _, reason, err := sc.checkBatch(s, pos, fileSize, next)
+		h, b, reason, err := sc.checkBatch(s, pos, fileSize, next)
 		if err != nil {
 			return err
+		}
+		var ev txnEvent
+		if reason == "" && h.Control() {
+			// A transaction marker (written by WriteTxnMarker): it ends its
+			// producer's transaction, as it did when it was published.
+			commit, coordinatorEpoch, perr := batch.ParseControl(b)
+			if perr != nil {
+				reason = perr.Error()
+			} else {
+				m := TxnMarker{ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, Commit: commit, CoordinatorEpoch: coordinatorEpoch}
+				ev = txnEvent{kind: txnAbort, producerID: h.ProducerID,
+					first: l.w.producers.recordMarker(&m, next, min(h.MaxTimestamp, sc.nowMs), h.MaxTimestamp, false)}
+				if commit {
+					ev.kind = txnCommit
+				}
+			}
+		} else if reason == "" && l.w.producers.record(&h, next, min(h.MaxTimestamp, sc.nowMs), false) {
+			ev = txnEvent{kind: txnBegin, producerID: h.ProducerID}
 		}
 		if reason != "" {
 			return sc.invalid(s, last, pos, fileSize, next, reason)
 		}
 		s.noteBatchLocked(next, h.LastOffset(), h.MaxTimestamp, pos, int64(h.Size()), interval)
-		l.w.producers.record(&h, next, min(h.MaxTimestamp, sc.nowMs), false)
+		l.noteTxnLocked(ev, s, next, h.LastOffset(), pos)
 		next = h.LastOffset() + 1
 		pos += int64(h.Size())
 	}

@@ -2,6 +2,7 @@ package plog
 
 import (
 	"fmt"
+	"path"
 	"sort"
 	"sync"
 
@@ -226,6 +227,9 @@ func (l *Log) removeSegmentsLocked(drop func(s, next *segment) bool) []*segment 
 		return nil
 	}
 	victims := append([]*segment(nil), l.segments[:n]...)
+	for _, s := range victims {
+		l.abortedEntries -= len(s.aborted) // the index goes with its segment
+	}
 	l.segments = append(l.segments[:0], l.segments[n:]...)
 	return victims
 }
@@ -237,6 +241,11 @@ func (l *Log) deleteSegments(victims []*segment) error {
 	for _, s := range victims {
 		if err := l.cfg.FS.Remove(s.path); err != nil && first == nil {
 			first = &IOError{Op: "remove segment", Err: err}
+		}
+		if len(s.aborted) > 0 { // its aborted-transactions index (txn.go)
+			if err := l.cfg.FS.Remove(path.Join(l.dir, txnIndexName(s.base))); err != nil && first == nil {
+				first = &IOError{Op: "remove transaction index", Err: err}
+			}
 		}
 		l.logger.Info("deleted segment", "file", s.path, "bytes", s.size)
 		s.drop()
