@@ -8,6 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/kvlog"
 )
 
 // OffsetsTopic is the internal topic holding committed offsets and group
@@ -130,11 +132,7 @@ type Response struct {
 
 // Record is one record for a __consumer_offsets partition. A nil Value is
 // a tombstone.
-type Record struct {
-	Partition int32
-	Key       []byte
-	Value     []byte
-}
+type Record = kvlog.Record
 
 // Ready is what the inputs since the last Ready produced: persist Records
 // (all of them, durably), then send Responses.
@@ -195,26 +193,8 @@ func (c *Coordinator) respond(id uint64, body kmsg.Response) {
 func (c *Coordinator) persist(r Record) { c.out.Records = append(c.out.Records, r) }
 
 // PartitionFor is the __consumer_offsets partition of a group: Kafka's
-// abs(groupId.hashCode()) % partitions, with Java's String.hashCode.
-func PartitionFor(group string, partitions int32) int32 {
-	var h int32
-	for _, r := range group {
-		if r >= 0x10000 { // a UTF-16 surrogate pair
-			r -= 0x10000
-			h = 31*h + int32(0xD800+(r>>10))
-			h = 31*h + int32(0xDC00+(r&0x3FF))
-			continue
-		}
-		h = 31*h + int32(r)
-	}
-	if h == -1<<31 { // Kafka's Utils.abs maps MIN_VALUE to 0
-		return 0
-	}
-	if h < 0 {
-		h = -h
-	}
-	return h % partitions
-}
+// abs(groupId.hashCode()) % partitions (kvlog.PartitionFor).
+func PartitionFor(group string, partitions int32) int32 { return kvlog.PartitionFor(group, partitions) }
 
 func (c *Coordinator) partitionFor(group string) int32 {
 	return PartitionFor(group, c.cfg.OffsetsPartitions)

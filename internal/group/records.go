@@ -6,8 +6,6 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/sushka-io/sushka/internal/plog/batch"
 )
 
 // Record key and value versions Sushka writes (Kafka's, for a broker with
@@ -181,42 +179,6 @@ func (c *Coordinator) apply(r Record) error {
 		// KIP-848 and transaction records: not kept by this version.
 	}
 	return nil
-}
-
-// EncodeBatch frames records as one uncompressed v2 record batch, as a
-// non-idempotent producer would send it, with every record stamped
-// timestamp (ms). The base offset is 0: the log assigns it.
-func EncodeBatch(records []Record, timestamp int64) []byte {
-	kvs := make([]batch.KeyValue, len(records))
-	for i, r := range records {
-		kvs[i] = batch.KeyValue{Key: r.Key, Value: r.Value} // nil Value: tombstone
-	}
-	return batch.BuildRecords(kvs, 0, timestamp)
-}
-
-// DecodeBatches calls fn with the key and value of every record in data,
-// whole uncompressed v2 batches back to back (what EncodeBatch wrote), and
-// returns the offset after the last batch. The slices alias data.
-func DecodeBatches(data []byte, fn func(key, value []byte)) (next int64, err error) {
-	next = -1
-	err = batch.Split(data, func(b []byte) error {
-		h, err := batch.ParseHeader(b)
-		if err != nil {
-			return err
-		}
-		next = h.LastOffset() + 1
-		if h.Control() {
-			return nil
-		}
-		if err := batch.ForEachKeyValue(b, func(_ int32, key, value []byte) error {
-			fn(key, value)
-			return nil
-		}); err != nil {
-			return fmt.Errorf("batch at offset %d: %w", h.BaseOffset, err)
-		}
-		return nil
-	})
-	return next, err
 }
 
 // ErrorResponse is the response to req with every error code set to code:

@@ -6,6 +6,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/kvlog"
 )
 
 // Keeping the state in memory what the disk holds.
@@ -26,19 +28,9 @@ import (
 // Both answer the requests still waiting in those groups (JoinGroup and
 // SyncGroup) with an error code, so no handle is leaked.
 
-// RecordGroup returns the group a __consumer_offsets record belongs to:
-// both key schemas (OffsetCommitKey, GroupMetadataKey) start with the
-// key's version and the group name.
-func RecordGroup(key []byte) (string, error) {
-	if len(key) < 4 {
-		return "", fmt.Errorf("record key of %d bytes has no group", len(key))
-	}
-	n := int(int16(binary.BigEndian.Uint16(key[2:])))
-	if n < 0 || len(key) < 4+n {
-		return "", fmt.Errorf("record key's group name of %d bytes overruns the key", n)
-	}
-	return string(key[4 : 4+n]), nil
-}
+// RecordGroup returns the group a __consumer_offsets record belongs to
+// (kvlog.KeyOwner).
+func RecordGroup(key []byte) (string, error) { return kvlog.KeyOwner(key) }
 
 // forgetGroup drops a group from memory, answering its waiting JoinGroup
 // and SyncGroup requests with code.
