@@ -13,8 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/tracefmt"
 )
 
 // Golden traces (etcd raft's interaction tests, pebble's datadriven): each
@@ -515,64 +516,12 @@ func formatRecord(r Record) string {
 	return prefix + fmt.Sprintf("key %x value %x", r.Key, r.Value)
 }
 
-// formatValue renders a kmsg struct compactly: every field but the
-// version, throttle and tags; zero error codes and nil pointers and slices
-// left out; error codes by name; consumer protocol bytes decoded.
+// formatValue renders a kmsg struct compactly (tracefmt.Value), consumer
+// protocol bytes decoded.
 func formatValue(v reflect.Value) string {
-	switch v.Kind() {
-	case reflect.Struct:
-		var parts []string
-		for i := 0; i < v.NumField(); i++ {
-			f, name := v.Field(i), v.Type().Field(i).Name
-			switch name {
-			case "Version", "ThrottleMillis", "UnknownTags", "CurrentStateTimestamp":
-				continue
-			}
-			if (name == "ErrorCode") && f.Int() == 0 {
-				continue
-			}
-			if (f.Kind() == reflect.Pointer || f.Kind() == reflect.Slice) && f.IsNil() && name != "MemberAssignment" {
-				continue
-			}
-			if f.Kind() == reflect.Array && f.IsZero() {
-				continue
-			}
-			if name == "ErrorCode" {
-				parts = append(parts, name+"="+errName(int16(f.Int())))
-				continue
-			}
-			if name == "ErrorMessage" {
-				continue // prose; the code says it
-			}
-			if f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.Uint8 {
-				parts = append(parts, name+"="+formatBytes(f.Bytes(), strings.Contains(name, "Assignment")))
-				continue
-			}
-			parts = append(parts, name+"="+formatValue(f))
-		}
-		return "{" + strings.Join(parts, " ") + "}"
-	case reflect.Pointer:
-		if v.IsNil() {
-			return "nil"
-		}
-		return formatValue(v.Elem())
-	case reflect.Slice:
-		var parts []string
-		for i := 0; i < v.Len(); i++ {
-			parts = append(parts, formatValue(v.Index(i)))
-		}
-		return "[" + strings.Join(parts, " ") + "]"
-	case reflect.String:
-		return strconv.Quote(v.String())
-	case reflect.Array:
-		b := make([]byte, v.Len())
-		for i := range b {
-			b[i] = byte(v.Index(i).Uint())
-		}
-		return string(bytes.TrimRight(b, "\x00"))
-	default:
-		return fmt.Sprint(v.Interface())
-	}
+	return tracefmt.Value(v, func(field string, b []byte) string {
+		return formatBytes(b, strings.Contains(field, "Assignment"))
+	}, "MemberAssignment")
 }
 
 // formatBytes decodes consumer protocol metadata or assignments.
@@ -618,9 +567,4 @@ func formatAssignment(a map[[16]byte][]int32) string {
 	return "(" + strings.Join(parts, ",") + ")"
 }
 
-func errName(code int16) string {
-	if e := kerr.TypedErrorForCode(code); e != nil {
-		return e.Message
-	}
-	return strconv.Itoa(int(code))
-}
+func errName(code int16) string { return tracefmt.ErrName(code) }
