@@ -10,11 +10,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sushka-io/sushka/internal/kvlog"
+	"github.com/sushka-io/sushka/internal/meta"
 )
 
 // OffsetsTopic is the internal topic holding committed offsets and group
 // metadata, Kafka's name.
-const OffsetsTopic = "__consumer_offsets"
+const OffsetsTopic = meta.OffsetsTopic
 
 // Kafka's broker defaults for groups.
 const (
@@ -246,6 +247,10 @@ func (c *Coordinator) Handle(r Request) {
 		c.respond(r.ID, c.consumerHeartbeat(r, req))
 	case *kmsg.ConsumerGroupDescribeRequest:
 		c.respond(r.ID, c.consumerDescribe(req))
+	case *kmsg.TxnOffsetCommitRequest:
+		c.respond(r.ID, c.txnOffsetCommit(req))
+	case *kmsg.WriteTxnMarkersRequest:
+		c.respond(r.ID, c.writeTxnMarkers(req))
 	default:
 		// Not a group request: the caller routed it wrong. Answer with
 		// the request's error form so the handle is not leaked.

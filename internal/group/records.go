@@ -175,8 +175,10 @@ func (c *Coordinator) apply(r Record) error {
 		if len(g.members) > 0 {
 			g.state = stateStable
 		}
+	case pendingKeyVersion:
+		return c.applyPending(r)
 	default:
-		// KIP-848 and transaction records: not kept by this version.
+		// KIP-848 records: not kept by this version.
 	}
 	return nil
 }
@@ -202,6 +204,26 @@ func ErrorResponse(req kmsg.Request, code int16) kmsg.Response {
 	case *kmsg.OffsetCommitRequest:
 		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
 		fillCommit(req, resp, code)
+		return resp
+	case *kmsg.TxnOffsetCommitRequest:
+		resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
+		fillTxnCommit(req, resp, code)
+		return resp
+	case *kmsg.WriteTxnMarkersRequest:
+		resp := req.ResponseKind().(*kmsg.WriteTxnMarkersResponse)
+		for _, m := range req.Markers {
+			sm := kmsg.NewWriteTxnMarkersResponseMarker()
+			sm.ProducerID = m.ProducerID
+			for _, t := range m.Topics {
+				st := kmsg.NewWriteTxnMarkersResponseMarkerTopic()
+				st.Topic = t.Topic
+				for _, p := range t.Partitions {
+					st.Partitions = append(st.Partitions, kmsg.WriteTxnMarkersResponseMarkerTopicPartition{Partition: p, ErrorCode: code})
+				}
+				sm.Topics = append(sm.Topics, st)
+			}
+			resp.Markers = append(resp.Markers, sm)
+		}
 		return resp
 	case *kmsg.OffsetFetchRequest:
 		resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)

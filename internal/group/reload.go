@@ -127,6 +127,8 @@ func requestGroups(body kmsg.Request) []string {
 		return []string{req.Group}
 	case *kmsg.OffsetCommitRequest:
 		return []string{req.Group}
+	case *kmsg.TxnOffsetCommitRequest:
+		return []string{req.Group}
 	case *kmsg.OffsetDeleteRequest:
 		return []string{req.Group}
 	case *kmsg.ConsumerGroupHeartbeatRequest:
@@ -153,7 +155,11 @@ func requestGroups(body kmsg.Request) []string {
 // isOffsetKey reports whether a record key is an OffsetCommitKey (versions
 // 0 and 1) rather than group metadata.
 func isOffsetKey(key []byte) bool {
-	return len(key) >= 2 && binary.BigEndian.Uint16(key) <= 1
+	if len(key) < 2 {
+		return false
+	}
+	v := binary.BigEndian.Uint16(key)
+	return v <= 1 || v == pendingKeyVersion
 }
 
 // failedByTooLarge reports whether a request of a group whose records of
@@ -162,7 +168,7 @@ func isOffsetKey(key []byte) bool {
 // request on the group's metadata.
 func failedByTooLarge(body kmsg.Request, dropped map[bool]bool) bool {
 	switch body.(type) {
-	case *kmsg.OffsetCommitRequest, *kmsg.OffsetFetchRequest:
+	case *kmsg.OffsetCommitRequest, *kmsg.OffsetFetchRequest, *kmsg.TxnOffsetCommitRequest, *kmsg.WriteTxnMarkersRequest:
 		return dropped[true]
 	}
 	return dropped[false]
@@ -174,7 +180,8 @@ func failedByTooLarge(body kmsg.Request, dropped map[bool]bool) bool {
 // offset commits (storeOffsets), UNKNOWN_SERVER_ERROR for the group's
 // metadata (storeGroup: SyncGroup, and the others here).
 func tooLargeCode(body kmsg.Request) int16 {
-	if _, ok := body.(*kmsg.OffsetCommitRequest); ok {
+	switch body.(type) {
+	case *kmsg.OffsetCommitRequest, *kmsg.TxnOffsetCommitRequest:
 		return kerr.InvalidCommitOffsetSize.Code
 	}
 	return kerr.UnknownServerError.Code

@@ -402,6 +402,31 @@ func (h *harness) run(t *testing.T, line string) string {
 				r.Topics = append(r.Topics, kmsg.OffsetFetchRequestTopic{Topic: rt.Topic, Partitions: rt.Partitions})
 			}
 		}
+		r.RequireStable = args["stable"] == "true"
+		req = r
+	case "txn-commit":
+		r := kmsg.NewPtrTxnOffsetCommitRequest()
+		r.TransactionalID, r.Group, r.MemberID = "tx", args["group"], args["member"]
+		r.ProducerID, r.ProducerEpoch = int64(intArg(args, "pid", 1)), int16(intArg(args, "epoch", 0))
+		r.Generation = int32(intArg(args, "gen", -1))
+		r.InstanceID = optString(args, "instance")
+		// offsets=t1/0=10,t1/1=20
+		for _, o := range strings.Split(args["offsets"], ",") {
+			tp, off, _ := strings.Cut(o, "=")
+			topic, ps, _ := strings.Cut(tp, "/")
+			p, _ := strconv.Atoi(ps)
+			n, _ := strconv.ParseInt(off, 10, 64)
+			rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+			rp.Partition, rp.Offset = int32(p), n
+			r.Topics = append(r.Topics, kmsg.TxnOffsetCommitRequestTopic{Topic: topic, Partitions: []kmsg.TxnOffsetCommitRequestTopicPartition{rp}})
+		}
+		req = r
+	case "txn-marker":
+		r := kmsg.NewPtrWriteTxnMarkersRequest()
+		m := kmsg.NewWriteTxnMarkersRequestMarker()
+		m.ProducerID, m.ProducerEpoch, m.Committed = int64(intArg(args, "pid", 1)), int16(intArg(args, "epoch", 0)), args["commit"] == "true"
+		m.Topics = []kmsg.WriteTxnMarkersRequestMarkerTopic{{Topic: OffsetsTopic, Partitions: []int32{int32(intArg(args, "partition", 0))}}}
+		r.Markers = append(r.Markers, m)
 		req = r
 	case "list":
 		r := kmsg.NewPtrListGroupsRequest()
@@ -485,6 +510,12 @@ func (h *harness) state() string {
 			o := g.offsets[tp]
 			fmt.Fprintf(&b, "  offset %s/%d=%d epoch=%d metadata=%q\n", tp.topic, tp.partition, o.offset, o.leaderEpoch, o.metadata)
 		}
+		for _, pid := range sortedPIDs(g.pendingTxns) {
+			pending := &group{offsets: g.pendingTxns[pid]}
+			for _, tp := range pending.sortedOffsets() {
+				fmt.Fprintf(&b, "  pending producer=%d %s/%d=%d\n", pid, tp.topic, tp.partition, pending.offsets[tp].offset)
+			}
+		}
 	}
 	return b.String()
 }
@@ -502,6 +533,15 @@ func formatRecord(r Record) string {
 		var v kmsg.OffsetCommitValue
 		v.ReadFrom(r.Value)
 		return s + fmt.Sprintf(" = %d epoch=%d metadata=%q at=+%s (v%d)", v.Offset, v.LeaderEpoch, v.Metadata, time.UnixMilli(v.CommitTimestamp).Sub(traceEpoch), v.Version)
+	case pendingKeyVersion:
+		name, pid, tp, _ := parsePendingKey(r.Key)
+		s := prefix + fmt.Sprintf("pending %s producer=%d %s/%d", name, pid, tp.topic, tp.partition)
+		if r.Value == nil {
+			return s + " tombstone"
+		}
+		var v kmsg.OffsetCommitValue
+		v.ReadFrom(r.Value)
+		return s + fmt.Sprintf(" = %d", v.Offset)
 	case 2:
 		var k kmsg.GroupMetadataKey
 		k.ReadFrom(r.Key)
@@ -568,3 +608,12 @@ func formatAssignment(a map[[16]byte][]int32) string {
 }
 
 func errName(code int16) string { return tracefmt.ErrName(code) }
+
+func sortedPIDs(m map[int64]pendingTxn) []int64 {
+	var ids []int64
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}

@@ -9,16 +9,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sushka-io/sushka/internal/kvlog"
+	"github.com/sushka-io/sushka/internal/meta"
 )
 
 // StateTopic is the internal topic holding the transactions' state,
 // Kafka's name.
-const StateTopic = "__transaction_state"
+const StateTopic = meta.TransactionStateTopic
 
 // OffsetsTopic is the group coordinator's topic: AddOffsetsToTxn adds a
 // group's partition of it to the transaction, and its marker commits the
 // group's transactional offsets (as in Kafka).
-const OffsetsTopic = "__consumer_offsets"
+const OffsetsTopic = meta.OffsetsTopic
 
 // Kafka's broker defaults for transactions.
 const (
