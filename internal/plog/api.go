@@ -126,22 +126,28 @@ type Chunk struct {
 
 // ReadResult holds file ranges to send; call Release once they are sent.
 type ReadResult struct {
-	HighWatermark  int64
-	LogStartOffset int64
-	Chunks         []Chunk
-	seg            *segment // holds a reference until Release
+	HighWatermark    int64
+	LogStartOffset   int64
+	LastStableOffset int64 // at most HighWatermark (txn.go)
+	Chunks           []Chunk
+	// Aborted (ReadCommitted only) are the aborted transactions that
+	// overlap the chunks, for the consumer to drop; nil when none.
+	Aborted []AbortedTxn
+	seg     *segment // holds a reference until Release
 }
 
 // Errors. Server mapping (Kafka error codes) in parentheses.
 var (
-	ErrCorruptBatch         = errors.New("log: corrupt record batch")                // CORRUPT_MESSAGE (batch.ErrCorrupt wraps the detail)
-	ErrBatchTooLarge        = errors.New("log: batch larger than max.message.bytes") // MESSAGE_TOO_LARGE
-	ErrOffsetOutOfRange     = errors.New("log: offset out of range")                 // OFFSET_OUT_OF_RANGE
-	ErrClosed               = errors.New("log: closed")                              // NOT_LEADER_OR_FOLLOWER
-	ErrOutOfOrderSequence   = errors.New("log: out of order sequence number")        // OUT_OF_ORDER_SEQUENCE_NUMBER
-	ErrDuplicateSequence    = errors.New("log: duplicate sequence number")           // success with the original offset (result filled)
-	ErrInvalidProducerEpoch = errors.New("log: producer epoch fenced")               // INVALID_PRODUCER_EPOCH
-	ErrUnknownProducerID    = errors.New("log: unknown producer id")                 // UNKNOWN_PRODUCER_ID
+	ErrCorruptBatch         = errors.New("log: corrupt record batch")                                                   // CORRUPT_MESSAGE (batch.ErrCorrupt wraps the detail)
+	ErrBatchTooLarge        = errors.New("log: batch larger than max.message.bytes")                                    // MESSAGE_TOO_LARGE
+	ErrOffsetOutOfRange     = errors.New("log: offset out of range")                                                    // OFFSET_OUT_OF_RANGE
+	ErrClosed               = errors.New("log: closed")                                                                 // NOT_LEADER_OR_FOLLOWER
+	ErrOutOfOrderSequence   = errors.New("log: out of order sequence number")                                           // OUT_OF_ORDER_SEQUENCE_NUMBER
+	ErrDuplicateSequence    = errors.New("log: duplicate sequence number")                                              // success with the original offset (result filled)
+	ErrInvalidProducerEpoch = errors.New("log: producer epoch fenced")                                                  // INVALID_PRODUCER_EPOCH
+	ErrUnknownProducerID    = errors.New("log: unknown producer id")                                                    // UNKNOWN_PRODUCER_ID
+	ErrInvalidTxnState      = errors.New("log: non-transactional batch from a producer with a transaction in progress") // INVALID_TXN_STATE
+	ErrCoordinatorFenced    = errors.New("log: marker from an older transaction coordinator epoch")                     // TRANSACTION_COORDINATOR_FENCED
 	// An *IOError (KAFKA_STORAGE_ERROR) is returned, sticky, after a failed
 	// write or fsync. A *CorruptionError (KAFKA_STORAGE_ERROR) from Open names
 	// the file and position of a bad batch in the middle of the log.

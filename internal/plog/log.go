@@ -65,6 +65,13 @@ type Log struct {
 	// wakers (mu) are signalled wherever waitCh is closed (waker.go).
 	wakers map[*Waker]struct{}
 
+	// Transactions (txn.go), as published: where each producer's
+	// transaction in progress begins, the earliest of them (noTxn when
+	// none), and how many aborted-transaction entries the segments hold.
+	txns           map[int64]txnStart // (mu)
+	firstTxn       txnStart           // (mu)
+	abortedEntries int                // (mu)
+
 	w writer // owned by the writer goroutine
 
 	syncs atomic.Int64 // group fsyncs of the active segment, for stats
@@ -114,6 +121,8 @@ func Open(cfg Config) (*Log, error) {
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 		waitCh: make(chan struct{}),
+
+		firstTxn: noTxn,
 	}
 	if err := makeDirDurable(cfg.FS, cfg.Dir); err != nil {
 		return nil, err
@@ -197,7 +206,17 @@ func (l *Log) Enqueue(records []byte, ack AckPolicy) (Pending, error) {
 	}
 	req := getReq()
 	req.records, req.ack = records, ack
+	return l.enqueueReq(req)
+}
 
+// enqueueReq queues req for the writer, which owns it from then on (until
+// done, or for AckNone for good); on error req is recycled.
+func (l *Log) enqueueReq(req *appendReq) (Pending, error) {
+	if l.broken {
+		putReq(req)
+		return Pending{}, l.failed
+	}
+	ack := req.ack // once queued, an AckNone req is the writer's to recycle
 	l.closeMu.RLock()
 	if l.closed {
 		l.closeMu.RUnlock()
@@ -267,16 +286,31 @@ func validateRecords(records []byte, maxBatch int) error {
 // high watermark covers only durable batches, design D14). The ranges come
 // from one segment; read again from the next offset for more.
 func (l *Log) Read(offset, maxBytes int64, atLeastOne bool) (ReadResult, error) {
+	return l.read(offset, maxBytes, atLeastOne, false)
+}
+
+// ReadCommitted is Read for a read_committed consumer (KIP-98): it returns
+// batches below the last stable offset only (an offset at or past it, up to
+// the high watermark, gives no chunks), and in Aborted the aborted
+// transactions that overlap what it returns (lastOffset >= offset and
+// firstOffset below the end of the segment's stable part), which the
+// consumer drops.
+func (l *Log) ReadCommitted(offset, maxBytes int64, atLeastOne bool) (ReadResult, error) {
+	return l.read(offset, maxBytes, atLeastOne, true)
+}
+
+func (l *Log) read(offset, maxBytes int64, atLeastOne, committed bool) (ReadResult, error) {
 	if l.broken {
-		return ReadResult{HighWatermark: -1, LogStartOffset: -1}, l.failed
+		return ReadResult{HighWatermark: -1, LogStartOffset: -1, LastStableOffset: -1}, l.failed
 	}
 	l.mu.RLock()
-	res := ReadResult{HighWatermark: l.hwm, LogStartOffset: l.logStart}
+	lso := l.lastStableLocked()
+	res := ReadResult{HighWatermark: l.hwm, LogStartOffset: l.logStart, LastStableOffset: lso}
 	if offset < l.logStart || offset > l.hwm && offset > l.writtenEnd.Load() {
 		l.mu.RUnlock()
 		return res, ErrOffsetOutOfRange
 	}
-	if offset >= l.hwm {
+	if offset >= l.hwm || committed && offset >= lso {
 		l.mu.RUnlock()
 		return res, nil
 	}
@@ -296,6 +330,17 @@ func (l *Log) Read(offset, maxBytes int64, atLeastOne bool) (ReadResult, error) 
 	s := l.segments[i]
 	startHint := s.floorIndexLocked(offset)
 	end := s.size
+	upper := s.nextOffset // the offset after what this read may return
+	if committed && l.firstTxn.seg == s && l.firstTxn.offset == lso {
+		// The earliest transaction in progress begins in this segment:
+		// stop before its first batch. (One beginning in an earlier
+		// segment puts the LSO at or below offset, answered above.)
+		end, upper = l.firstTxn.pos, lso
+	}
+	var aborted []AbortedTxn
+	if committed && l.abortedEntries > 0 {
+		aborted = l.abortedOverlappingLocked(nil, i, offset, upper)
+	}
 	// Pinned under mu: s is on the list, so its file has not been removed
 	// and can be reopened if the cache closed it.
 	if err := s.acquire(); err != nil {
@@ -341,6 +386,7 @@ func (l *Log) Read(offset, maxBytes int64, atLeastOne bool) (ReadResult, error) 
 	}
 	res.Chunks = []Chunk{{File: s.file, Pos: start, Len: limit - start}}
 	res.seg = s
+	res.Aborted = aborted
 	return res, nil
 }
 

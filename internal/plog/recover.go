@@ -200,15 +200,33 @@ func (sc *scanner) scan(s *segment, last bool) error {
 	interval := int64(l.cfg.IndexInterval)
 	pos, next := int64(0), s.base
 	for pos < fileSize {
-		h, _, reason, err := sc.checkBatch(s, pos, fileSize, next)
+		h, b, reason, err := sc.checkBatch(s, pos, fileSize, next)
 		if err != nil {
 			return err
+		}
+		var ev txnEvent
+		if reason == "" && h.Control() {
+			// A transaction marker (written by WriteTxnMarker): it ends its
+			// producer's transaction, as it did when it was published.
+			commit, coordinatorEpoch, perr := batch.ParseControl(b)
+			if perr != nil {
+				reason = perr.Error()
+			} else {
+				m := TxnMarker{ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, Commit: commit, CoordinatorEpoch: coordinatorEpoch}
+				ev = txnEvent{kind: txnAbort, producerID: h.ProducerID,
+					first: l.w.producers.recordMarker(&m, next, min(h.MaxTimestamp, sc.nowMs), h.MaxTimestamp, false)}
+				if commit {
+					ev.kind = txnCommit
+				}
+			}
+		} else if reason == "" && l.w.producers.record(&h, next, min(h.MaxTimestamp, sc.nowMs), false) {
+			ev = txnEvent{kind: txnBegin, producerID: h.ProducerID}
 		}
 		if reason != "" {
 			return sc.invalid(s, last, pos, fileSize, next, reason)
 		}
 		s.noteBatchLocked(next, h.LastOffset(), h.MaxTimestamp, pos, int64(h.Size()), interval)
-		l.w.producers.record(&h, next, min(h.MaxTimestamp, sc.nowMs), false)
+		l.noteTxnLocked(ev, s, next, h.LastOffset(), pos)
 		next = h.LastOffset() + 1
 		pos += int64(h.Size())
 	}

@@ -226,6 +226,9 @@ func (l *Log) removeSegmentsLocked(drop func(s, next *segment) bool) []*segment 
 		return nil
 	}
 	victims := append([]*segment(nil), l.segments[:n]...)
+	for _, s := range victims {
+		l.abortedEntries -= len(s.aborted) // the index goes with its segment
+	}
 	l.segments = append(l.segments[:0], l.segments[n:]...)
 	return victims
 }

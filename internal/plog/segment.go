@@ -74,6 +74,10 @@ type segment struct {
 	maxTs      int64        // (mu) largest batch max timestamp, -1 when empty
 	maxTsOff   int64        // (mu) base offset of the batch holding maxTs
 	created    time.Time    // (mu) when the segment was created or recovered
+	// aborted is the segment's aborted-transactions index (txn.go): one
+	// entry per abort marker in the segment, in offset order; appended
+	// under mu, never changed.
+	aborted []AbortedTxn // (mu)
 
 	lastIndexPos int64 // (writer) position of the last index entry
 	lastTimePos  int64 // (writer) position of the last time entry

@@ -216,6 +216,7 @@ func (p *publisher) publishLocked(seg *segment) {
 	l.mu.Lock()
 	for _, b := range p.pend {
 		seg.noteBatchLocked(b.base, b.last, b.maxTs, b.pos, b.size, interval)
+		l.noteTxnLocked(b.txn, seg, b.base, b.last, b.pos)
 	}
 	p.published = p.pend[len(p.pend)-1].last + 1
 	l.publishLocked(p.published)

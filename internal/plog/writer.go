@@ -22,10 +22,23 @@ const maxGroup = 512
 type appendReq struct {
 	records []byte
 	ack     AckPolicy
+	kind    reqKind
+	marker  TxnMarker // reqMarker: the marker records is the control batch of
 	result  AppendResult
 	err     error
 	done    chan struct{} // capacity 1, reused across uses
+
+	producers []ProducerInfo // reqDescribe: the answer
 }
+
+// reqKind is what a queued request asks of the writer.
+type reqKind uint8
+
+const (
+	reqAppend   reqKind = iota // append a producer's batches
+	reqMarker                  // append a transaction marker (txn.go)
+	reqDescribe                // list the producer table (no write)
+)
 
 var reqPool = sync.Pool{New: func() any { return &appendReq{done: make(chan struct{}, 1)} }}
 
@@ -33,6 +46,7 @@ func getReq() *appendReq { return reqPool.Get().(*appendReq) }
 
 func putReq(r *appendReq) {
 	r.records, r.err, r.result = nil, nil, AppendResult{}
+	r.kind, r.marker, r.producers = reqAppend, TxnMarker{}, nil
 	reqPool.Put(r)
 }
 
@@ -41,6 +55,7 @@ func putReq(r *appendReq) {
 type pendingBatch struct {
 	base, last, maxTs int64
 	pos, size         int64
+	txn               txnEvent // applied when published
 }
 
 // writer is the single owner of the active segment and of the producer
@@ -379,6 +394,10 @@ func (w *writer) writeGroup() error {
 	}
 	w.iov, w.iovN = w.iov[:0], 0
 	for _, r := range w.group {
+		if r.kind == reqDescribe {
+			r.producers = w.producers.snapshot()
+			continue
+		}
 		size := int64(len(r.records))
 		if w.writePos+w.iovN+size > cfg.SegmentBytes && w.writePos+w.iovN > 0 {
 			if err := w.flush(); err != nil {
@@ -405,6 +424,9 @@ func (w *writer) writeGroup() error {
 // noting them as pending at the current write position; nowMs is the time of
 // the append (producer idleness), appendTime the LogAppendTime or -1.
 func (w *writer) assign(r *appendReq, nowMs, appendTime int64) error {
+	if r.kind == reqMarker {
+		return w.assignMarker(r, nowMs, appendTime)
+	}
 	pos := w.writePos + w.iovN
 	next := w.next
 	first := len(w.pend)
@@ -425,7 +447,10 @@ func (w *writer) assign(r *appendReq, nowMs, appendTime int64) error {
 			}
 			return err
 		}
-		w.producers.record(&h, next, nowMs, true)
+		var ev txnEvent
+		if w.producers.record(&h, next, nowMs, true) {
+			ev = txnEvent{kind: txnBegin, producerID: h.ProducerID}
+		}
 		batch.SetBaseOffset(b[:size], next)
 		maxTs := h.MaxTimestamp
 		if appendTime >= 0 {
@@ -433,7 +458,7 @@ func (w *writer) assign(r *appendReq, nowMs, appendTime int64) error {
 			maxTs = appendTime
 		}
 		last := next + int64(h.LastOffsetDelta)
-		w.pend = append(w.pend, pendingBatch{base: next, last: last, maxTs: maxTs, pos: pos, size: int64(size)})
+		w.pend = append(w.pend, pendingBatch{base: next, last: last, maxTs: maxTs, pos: pos, size: int64(size), txn: ev})
 		pos += int64(size)
 		next = last + 1
 		off += size
@@ -441,6 +466,33 @@ func (w *writer) assign(r *appendReq, nowMs, appendTime int64) error {
 	w.producers.commit()
 	r.result = AppendResult{BaseOffset: w.next, LogAppendTime: appendTime}
 	w.next = next
+	return nil
+}
+
+// assignMarker checks the marker of r against its producer's state and
+// assigns its control batch (r.records, built by WriteTxnMarker) its
+// offset, ending the producer's transaction as of that offset.
+func (w *writer) assignMarker(r *appendReq, nowMs, appendTime int64) error {
+	if err := w.producers.checkMarker(&r.marker); err != nil {
+		return err
+	}
+	b := r.records
+	h, _ := batch.ParseHeader(b) // built by WriteTxnMarker
+	offset := w.next
+	batch.SetBaseOffset(b, offset)
+	maxTs := h.MaxTimestamp
+	if appendTime >= 0 {
+		batch.SetLogAppendTime(b, appendTime)
+		maxTs = appendTime
+	}
+	first := w.producers.recordMarker(&r.marker, offset, nowMs, maxTs, false)
+	ev := txnEvent{kind: txnAbort, producerID: r.marker.ProducerID, first: first}
+	if r.marker.Commit {
+		ev.kind = txnCommit
+	}
+	w.pend = append(w.pend, pendingBatch{base: offset, last: offset, maxTs: maxTs, pos: w.writePos + w.iovN, size: int64(len(b)), txn: ev})
+	r.result = AppendResult{BaseOffset: offset, LogAppendTime: appendTime}
+	w.next = offset + 1
 	return nil
 }
 
@@ -544,7 +596,7 @@ func (w *writer) resume(now time.Time) error {
 		s.file.Unmap() // recovery truncates the file
 		s.mapped = nil
 	}
-	fresh := &Log{cfg: l.config(), fs: l.fs, dir: l.dir, logger: l.logger}
+	fresh := &Log{cfg: l.config(), fs: l.fs, dir: l.dir, logger: l.logger, firstTxn: noTxn}
 	if err := fresh.recover(); err != nil {
 		fresh.closeFiles()
 		w.resumeBackoff = min(2*w.resumeBackoff, diskFullRetryMax)
@@ -554,6 +606,7 @@ func (w *writer) resume(now time.Time) error {
 	l.mu.Lock()
 	old := l.segments
 	l.segments, l.logStart = fresh.segments, fresh.logStart
+	l.txns, l.firstTxn, l.abortedEntries = fresh.txns, fresh.firstTxn, fresh.abortedEntries
 	l.failed = nil
 	l.publishLocked(fresh.hwm) // readers and long polls waiting look again
 	l.mu.Unlock()

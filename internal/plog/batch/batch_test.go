@@ -108,7 +108,7 @@ func TestValidateFraming(t *testing.T) {
 		{name: "LogAppendTime allowed", batch: edit(good, and(putU16(OffsetAttributes, uint16(AttrLogAppendTime))))},
 		{name: "unknown codec", batch: edit(good, and(putU16(OffsetAttributes, 5))), kind: KindInvalid, pos: OffsetAttributes, msg: "unknown compression codec 5"},
 		{name: "control", batch: edit(good, and(putU16(OffsetAttributes, uint16(AttrControl)))), kind: KindInvalid, pos: OffsetAttributes, msg: "control batch"},
-		{name: "transactional", batch: edit(good, and(putU16(OffsetAttributes, uint16(AttrTransactional)))), kind: KindInvalid, pos: OffsetAttributes, msg: "does not support transactions yet"},
+		{name: "transactional without producer id", batch: edit(good, and(putU16(OffsetAttributes, uint16(AttrTransactional)))), kind: KindInvalid, pos: OffsetProducerID, msg: "transactional batch without a producer id"},
 		{name: "delete horizon", batch: edit(good, and(putU16(OffsetAttributes, uint16(AttrDeleteHorizon)))), kind: KindInvalid, pos: OffsetAttributes, msg: "delete horizon"},
 		{name: "zero records", batch: edit(good, and(putU32(OffsetNumRecords, 0), putU32(OffsetLastOffsetDelta, 0xffffffff))), kind: KindInvalid, pos: OffsetNumRecords, msg: "record count 0"},
 		{name: "negative records", batch: edit(good, and(putU32(OffsetNumRecords, 0xffffffff))), kind: KindInvalid, pos: OffsetNumRecords, msg: "record count -1"},

@@ -107,8 +107,9 @@
 //
 // Validate (ValidateWithin, with a decompressed-size budget) checks a
 // producer's batch before it is stored, as Kafka's LogValidator does:
-// framing, magic, CRC, the attribute bits producers may not set (control,
-// transactional: Sushka has no transactions yet; delete horizon),
+// framing, magic, CRC, the attribute bits producers may not set (control:
+// markers are the broker's; delete horizon), a transactional batch without
+// a producer id,
 // recordCount >= 1 with lastOffsetDelta = recordCount-1, baseSequence >= 0
 // for idempotent producers, and then the records themselves, decompressed
 // if the codec is not none: each record's framing (its length, varint

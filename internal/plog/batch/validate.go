@@ -15,8 +15,8 @@ func Validate(b []byte) (Header, error) { return ValidateWithin(b, MaxDecompress
 //
 // It checks, in order: the magic byte is 2; the header is whole; batchLength
 // frames exactly len(b) bytes; the CRC matches; the codec is known; the
-// batch is neither a control batch, nor transactional, nor carries a delete
-// horizon; NumRecords >= 1 and LastOffsetDelta == NumRecords-1; an
+// batch is neither a control batch nor carries a delete horizon, and a
+// transactional one has a producer id; NumRecords >= 1 and LastOffsetDelta == NumRecords-1; an
 // idempotent batch (ProducerID >= 0) has BaseSequence >= 0. Then it walks
 // the records, decompressed as Kafka's LogValidator does when compressed:
 // each is framed by its length and its fields (varint lengths of key,
@@ -42,6 +42,11 @@ func ValidateWithin(b []byte, maxDecompressedBytes int) (Header, error) {
 	if h.LastOffsetDelta != h.NumRecords-1 {
 		return h, errorf(KindInvalid, OffsetLastOffsetDelta, "lastOffsetDelta %d does not match record count %d (want %d)",
 			h.LastOffsetDelta, h.NumRecords, h.NumRecords-1)
+	}
+	if h.Transactional() && h.ProducerID < 0 {
+		// KIP-98: a transaction belongs to a producer id; without one no
+		// marker could ever end it.
+		return h, errorf(KindInvalid, OffsetProducerID, "transactional batch without a producer id (producerId %d)", h.ProducerID)
 	}
 	if h.ProducerID >= 0 && h.BaseSequence < 0 {
 		return h, errorf(KindInvalid, OffsetBaseSequence, "baseSequence %d is negative for producerId %d", h.BaseSequence, h.ProducerID)
@@ -94,9 +99,6 @@ func checkAttributes(attributes int16) error {
 	}
 	if attributes&AttrControl != 0 {
 		return errorf(KindInvalid, OffsetAttributes, "control batch: clients may not write control records (attributes 0x%04x)", uint16(attributes))
-	}
-	if attributes&AttrTransactional != 0 {
-		return errorf(KindInvalid, OffsetAttributes, "transactional batch: Sushka does not support transactions yet (attributes 0x%04x)", uint16(attributes))
 	}
 	if attributes&AttrDeleteHorizon != 0 {
 		return errorf(KindInvalid, OffsetAttributes, "delete horizon flag is set by log compaction, not producers (attributes 0x%04x)", uint16(attributes))

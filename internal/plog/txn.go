@@ -1,0 +1,179 @@
+package plog
+
+import (
+	"context"
+	"math"
+
+	"github.com/sushka-io/sushka/internal/plog/batch"
+)
+
+// Transactions in the partition (KIP-98). The writer tracks, per producer,
+// the first offset of its transaction in progress (producers.go); each
+// batch that begins or ends a transaction carries a txnEvent to the
+// publisher, which applies it when the batch is published, that is once it
+// is durable: the last stable offset (LSO) therefore only moves past a
+// transaction once its marker is fsynced, and a reader never sees a
+// transaction end that a crash could take away. Recovery applies the same
+// events while it scans, so after a restart a transaction with no marker
+// yet is in progress again (the LSO stays below it until the coordinator's
+// timeout aborts it) and the aborted-transactions index is whole again.
+
+// txnEventKind says what a published batch does to its producer's
+// transaction.
+type txnEventKind uint8
+
+const (
+	txnNone   txnEventKind = iota
+	txnBegin               // the producer's first transactional batch
+	txnCommit              // a commit marker
+	txnAbort               // an abort marker
+)
+
+// txnEvent is the transaction change a batch makes, applied at publication.
+type txnEvent struct {
+	kind       txnEventKind
+	producerID int64
+	first      int64 // txnCommit, txnAbort: the first offset of the transaction ended
+}
+
+// txnStart is where a published transaction in progress begins.
+type txnStart struct {
+	offset int64    // its first batch's base offset
+	seg    *segment // the segment holding that batch
+	pos    int64    // the batch's position in seg
+}
+
+// noTxn is the txnStart of no transaction: past every offset.
+var noTxn = txnStart{offset: math.MaxInt64}
+
+// AbortedTxn is one entry of the aborted-transactions index (Kafka's
+// .txnindex): producer ProducerID's transaction from FirstOffset to its
+// abort marker at LastOffset. LastStableOffset is the partition's LSO once
+// it ended: every transaction aborted later begins at or after it, so a
+// search for the transactions overlapping offsets below it stops there.
+type AbortedTxn struct {
+	ProducerID       int64
+	FirstOffset      int64
+	LastOffset       int64
+	LastStableOffset int64
+}
+
+// noteTxnLocked applies the transaction change of the batch published at
+// pos of seg (base offset base, last offset last). mu held (or recovery,
+// before any goroutine).
+func (l *Log) noteTxnLocked(ev txnEvent, seg *segment, base, last, pos int64) {
+	switch ev.kind {
+	case txnNone:
+		return
+	case txnBegin:
+		if l.txns == nil {
+			l.txns = make(map[int64]txnStart)
+		}
+		st := txnStart{offset: base, seg: seg, pos: pos}
+		l.txns[ev.producerID] = st
+		if st.offset < l.firstTxn.offset {
+			l.firstTxn = st
+		}
+		return
+	}
+	if _, ok := l.txns[ev.producerID]; ok {
+		delete(l.txns, ev.producerID)
+		l.firstTxn = noTxn
+		for _, st := range l.txns {
+			if st.offset < l.firstTxn.offset {
+				l.firstTxn = st
+			}
+		}
+	}
+	if ev.kind == txnAbort {
+		seg.aborted = append(seg.aborted, AbortedTxn{
+			ProducerID: ev.producerID, FirstOffset: ev.first, LastOffset: last,
+			// The marker is the last published batch at this point.
+			LastStableOffset: min(l.firstTxn.offset, last+1),
+		})
+		l.abortedEntries++
+	}
+}
+
+// lastStableLocked is the LSO (mu held): the first offset of the earliest
+// transaction in progress, or the high watermark, never below the log
+// start (retention may have removed where a hanging transaction began, as
+// Kafka's firstUnstableOffset is raised to the log start offset).
+func (l *Log) lastStableLocked() int64 {
+	return max(min(l.firstTxn.offset, l.hwm), l.logStart)
+}
+
+// LastStableOffset is the partition's last stable offset: below it every
+// transaction is decided (its marker is durable), so a read_committed
+// consumer reads up to it. It is at most the high watermark.
+func (l *Log) LastStableOffset() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.lastStableLocked()
+}
+
+// abortedOverlappingLocked appends to dst the aborted transactions that
+// overlap [from, upper) (Kafka's collectAbortedTransactions: lastOffset >=
+// from and firstOffset < upper), searching the segments from index i on.
+// An abort marker is in the segment after or at its transaction's first
+// batch, so no earlier segment holds one ending at or after from.
+func (l *Log) abortedOverlappingLocked(dst []AbortedTxn, i int, from, upper int64) []AbortedTxn {
+	for ; i < len(l.segments); i++ {
+		for _, a := range l.segments[i].aborted {
+			if a.LastOffset >= from && a.FirstOffset < upper {
+				dst = append(dst, a)
+			}
+			if a.LastStableOffset >= upper {
+				return dst // every later one begins at or after upper
+			}
+		}
+	}
+	return dst
+}
+
+// WriteTxnMarker appends the commit or abort marker m (a control batch)
+// for its producer's transaction and returns once it is durable (fsynced,
+// as AckForced) and published, with its offset: the transaction has then
+// ended in this partition, the LSO has moved past it, and an abort is in
+// the aborted-transactions index. As in Kafka, a marker for a producer
+// with no transaction in progress here is written all the same (an abort
+// of it is indexed from the marker to itself). A marker whose producer
+// epoch is older than the producer's is ErrInvalidProducerEpoch; one whose
+// coordinator epoch is older than the last marker's, ErrCoordinatorFenced.
+// A newer epoch fences the older one: the producer's batches of that older
+// epoch are refused from then on. ctx is looked at only before the marker
+// is queued: once queued it is written.
+func (l *Log) WriteTxnMarker(ctx context.Context, m TxnMarker) (offset int64, err error) {
+	if err := ctx.Err(); err != nil {
+		return -1, err
+	}
+	if m.ProducerID < 0 {
+		return -1, ErrUnknownProducerID
+	}
+	req := getReq()
+	req.records = batch.BuildControl(m.ProducerID, m.ProducerEpoch, m.Commit, m.CoordinatorEpoch, l.config().Clock.Now().UnixMilli())
+	req.ack, req.kind, req.marker = AckForced, reqMarker, m
+	p, err := l.enqueueReq(req)
+	if err != nil {
+		return -1, err
+	}
+	res, err := p.Wait()
+	if err != nil {
+		return -1, err
+	}
+	return res.BaseOffset, nil
+}
+
+// Producers lists the partition's active producers (DescribeProducers):
+// the writer's producer table, as of the appends queued before the call.
+func (l *Log) Producers() ([]ProducerInfo, error) {
+	req := getReq()
+	req.ack, req.kind = AckWritten, reqDescribe
+	if _, err := l.enqueueReq(req); err != nil {
+		return nil, err
+	}
+	<-req.done
+	producers, err := req.producers, req.err
+	putReq(req)
+	return producers, err
+}
