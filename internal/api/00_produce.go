@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sushka-io/sushka/internal/plog"
+	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/server"
 )
 
@@ -29,7 +30,20 @@ import (
 //   queued as soon as this one is (Request.Sequenced), so pipelined
 //   requests of an idempotent producer share fsyncs too.
 // * TimeoutMillis is ignored: there are no replicas to wait for.
-// * Transactional produce is refused (transactions are not built yet).
+// * Transactional produce (KIP-98, txn.go): a request with a TransactionID
+//   is refused with INVALID_REQUEST when the broker has no transaction
+//   coordinator (Config.TxnVerifier nil). Otherwise each partition whose
+//   batches are transactional is first verified with the coordinator
+//   (KIP-890 part 1; v12+ may add it implicitly, part 2), and answered the
+//   coordinator's error code when it says no (INVALID_TXN_STATE, ...),
+//   nothing of it appended. A transactional batch in a request without a
+//   TransactionID is TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka
+//   answers it. Producer epochs and sequences are the log's (plog): an
+//   older epoch is INVALID_PRODUCER_EPOCH (Kafka answers that rather than
+//   PRODUCER_FENCED to Produce of every version since 2.7, so the client
+//   can abort and retry), a non-transactional batch from a producer with a
+//   transaction in progress INVALID_TXN_STATE. A control batch (marker) is
+//   INVALID_RECORD: only the coordinator writes markers.
 // * A partition named by more than one entry gets INVALID_REQUEST, once,
 //   and none of its batches is appended (Kafka keeps the last entry and
 //   drops the others unanswered); the request's other partitions are
@@ -40,6 +54,8 @@ import (
 // * v5: LogStartOffset in the response
 // * v8: ErrorRecords, ErrorMessage
 // * v9: flexible versions
+// * v12: transactions version 2 (KIP-890 part 2: partitions added by the
+//   produce itself)
 // * v13: TopicID instead of the topic name (KIP-516)
 
 func init() {
@@ -47,7 +63,7 @@ func init() {
 	k.ordered = true // Handler.Ordered
 }
 
-func (h *Handler) handleProduce(_ context.Context, creq *server.Request, req *kmsg.ProduceRequest) server.Response {
+func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *kmsg.ProduceRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 
 	var ack plog.AckPolicy
@@ -138,10 +154,10 @@ func (h *Handler) handleProduce(_ context.Context, creq *server.Request, req *km
 			switch {
 			case badAcks:
 				fail(kerr.InvalidRequiredAcks.Code, "acks must be -1, 0 or 1")
-			case req.TransactionID != nil:
+			case req.TransactionID != nil && h.cfg.TxnVerifier == nil:
 				// Not TRANSACTIONAL_ID_AUTHORIZATION_FAILED: nothing is
 				// wrong with the client's rights, the feature is absent.
-				fail(kerr.InvalidRequest.Code, "transactions are not supported yet")
+				fail(kerr.InvalidRequest.Code, "transactions are not supported: this broker has no transaction coordinator")
 			case repeated[entry]:
 				fail(kerr.InvalidRequest.Code, "partition named more than once in the request: none of its batches was appended")
 			case l == nil && t == nil && req.Version >= 13:
@@ -151,6 +167,10 @@ func (h *Handler) handleProduce(_ context.Context, creq *server.Request, req *km
 			case len(rp.Records) == 0:
 				fail(kerr.InvalidRecord.Code, "no record batch")
 			default:
+				if code, msg := h.verifyTxnProduce(ctx, req, t.meta.Name, rp); code != 0 {
+					fail(code, msg)
+					break
+				}
 				jobs = append(jobs, job{topicIndex: int32(len(resp.Topics)), partitionIndex: int32(len(st.Partitions)), log: l, records: rp.Records, topic: t.meta.Name})
 			}
 			st.Partitions = append(st.Partitions, sp)
@@ -232,4 +252,52 @@ func produceTopicKey(version int16, rt *kmsg.ProduceRequestTopic) topicKey {
 		return topicKey{id: rt.TopicID}
 	}
 	return topicKey{name: rt.Topic}
+}
+
+// verifyTxnProduce checks a partition's batches of a Produce against the
+// transaction rules that are not the log's: a transactional batch needs the
+// request's TransactionID, and its partition must belong to the producer's
+// transaction (the coordinator says). It returns 0 when the batches may be
+// appended, else the code (and message) to answer.
+func (h *Handler) verifyTxnProduce(ctx context.Context, req *kmsg.ProduceRequest, topic string, rp *kmsg.ProduceRequestTopicPartition) (int16, string) {
+	producerID, epoch, transactional := transactionalBatch(rp.Records)
+	switch {
+	case !transactional:
+		return 0, ""
+	case req.TransactionID == nil:
+		return kerr.TransactionalIDAuthorizationFailed.Code, "transactional batch in a produce request without a transactional id"
+	case h.cfg.TxnVerifier == nil:
+		return kerr.InvalidRequest.Code, "transactions are not supported: this broker has no transaction coordinator"
+	}
+	if code := h.cfg.TxnVerifier.VerifyPartition(ctx, *req.TransactionID, producerID, epoch, topic, rp.Partition, req.Version >= 12); code != 0 {
+		return code, "partition not in the producer's transaction (transaction coordinator)"
+	}
+	return 0, ""
+}
+
+// transactionalBatch reports whether any batch of records is transactional
+// (a control batch is not looked past), with the producer id and epoch of
+// the first that is. It reads headers
+// only and stops at the first that does not frame (the log refuses those).
+func transactionalBatch(records []byte) (producerID int64, epoch int16, transactional bool) {
+	for len(records) >= batch.HeaderSize {
+		h, _ := batch.ParseHeader(records)
+		if h.Control() {
+			// A marker from a client: the log refuses it (INVALID_RECORD)
+			// whatever the transactional id, without asking the
+			// coordinator. (Kafka, looking at the transactional bit first,
+			// answers one without a transactional id
+			// TRANSACTIONAL_ID_AUTHORIZATION_FAILED; refused either way.)
+			return -1, -1, false
+		}
+		if h.Transactional() {
+			return h.ProducerID, h.ProducerEpoch, true
+		}
+		size := h.Size()
+		if size < batch.HeaderSize || size > len(records) {
+			break
+		}
+		records = records[size:]
+	}
+	return -1, -1, false
 }

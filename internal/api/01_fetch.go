@@ -42,8 +42,14 @@ import (
 // * Fetch sessions (KIP-227) are not kept: we answer SessionID 0, which
 //   tells clients to send full requests; a request naming a session gets
 //   FETCH_SESSION_ID_NOT_FOUND.
-// * Isolation levels are accepted; with no transactions the last stable
-//   offset is the high watermark.
+// * IsolationLevel 1 (read_committed, KIP-98): each partition is read up to
+//   its last stable offset only (plog.ReadCommitted), and answered with the
+//   aborted transactions overlapping what is returned, which the consumer
+//   drops; a long poll waits for the LSO to move (the publication that
+//   makes a marker durable signals it, as any high watermark advance).
+//   Both levels are told the LSO in LastStableOffset, as Kafka does;
+//   read_uncommitted gets AbortedTransactions null. The records stay file
+//   ranges (sendfile) either way.
 //
 // Version notes:
 // * v4: LastStableOffset, AbortedTransactions, IsolationLevel; record batches
@@ -65,8 +71,10 @@ type fetchPart struct {
 	maxBytes   int64
 	log        *plog.Log
 	errorCode  int16
+	committed  bool // IsolationLevel 1: read up to the LSO, with aborted transactions
 	hwm        int64
 	logStart   int64
+	lso        int64
 	result     plog.ReadResult
 	haveResult bool
 }
@@ -184,7 +192,8 @@ func (h *Handler) fetchParts(req *kmsg.FetchRequest) (topics []fetchTopic, parts
 			if len(chunk) == cap(chunk) {
 				chunk = make([]fetchPart, 0, min(n-len(parts), 1024))
 			}
-			chunk = append(chunk, fetchPart{topic: rt.Topic, topicID: rt.TopicID, partition: rp.Partition, offset: rp.FetchOffset, maxBytes: int64(rp.PartitionMaxBytes), hwm: -1, logStart: -1})
+			chunk = append(chunk, fetchPart{topic: rt.Topic, topicID: rt.TopicID, partition: rp.Partition, offset: rp.FetchOffset, maxBytes: int64(rp.PartitionMaxBytes),
+				committed: req.IsolationLevel == 1, hwm: -1, logStart: -1, lso: -1})
 			fp := &chunk[len(chunk)-1]
 			fp.topic, fp.log = t.meta.Name, l
 			ft.parts = append(ft.parts, fp)
@@ -248,13 +257,19 @@ func (h *Handler) readFetch(parts []*fetchPart, maxBytes int64) (total int64, an
 		budget := min(fp.maxBytes, maxBytes-total)
 		if budget <= 0 && total > 0 {
 			// Out of response budget: report the partition's offsets only.
-			fp.hwm, fp.logStart = fp.log.HighWatermark(), fp.log.LogStartOffset()
+			fp.hwm, fp.logStart, fp.lso = fp.log.HighWatermark(), fp.log.LogStartOffset(), fp.log.LastStableOffset()
 			continue
 		}
-		res, err := fp.log.Read(fp.offset, max(budget, 0), total == 0)
+		var res plog.ReadResult
+		var err error
+		if fp.committed {
+			res, err = fp.log.ReadCommitted(fp.offset, max(budget, 0), total == 0)
+		} else {
+			res, err = fp.log.Read(fp.offset, max(budget, 0), total == 0)
+		}
 		if err != nil {
 			fp.errorCode = errorCode(err)
-			fp.hwm, fp.logStart = fp.log.HighWatermark(), fp.log.LogStartOffset()
+			fp.hwm, fp.logStart, fp.lso = fp.log.HighWatermark(), fp.log.LogStartOffset(), fp.log.LastStableOffset()
 			if fp.errorCode == kerr.KafkaStorageError.Code {
 				h.log.Error("read failed", "topic", fp.topic, "partition", fp.partition, "offset", fp.offset, "err", err)
 			}
@@ -262,7 +277,7 @@ func (h *Handler) readFetch(parts []*fetchPart, maxBytes int64) (total int64, an
 			continue
 		}
 		fp.result, fp.haveResult = res, true
-		fp.hwm, fp.logStart = res.HighWatermark, res.LogStartOffset
+		fp.hwm, fp.logStart, fp.lso = res.HighWatermark, res.LogStartOffset, res.LastStableOffset
 		for _, c := range res.Chunks {
 			total += c.Len
 		}
@@ -289,7 +304,7 @@ func encodeFetch(version int16, topics []fetchTopic) *server.Frame {
 		headerBytes += 24 + len(t.name) + 48*t.missingCount()
 		for _, fp := range t.parts {
 			nPieces += 1 + len(fp.result.Chunks)
-			headerBytes += 56
+			headerBytes += 56 + 16*len(fp.result.Aborted)
 		}
 	}
 	var (
@@ -306,19 +321,30 @@ func encodeFetch(version int16, topics []fetchTopic) *server.Frame {
 	}
 	// partitionHeader appends a partition's answer up to its record bytes
 	// (recordsLen of them, which follow as file pieces).
-	partitionHeader := func(partition int32, errorCode int16, hwm, logStart, recordsLen int64) {
+	// aborted is nil for a null AbortedTransactions (read_uncommitted).
+	partitionHeader := func(partition int32, errorCode int16, hwm, lso, logStart, recordsLen int64, aborted []plog.AbortedTxn, committed bool) {
 		buf = binary.BigEndian.AppendUint32(buf, uint32(partition))
 		buf = binary.BigEndian.AppendUint16(buf, uint16(errorCode))
 		buf = binary.BigEndian.AppendUint64(buf, uint64(hwm))
-		buf = binary.BigEndian.AppendUint64(buf, uint64(hwm)) // LastStableOffset (v4+)
+		buf = binary.BigEndian.AppendUint64(buf, uint64(lso)) // LastStableOffset (v4+)
 		if version >= 5 {
 			buf = binary.BigEndian.AppendUint64(buf, uint64(logStart))
 		}
-		// AbortedTransactions (v4+): null, there are no transactions.
-		if flexible {
+		// AbortedTransactions (v4+): null for read_uncommitted, as Kafka.
+		switch {
+		case !committed && flexible:
 			buf = kbin.AppendUvarint(buf, 0)
-		} else {
+		case !committed:
 			buf = binary.BigEndian.AppendUint32(buf, 0xffffffff)
+		default:
+			arrayLen(len(aborted))
+			for _, a := range aborted {
+				buf = binary.BigEndian.AppendUint64(buf, uint64(a.ProducerID))
+				buf = binary.BigEndian.AppendUint64(buf, uint64(a.FirstOffset))
+				if flexible {
+					buf = append(buf, 0) // aborted transaction tagged fields
+				}
+			}
 		}
 		if version >= 11 {
 			buf = binary.BigEndian.AppendUint32(buf, 0xffffffff) // PreferredReadReplica -1
@@ -351,7 +377,7 @@ func encodeFetch(version int16, topics []fetchTopic) *server.Frame {
 			for _, c := range fp.result.Chunks {
 				n += c.Len
 			}
-			partitionHeader(fp.partition, fp.errorCode, fp.hwm, fp.logStart, n)
+			partitionHeader(fp.partition, fp.errorCode, fp.hwm, fp.lso, fp.logStart, n, fp.result.Aborted, fp.committed)
 			if n > 0 {
 				pieces = append(pieces, server.Piece{Bytes: buf[start:len(buf):len(buf)]})
 				start = len(buf)
@@ -365,7 +391,7 @@ func encodeFetch(version int16, topics []fetchTopic) *server.Frame {
 		}
 		if m := t.missing; m != nil {
 			for _, p := range m.partitions {
-				partitionHeader(p, m.code, -1, -1, 0)
+				partitionHeader(p, m.code, -1, -1, -1, 0, nil, false)
 				if flexible {
 					buf = append(buf, 0) // partition tagged fields
 				}

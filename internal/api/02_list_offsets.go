@@ -12,8 +12,10 @@ import (
 // ListOffsets: v0-10
 //
 // Behavior:
-// * Timestamp -1: latest (the high watermark; with no transactions it is
-//   also the last stable offset, so IsolationLevel changes nothing).
+// * Timestamp -1: latest: the high watermark, or the last stable offset for
+//   IsolationLevel 1 (read_committed, KIP-98). For read_committed, lookups
+//   by timestamp (and -3) find only offsets below the LSO, as Kafka bounds
+//   them (its lastFetchableOffset): one at or past it answers -1, -1.
 // * -2: earliest (the log start offset); -4 (earliest local) and -5
 //   (earliest pending upload) answer the same: there is no tiered storage.
 // * -3: the offset and value of the largest timestamp (KIP-734).
@@ -62,11 +64,14 @@ func (h *Handler) handleListOffsets(ctx context.Context, creq *server.Request, r
 			sp.Partition = rp.Partition
 			sp.Timestamp, sp.Offset, sp.LeaderEpoch = -1, -1, LeaderEpoch
 			l := t.partition(rp.Partition)
+			committed := req.Version >= 2 && req.IsolationLevel == 1
 			switch ts := rp.Timestamp; {
 			case repeated[entry]:
 				sp.ErrorCode = kerr.InvalidRequest.Code
 			case l == nil:
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			case ts == -1 && committed:
+				sp.Offset = l.LastStableOffset()
 			case ts == -1:
 				sp.Offset = l.HighWatermark()
 			case ts == -2 || ts == -4 || ts == -5:
@@ -83,6 +88,9 @@ func (h *Handler) handleListOffsets(ctx context.Context, creq *server.Request, r
 				}
 			default:
 				sp.ErrorCode = kerr.InvalidRequest.Code
+			}
+			if committed && (rp.Timestamp >= 0 || rp.Timestamp == -3) && sp.Offset >= 0 && sp.Offset >= l.LastStableOffset() {
+				sp.Offset, sp.Timestamp = -1, -1 // not yet stable: as if absent
 			}
 			if req.Version == 0 && sp.ErrorCode == 0 && sp.Offset >= 0 && rp.MaxNumOffsets > 0 {
 				sp.OldStyleOffsets = []int64{sp.Offset}

@@ -31,6 +31,8 @@ var errorCodes = []struct {
 	{plog.ErrOutOfOrderSequence, kerr.OutOfOrderSequenceNumber.Code},
 	{plog.ErrInvalidProducerEpoch, kerr.InvalidProducerEpoch.Code},
 	{plog.ErrUnknownProducerID, kerr.UnknownProducerID.Code},
+	{plog.ErrInvalidTxnState, kerr.InvalidTxnState.Code},
+	{plog.ErrCoordinatorFenced, kerr.TransactionCoordinatorFenced.Code},
 	{plog.ErrOffsetOutOfRange, kerr.OffsetOutOfRange.Code},
 	// A closed log is a partition this node no longer leads (deleted, or
 	// the broker is shutting down): the client refreshes its metadata.

@@ -60,13 +60,13 @@ func TestEncodeFetchMatchesKmsg(t *testing.T) {
 	for v := fetch.minVersion; v <= fetch.maxVersion; v++ {
 		topics := []fetchTopic{
 			{name: "t1", id: id1, parts: []*fetchPart{
-				{partition: 0, hwm: 5, logStart: 1, result: plog.ReadResult{Chunks: []plog.Chunk{
+				{partition: 0, hwm: 5, lso: 3, logStart: 1, committed: true, result: plog.ReadResult{Chunks: []plog.Chunk{
 					{File: f, Pos: int64(len(junk)), Len: int64(len(b1))},
 					{File: f, Pos: int64(len(junk) + len(b1)), Len: int64(len(b2))},
-				}}},
-				{partition: 7, errorCode: kerr.OffsetOutOfRange.Code, hwm: 5, logStart: 1},
+				}, Aborted: []plog.AbortedTxn{{ProducerID: 9, FirstOffset: 1, LastOffset: 2}, {ProducerID: 11, FirstOffset: 2, LastOffset: 4}}}},
+				{partition: 7, errorCode: kerr.OffsetOutOfRange.Code, hwm: 5, lso: 5, logStart: 1},
 			}},
-			{name: "t2", id: id2, parts: []*fetchPart{{partition: 3, hwm: 0, logStart: 0}},
+			{name: "t2", id: id2, parts: []*fetchPart{{partition: 3, hwm: 0, logStart: 0, committed: true}},
 				missing: &missingPartitions{partitions: []int32{9}, code: kerr.UnknownTopicOrPartition.Code}},
 			{name: "gone", id: [16]byte{7}, missing: &missingPartitions{partitions: []int32{0, 2}, code: kerr.UnknownTopicID.Code}},
 		}
@@ -91,8 +91,18 @@ func TestEncodeFetchMatchesKmsg(t *testing.T) {
 			t.Fatalf("v%d: topic names", v)
 		}
 		p0 := resp.Topics[0].Partitions[0]
-		if p0.HighWatermark != 5 || p0.LastStableOffset != 5 || (v >= 5 && p0.LogStartOffset != 1) || p0.ErrorCode != 0 {
+		if p0.HighWatermark != 5 || p0.LastStableOffset != 3 || (v >= 5 && p0.LogStartOffset != 1) || p0.ErrorCode != 0 {
 			t.Fatalf("v%d: partition 0 %+v", v, p0)
+		}
+		if a := p0.AbortedTransactions; len(a) != 2 || a[0].ProducerID != 9 || a[0].FirstOffset != 1 || a[1].ProducerID != 11 || a[1].FirstOffset != 2 {
+			t.Fatalf("v%d: aborted transactions %+v", v, a)
+		}
+		// read_committed with nothing aborted: an empty list; read_uncommitted: null.
+		if a := resp.Topics[1].Partitions[0].AbortedTransactions; a == nil || len(a) != 0 {
+			t.Fatalf("v%d: read_committed without aborts answered %#v, want an empty list", v, a)
+		}
+		if a := resp.Topics[0].Partitions[1].AbortedTransactions; a != nil {
+			t.Fatalf("v%d: read_uncommitted answered aborted transactions %#v, want null", v, a)
 		}
 		if !bytes.Equal(p0.RecordBatches, records) {
 			t.Fatalf("v%d: records differ", v)

@@ -1,6 +1,12 @@
 package api
 
-import "context"
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/sushka-io/sushka/internal/plog"
+)
 
 // The partition side of transactions (KIP-98). The transaction coordinator
 // (internal/txn) is a separate component; the partition handlers (Produce,
@@ -36,4 +42,31 @@ type TxnVerifier interface {
 	// transactional request, before anything of the request is appended;
 	// it may block (ctx is the request's).
 	VerifyPartition(ctx context.Context, transactionalID string, producerID int64, producerEpoch int16, topic string, partition int32, implicitAdd bool) int16
+}
+
+// WriteTxnMarker writes the commit or abort marker m of a transaction to a
+// partition and returns once it is durable (fsynced) and the partition's
+// last stable offset has moved past the transaction (plog.WriteTxnMarker):
+// the per-partition answer of WriteTxnMarkers, 0 or a Kafka error code.
+// UNKNOWN_TOPIC_OR_PARTITION for a partition this broker does not have,
+// INVALID_PRODUCER_EPOCH for an epoch older than the producer's in that
+// partition, TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch,
+// KAFKA_STORAGE_ERROR when the partition's disk failed,
+// NOT_LEADER_OR_FOLLOWER when it is closing.
+func (h *Handler) WriteTxnMarker(ctx context.Context, topic string, partition int32, m plog.TxnMarker) int16 {
+	l := h.lookup(topic).partition(partition)
+	if l == nil {
+		return kerr.UnknownTopicOrPartition.Code
+	}
+	if _, err := l.WriteTxnMarker(ctx, m); err != nil {
+		if ctx.Err() != nil {
+			return kerr.RequestTimedOut.Code // not queued: nothing written
+		}
+		code := errorCode(err)
+		if code == kerr.KafkaStorageError.Code {
+			h.log.Error("writing a transaction marker failed", "topic", topic, "partition", partition, "producer_id", m.ProducerID, "err", err)
+		}
+		return code
+	}
+	return 0
 }

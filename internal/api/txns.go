@@ -86,23 +86,7 @@ func (w txnMarkers) WriteTxnMarker(ctx context.Context, topic string, partition 
 	if topic == group.OffsetsTopic {
 		return w.h.endGroupTxn(ctx, partition, m)
 	}
-	return w.h.writePartitionMarker(ctx, topic, partition, m)
-}
-
-// writePartitionMarker appends a marker to a topic's partition log
-// (plog.Log.WriteTxnMarker): durable before it returns.
-func (h *Handler) writePartitionMarker(ctx context.Context, topic string, partition int32, m plog.TxnMarker) int16 {
-	l := h.lookup(topic).partition(partition)
-	if l == nil {
-		return kerr.UnknownTopicOrPartition.Code
-	}
-	if _, err := l.WriteTxnMarker(ctx, m); err != nil {
-		if ctx.Err() != nil {
-			return kerr.RequestTimedOut.Code
-		}
-		return errorCode(err)
-	}
-	return 0
+	return w.h.WriteTxnMarker(ctx, topic, partition, m)
 }
 
 // endGroupTxn hands a marker for a __consumer_offsets partition to the

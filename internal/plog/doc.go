@@ -13,6 +13,8 @@
 //	                           fsync, rename, directory fsync)
 //	recovery-point             optional: the recovery point in decimal and a
 //	                           newline, written the same way
+//	00000000000000052311.txnindex  optional: the segment's aborted
+//	                           transactions (txn.go; docs/format.md)
 //
 // The recovery point is an offset below which every batch was durable when
 // it was written (Kafka's recovery-point-offset-checkpoint, per partition).
@@ -50,7 +52,10 @@
 // idempotent-producer table (without the producers idle for
 // producer.id.expiration.ms, judged by their last batch's max timestamp, never
 // later than now; while running, the writer forgets idle producers by their
-// last append time, looking every 10 minutes). What an invalid batch means
+// last append time, looking every 10 minutes; a producer with a transaction
+// in progress is kept), the transactions in progress (the last stable
+// offset) and each segment's aborted-transactions index, whose file it
+// rewrites when it differs (txn.go). What an invalid batch means
 // depends on where it is:
 //
 //   - in the last segment at or past the recovery point: the unsynced tail

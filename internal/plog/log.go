@@ -514,13 +514,23 @@ func (l *Log) readCheckpoint(file string) (int64, error) {
 // writeCheckpoint persists v in the checkpoint file name atomically: temp
 // file, fsync, rename, directory sync.
 func (l *Log) writeCheckpoint(file string, v int64) error {
+	if err := l.replaceFile(file, []byte(strconv.FormatInt(v, 10)+"\n")); err != nil {
+		return &IOError{Op: "checkpoint " + file, Err: err}
+	}
+	return nil
+}
+
+// replaceFile replaces the partition directory's file with data
+// atomically: temp file (removed by recovery if left over), fsync, rename,
+// directory sync.
+func (l *Log) replaceFile(file string, data []byte) error {
 	fs := l.cfg.FS
 	tmp := path.Join(l.dir, file+".tmp")
 	f, err := fs.Create(tmp)
 	if err != nil {
-		return &IOError{Op: "checkpoint " + file, Err: err}
+		return err
 	}
-	_, err = f.Write([]byte(strconv.FormatInt(v, 10) + "\n"))
+	_, err = f.Write(data)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -533,10 +543,7 @@ func (l *Log) writeCheckpoint(file string, v int64) error {
 	if err == nil {
 		err = fs.SyncDir(l.dir)
 	}
-	if err != nil {
-		return &IOError{Op: "checkpoint " + file, Err: err}
-	}
-	return nil
+	return err
 }
 
 // publishLocked advances the high watermark and wakes waiting readers.

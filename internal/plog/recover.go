@@ -28,9 +28,14 @@ func (l *Log) recover() error {
 		return &IOError{Op: "list " + l.dir, Err: err}
 	}
 	var bases []int64
+	txnIndexes := map[string]bool{} // index files listed, each kept only with its segment
 	for _, name := range names {
 		if strings.HasSuffix(name, ".tmp") {
-			fs.Remove(path.Join(l.dir, name)) // an interrupted checkpoint
+			fs.Remove(path.Join(l.dir, name)) // an interrupted checkpoint or index rewrite
+			continue
+		}
+		if strings.HasSuffix(name, txnIndexSuffix) {
+			txnIndexes[name] = true
 			continue
 		}
 		if base, ok := parseSegmentName(name); ok {
@@ -66,10 +71,21 @@ func (l *Log) recover() error {
 		if err := sc.scan(s, i == len(bases)-1); err != nil {
 			return err
 		}
+		if err := l.syncTxnIndex(s, txnIndexes[txnIndexName(base)]); err != nil {
+			return err
+		}
+		delete(txnIndexes, txnIndexName(base))
 		if i < len(bases)-1 {
 			s.seal() // the cache keeps it open, or closes it, from now on
 		}
 		prevNext = s.nextOffset
+	}
+	for name := range txnIndexes {
+		// The index of a segment that is gone (retention removed the
+		// segment, then the process stopped before its index).
+		if err := fs.Remove(path.Join(l.dir, name)); err != nil {
+			return &IOError{Op: "remove " + name, Err: err}
+		}
 	}
 	// An expired producer is not restored (producer.id.expiration.ms).
 	if n := l.w.producers.expire(sc.nowMs, l.cfg.ProducerIDExpiration); n > 0 {

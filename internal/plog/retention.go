@@ -2,6 +2,7 @@ package plog
 
 import (
 	"fmt"
+	"path"
 	"sort"
 	"sync"
 
@@ -240,6 +241,11 @@ func (l *Log) deleteSegments(victims []*segment) error {
 	for _, s := range victims {
 		if err := l.cfg.FS.Remove(s.path); err != nil && first == nil {
 			first = &IOError{Op: "remove segment", Err: err}
+		}
+		if len(s.aborted) > 0 { // its aborted-transactions index (txn.go)
+			if err := l.cfg.FS.Remove(path.Join(l.dir, txnIndexName(s.base))); err != nil && first == nil {
+				first = &IOError{Op: "remove transaction index", Err: err}
+			}
 		}
 		l.logger.Info("deleted segment", "file", s.path, "bytes", s.size)
 		s.drop()

@@ -190,7 +190,11 @@ func (p *publisher) publish() error {
 			err = l.fail(&IOError{Op: "sync", Err: serr})
 		} else {
 			l.syncs.Add(1)
-			p.publishLocked(seg)
+			if aborted := p.publishLocked(seg); len(aborted) > 0 {
+				// Before the markers' acknowledgements: the index entry is
+				// as durable as its marker when WriteTxnMarker returns.
+				err = l.fail(l.appendTxnIndex(seg, aborted))
+			}
 		}
 	}
 	for ; pins > 0; pins-- {
@@ -209,19 +213,23 @@ func (p *publisher) publish() error {
 }
 
 // publishLocked (publishMu held) makes p.pend, durable batches of seg,
-// visible.
-func (p *publisher) publishLocked(seg *segment) {
+// visible. It returns the aborted-transaction entries the publication added
+// to seg (immutable once appended: read without Log.mu).
+func (p *publisher) publishLocked(seg *segment) (aborted []AbortedTxn) {
 	l := p.l
 	interval := int64(l.config().IndexInterval)
 	l.mu.Lock()
+	before := len(seg.aborted)
 	for _, b := range p.pend {
 		seg.noteBatchLocked(b.base, b.last, b.maxTs, b.pos, b.size, interval)
 		l.noteTxnLocked(b.txn, seg, b.base, b.last, b.pos)
 	}
 	p.published = p.pend[len(p.pend)-1].last + 1
 	l.publishLocked(p.published)
+	aborted = seg.aborted[before:]
 	l.mu.Unlock()
 	p.pend = p.pend[:0]
+	return aborted
 }
 
 // checkpointRecoveryPoint checkpoints the recovery point now if it moved

@@ -1,8 +1,11 @@
 package plog
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"math"
+	"path"
 
 	"github.com/sushka-io/sushka/internal/plog/batch"
 )
@@ -176,4 +179,107 @@ func (l *Log) Producers() ([]ProducerInfo, error) {
 	producers, err := req.producers, req.err
 	putReq(req)
 	return producers, err
+}
+
+// The aborted-transactions index file (Kafka's .txnindex), one per segment
+// that holds an abort marker, named like the segment with the suffix
+// txnIndexSuffix: a sequence of txnIndexEntrySize-byte entries, big-endian,
+//
+//	version int16 (0) | producerId int64 | firstOffset int64 |
+//	lastOffset int64 | lastStableOffset int64
+//
+// in the order of their markers, as Kafka's AbortedTxn. The segment is the
+// source of truth: recovery rebuilds the index from the markers it scans
+// and rewrites a file that differs (torn, missing, stale), so the file
+// never decides anything on its own (design D3). The publisher appends an
+// abort's entry and fsyncs the file after the segment's fsync and before
+// the marker's AckForced acknowledgement: once WriteTxnMarker returns, the
+// entry is as durable as the marker. Retention deletes it with its segment.
+const (
+	txnIndexSuffix    = ".txnindex"
+	txnIndexEntrySize = 34
+	txnIndexVersion   = 0
+)
+
+// txnIndexName is the index file name of the segment starting at base.
+func txnIndexName(base int64) string {
+	return segmentName(base)[:20] + txnIndexSuffix
+}
+
+// appendTxnIndexEntries appends the encoded entries to dst.
+func appendTxnIndexEntries(dst []byte, entries []AbortedTxn) []byte {
+	for _, a := range entries {
+		dst = binary.BigEndian.AppendUint16(dst, txnIndexVersion)
+		dst = binary.BigEndian.AppendUint64(dst, uint64(a.ProducerID))
+		dst = binary.BigEndian.AppendUint64(dst, uint64(a.FirstOffset))
+		dst = binary.BigEndian.AppendUint64(dst, uint64(a.LastOffset))
+		dst = binary.BigEndian.AppendUint64(dst, uint64(a.LastStableOffset))
+	}
+	return dst
+}
+
+// appendTxnIndex appends entries, the abort entries just published in s, to
+// s's index file (created if absent, its directory entry made durable) and
+// fsyncs it.
+func (l *Log) appendTxnIndex(s *segment, entries []AbortedTxn) error {
+	fs := l.cfg.FS
+	name := path.Join(l.dir, txnIndexName(s.base))
+	f, err := fs.OpenReadWrite(name)
+	created := false
+	if err != nil {
+		if f, err = fs.Create(name); err != nil {
+			return writeError("create "+name, err)
+		}
+		created = true
+	}
+	_, err = f.Write(appendTxnIndexEntries(make([]byte, 0, len(entries)*txnIndexEntrySize), entries))
+	if err != nil {
+		f.Close()
+		return writeError("write "+name, err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && created {
+		err = fs.SyncDir(l.dir)
+	}
+	if err != nil {
+		return &IOError{Op: "sync " + name, Err: err}
+	}
+	return nil
+}
+
+// syncTxnIndex makes s's index file agree with s.aborted, rebuilt by the
+// recovery scan: rewritten atomically (temp file, fsync, rename, directory
+// fsync) when it differs, removed when s has no abort. exists says whether
+// the directory lists the file.
+func (l *Log) syncTxnIndex(s *segment, exists bool) error {
+	fs := l.cfg.FS
+	name := path.Join(l.dir, txnIndexName(s.base))
+	if len(s.aborted) == 0 {
+		if !exists {
+			return nil
+		}
+		if err := fs.Remove(name); err != nil {
+			return &IOError{Op: "remove " + name, Err: err}
+		}
+		return nil
+	}
+	want := appendTxnIndexEntries(make([]byte, 0, len(s.aborted)*txnIndexEntrySize), s.aborted)
+	if exists {
+		if f, err := fs.Open(name); err == nil {
+			got := make([]byte, len(want)+1)
+			n, _ := f.ReadAt(got, 0)
+			f.Close()
+			if bytes.Equal(got[:n], want) {
+				return nil
+			}
+		}
+	}
+	l.logger.Info("rewriting the aborted-transactions index from the segment", "file", name, "entries", len(s.aborted))
+	if err := l.replaceFile(txnIndexName(s.base), want); err != nil {
+		return &IOError{Op: "rewrite " + name, Err: err}
+	}
+	return nil
 }

@@ -2,9 +2,13 @@ package plog
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
+	"path"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/sushka-io/sushka/internal/plog/batch"
@@ -296,6 +300,7 @@ func TestTxnCrashKeepsDecidedTransactions(t *testing.T) {
 			}
 		}
 		l.mu.RUnlock()
+		checkTxnIndexFiles(t, l)
 		for off, abort := range decided {
 			if indexed[off] != abort {
 				t.Fatalf("seed %d: marker at %d (abort %v) indexed %v after the crash", seed, off, abort, indexed[off])
@@ -342,9 +347,110 @@ func TestTxnAbortedIndexGoesWithRetention(t *testing.T) {
 	if entries != counted || entries >= len(before) {
 		t.Fatalf("%d entries in the segments left, %d counted, %d before retention", entries, counted, len(before))
 	}
+	checkTxnIndexFiles(t, l) // the deleted segments' index files went with them
 	for _, a := range after {
 		if a.LastOffset < start {
 			t.Fatalf("aborted transaction %+v of a deleted segment still reported", a)
 		}
 	}
+}
+
+// txnIndexFiles decodes every aborted-transactions index file of dir, by
+// segment base offset.
+func txnIndexFiles(t testing.TB, fs vfs.FS, dir string) map[int64][]AbortedTxn {
+	t.Helper()
+	names, err := fs.List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int64][]AbortedTxn{}
+	for _, name := range names {
+		if !strings.HasSuffix(name, txnIndexSuffix) {
+			continue
+		}
+		base, err := strconv.ParseInt(strings.TrimSuffix(name, txnIndexSuffix), 10, 64)
+		if err != nil {
+			t.Fatalf("index file %s", name)
+		}
+		f, err := fs.Open(path.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		size, _ := f.Size()
+		b := make([]byte, size)
+		f.ReadAt(b, 0)
+		f.Close()
+		if len(b)%txnIndexEntrySize != 0 {
+			t.Fatalf("%s: %d bytes, not whole entries", name, len(b))
+		}
+		for ; len(b) > 0; b = b[txnIndexEntrySize:] {
+			if v := binary.BigEndian.Uint16(b); v != txnIndexVersion {
+				t.Fatalf("%s: version %d", name, v)
+			}
+			out[base] = append(out[base], AbortedTxn{
+				ProducerID: int64(binary.BigEndian.Uint64(b[2:])), FirstOffset: int64(binary.BigEndian.Uint64(b[10:])),
+				LastOffset: int64(binary.BigEndian.Uint64(b[18:])), LastStableOffset: int64(binary.BigEndian.Uint64(b[26:]))})
+		}
+	}
+	return out
+}
+
+// checkTxnIndexFiles checks that the index files hold exactly the
+// segments' aborted-transaction entries.
+func checkTxnIndexFiles(t testing.TB, l *Log) {
+	t.Helper()
+	files := txnIndexFiles(t, l.cfg.FS, l.dir)
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for _, s := range l.segments {
+		if !slices.Equal(files[s.base], s.aborted) {
+			t.Fatalf("segment %d: index file %+v, in memory %+v", s.base, files[s.base], s.aborted)
+		}
+		delete(files, s.base)
+	}
+	if len(files) > 0 {
+		t.Fatalf("index files of no segment: %v", files)
+	}
+}
+
+func TestTxnIndexFiles(t *testing.T) {
+	forEachPath(t, func(t *testing.T, wp WritePath) {
+		f := newFixture(t, wp)
+		f.cfg.SegmentBytes = 2 << 10
+		l := f.open(t)
+		txnWorkload(t, l)
+		checkTxnIndexFiles(t, l)
+		l.Close()
+
+		// Damage: one index torn, one removed, one left for a segment
+		// that is gone. Recovery rebuilds them from the markers.
+		files := txnIndexFiles(t, f.fs, f.cfg.Dir)
+		var bases []int64
+		for base := range files {
+			bases = append(bases, base)
+		}
+		slices.Sort(bases)
+		if len(bases) < 3 {
+			t.Fatalf("only %d index files", len(bases))
+		}
+		torn, err := f.fs.OpenReadWrite(path.Join(f.cfg.Dir, txnIndexName(bases[0])))
+		if err != nil {
+			t.Fatal(err)
+		}
+		torn.Truncate(txnIndexEntrySize + 5)
+		torn.Close()
+		if err := f.fs.Remove(path.Join(f.cfg.Dir, txnIndexName(bases[1]))); err != nil {
+			t.Fatal(err)
+		}
+		orphan, _ := f.fs.Create(path.Join(f.cfg.Dir, txnIndexName(999999)))
+		orphan.Write(make([]byte, txnIndexEntrySize))
+		orphan.Close()
+
+		l = f.open(t)
+		defer l.Close()
+		checkTxnIndexFiles(t, l)
+		if got := txnIndexFiles(t, f.fs, f.cfg.Dir); len(got) != len(files) {
+			t.Fatalf("%d index files after recovery, want %d", len(got), len(files))
+		}
+	})
 }
