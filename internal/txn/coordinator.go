@@ -757,8 +757,16 @@ func (c *Coordinator) endTxn(rid uint64, req *kmsg.EndTxnRequest) *kmsg.EndTxnRe
 	case req.ProducerEpoch != t.epoch:
 		return fail(fencedCode(req.Version, 2))
 	}
-	switch t.state {
-	case StateOngoing:
+	emptyAbort := bumps && !req.Commit && (t.state == StateEmpty || t.state == StateCompleteCommit || t.state == StateCompleteAbort)
+	switch {
+	case t.state == StateOngoing || emptyAbort:
+		// KIP-890 part 2 also lets a producer abort when it does not know
+		// whether any partition joined (a produce that failed may have
+		// registered it): with nothing ongoing, the abort bumps the epoch
+		// and completes at once.
+		if emptyAbort {
+			t.partitions = map[TopicPartition]bool{}
+		}
 		if bumps {
 			t.clientVersion = 2
 			t.lastEpoch = t.epoch
@@ -774,13 +782,13 @@ func (c *Coordinator) endTxn(rid uint64, req *kmsg.EndTxnRequest) *kmsg.EndTxnRe
 		t.endWaiters = append(t.endWaiters, endWaiter{id: rid, version: req.Version})
 		c.prepareEnd(t, req.Commit)
 		return nil
-	case StateCompleteCommit, StateCompleteAbort:
+	case t.state == StateCompleteCommit || t.state == StateCompleteAbort:
 		if t.state != complete {
 			return fail(kerr.InvalidTxnState.Code)
 		}
 		resp.ProducerID, resp.ProducerEpoch = t.producerID, t.epoch
 		return resp // a retry of an end that completed
-	case StatePrepareCommit, StatePrepareAbort:
+	case t.state == StatePrepareCommit || t.state == StatePrepareAbort:
 		if (t.state == StatePrepareCommit) != req.Commit {
 			return fail(kerr.InvalidTxnState.Code)
 		}
