@@ -10,14 +10,15 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 // consumeIsolated reads topic from the start with isolation until it has n
-// records or the deadline passes, and returns their values sorted.
-func consumeIsolated(t *testing.T, tb *testBroker, topic string, n int, isolation kgo.IsolationLevel) []string {
+// records or wait has passed, and returns their values sorted.
+func consumeIsolated(t *testing.T, tb *testBroker, topic string, n int, isolation kgo.IsolationLevel, wait time.Duration) []string {
 	t.Helper()
 	cl := tb.client(kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(isolation))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	var got []string
 	for len(got) < n {
@@ -31,41 +32,63 @@ func consumeIsolated(t *testing.T, tb *testBroker, topic string, n int, isolatio
 	return got
 }
 
-// A franz-go transactional producer commits one transaction and aborts
-// the next: a read_committed consumer sees exactly the committed records,
-// a read_uncommitted one both.
+// A franz-go transactional producer commits one transaction, aborts the
+// next and commits a third: a read_committed consumer sees exactly the
+// committed records, a read_uncommitted one all of them. Twice: with
+// KIP-890 part 2 (transaction.version 2, which the broker advertises:
+// Produce v12+ adds partitions implicitly, every EndTxn v5 bumps the epoch)
+// and, with the client's versions capped below it, as before (explicit
+// AddPartitionsToTxn, one epoch for all).
 func TestTransactionalProducerCommitAbort(t *testing.T) {
-	tb := startBroker(t, Config{})
-	ctx := ctxT(t, 30*time.Second)
-	if _, err := tb.admin().CreateTopic(ctx, 3, 1, nil, "txn-e2e"); err != nil {
-		t.Fatal(err)
-	}
-	p := tb.client(kgo.TransactionalID("e2e"), kgo.DefaultProduceTopic("txn-e2e"), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
-	run := func(prefix string, n int, commit kgo.TransactionEndTry) {
-		t.Helper()
-		if err := p.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		for i := range n {
-			if err := p.ProduceSync(ctx, kgo.StringRecord(fmt.Sprintf("%s-%02d", prefix, i))).FirstErr(); err != nil {
-				t.Fatalf("produce %s-%d: %v", prefix, i, err)
+	for _, tc := range []struct {
+		name       string
+		opts       []kgo.Opt
+		finalEpoch int16 // after InitProducerID and three ends
+	}{
+		{"kip890p2", nil, 3},
+		{"before-kip890p2", []kgo.Opt{kgo.MaxVersions(kversion.V3_8_0())}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tb := startBroker(t, Config{})
+			ctx := ctxT(t, 30*time.Second)
+			if _, err := tb.admin().CreateTopic(ctx, 3, 1, nil, "txn-e2e"); err != nil {
+				t.Fatal(err)
 			}
-		}
-		if err := p.EndTransaction(ctx, commit); err != nil {
-			t.Fatalf("end %s: %v", prefix, err)
-		}
-	}
-	run("committed", 9, kgo.TryCommit)
-	run("aborted", 6, kgo.TryAbort)
-	run("again", 3, kgo.TryCommit)
+			p := tb.client(append([]kgo.Opt{kgo.TransactionalID("e2e"), kgo.DefaultProduceTopic("txn-e2e"), kgo.RecordPartitioner(kgo.RoundRobinPartitioner())}, tc.opts...)...)
+			run := func(prefix string, n int, commit kgo.TransactionEndTry) {
+				t.Helper()
+				if err := p.BeginTransaction(); err != nil {
+					t.Fatal(err)
+				}
+				for i := range n {
+					if err := p.ProduceSync(ctx, kgo.StringRecord(fmt.Sprintf("%s-%02d", prefix, i))).FirstErr(); err != nil {
+						t.Fatalf("produce %s-%d: %v", prefix, i, err)
+					}
+				}
+				if err := p.EndTransaction(ctx, commit); err != nil {
+					t.Fatalf("end %s: %v", prefix, err)
+				}
+			}
+			run("committed", 9, kgo.TryCommit)
+			run("aborted", 6, kgo.TryAbort)
+			run("again", 3, kgo.TryCommit)
 
-	committed := consumeIsolated(t, tb, "txn-e2e", 12, kgo.ReadCommitted())
-	if len(committed) != 12 || strings.Join(committed, ",") != strings.Join(expectValues(map[string]int{"committed": 9, "again": 3}), ",") {
-		t.Fatalf("read_committed saw %d records: %v", len(committed), committed)
-	}
-	all := consumeIsolated(t, tb, "txn-e2e", 18, kgo.ReadUncommitted())
-	if len(all) != 18 {
-		t.Fatalf("read_uncommitted saw %d records, want 18: %v", len(all), all)
+			committed := consumeIsolated(t, tb, "txn-e2e", 12, kgo.ReadCommitted(), 10*time.Second)
+			if len(committed) != 12 || strings.Join(committed, ",") != strings.Join(expectValues(map[string]int{"committed": 9, "again": 3}), ",") {
+				t.Fatalf("read_committed saw %d records: %v", len(committed), committed)
+			}
+			all := consumeIsolated(t, tb, "txn-e2e", 18, kgo.ReadUncommitted(), 10*time.Second)
+			if len(all) != 18 {
+				t.Fatalf("read_uncommitted saw %d records, want 18: %v", len(all), all)
+			}
+			described, err := tb.admin().DescribeTransactions(ctx, "e2e")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := described["e2e"]; d.Err != nil || d.State != "CompleteCommit" || d.ProducerEpoch != tc.finalEpoch {
+				t.Fatalf("described: %+v, want CompleteCommit at epoch %d", d, tc.finalEpoch)
+			}
+		})
 	}
 }
 
@@ -87,7 +110,7 @@ func expectValues(counts map[string]int) []string {
 // once: nothing lost, nothing duplicated.
 func TestGroupTransactSessionRebalanceExactlyOnce(t *testing.T) {
 	tb := startBroker(t, Config{})
-	ctx := ctxT(t, 90*time.Second)
+	ctx := ctxT(t, 120*time.Second)
 	if _, err := tb.admin().CreateTopic(ctx, 4, 1, nil, "eos-in"); err != nil {
 		t.Fatal(err)
 	}
@@ -162,15 +185,31 @@ func TestGroupTransactSessionRebalanceExactlyOnce(t *testing.T) {
 	doneA, doneB, doneC := make(chan error, 1), make(chan error, 1), make(chan error, 1)
 	go member("a", stopA, doneA)
 	go member("b", stopB, doneB)
-	time.Sleep(400 * time.Millisecond)
+	// waitCommits waits until member name has committed n transactions.
+	waitCommits := func(name string, n int) {
+		t.Helper()
+		for {
+			commitsMu.Lock()
+			c := commits[name]
+			commitsMu.Unlock()
+			if c >= n {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("member %s committed %d transactions, waited for %d", name, c, n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitCommits("a", 2)
 	go member("c", stopC, doneC) // a rebalance while a and b are in transactions
-	time.Sleep(800 * time.Millisecond)
+	waitCommits("c", 2)
 	close(stopA) // another one
 	if err := <-doneA; err != nil {
 		t.Fatalf("member a: %v", err)
 	}
 
-	got := consumeIsolated(t, tb, "eos-out", total, kgo.ReadCommitted())
+	got := consumeIsolated(t, tb, "eos-out", total, kgo.ReadCommitted(), 60*time.Second)
 	close(stopB)
 	close(stopC)
 	for _, d := range []chan error{doneB, doneC} {
@@ -196,7 +235,7 @@ func TestGroupTransactSessionRebalanceExactlyOnce(t *testing.T) {
 		t.Fatalf("output holds %d distinct of %d records (%d in all); duplicated: %v", len(seen), total, len(got), dups)
 	}
 	// And nothing more arrives later.
-	if more := consumeIsolated(t, tb, "eos-out", total+1, kgo.ReadCommitted()); len(more) != total {
+	if more := consumeIsolated(t, tb, "eos-out", total+1, kgo.ReadCommitted(), 3*time.Second); len(more) != total {
 		t.Fatalf("output grew to %d committed records after the members stopped, want %d", len(more), total)
 	}
 }

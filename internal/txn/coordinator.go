@@ -21,6 +21,11 @@ const StateTopic = meta.TransactionStateTopic
 // group's transactional offsets (as in Kafka).
 const OffsetsTopic = meta.OffsetsTopic
 
+// TransactionVersion is the transaction.version feature level the
+// coordinator serves: 2, KIP-890 part 2 (an epoch bump by every EndTxn v5,
+// partitions added implicitly by Produce v12+ and TxnOffsetCommit v5+).
+const TransactionVersion = 2
+
 // Kafka's broker defaults for transactions.
 const (
 	DefaultMaxTimeout   = 15 * time.Minute   // transaction.max.timeout.ms
