@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -370,14 +371,32 @@ func requestID(req Request) string {
 	return ""
 }
 
-// writeMarkers runs one marker job, each partition's marker durable before
-// the next, and reports the partitions that failed.
+// markerConcurrency bounds the partitions of one marker job written at
+// once: each write waits for its partition's fsync, and the partitions'
+// writers sync in parallel.
+const markerConcurrency = 32
+
+// writeMarkers runs one marker job, the partitions' markers written
+// concurrently (each durable before its write returns), and reports the
+// partitions that failed.
 func (s *Service) writeMarkers(job MarkerJob) {
 	res := MarkerResult{Job: job}
 	m := plog.TxnMarker{ProducerID: job.ProducerID, ProducerEpoch: job.ProducerEpoch, Commit: job.Commit}
-	for _, tp := range job.Partitions {
-		code := s.cfg.Markers.WriteTxnMarker(s.jobsCtx, tp.Topic, tp.Partition, m)
+	codes := make([]int16, len(job.Partitions))
+	slots := make(chan struct{}, markerConcurrency)
+	var wg sync.WaitGroup
+	for i, tp := range job.Partitions {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			codes[i] = s.cfg.Markers.WriteTxnMarker(s.jobsCtx, tp.Topic, tp.Partition, m)
+		}()
+	}
+	wg.Wait()
+	for i, code := range codes {
 		if code != 0 && code != kerr.UnknownTopicOrPartition.Code {
+			tp := job.Partitions[i]
 			s.log.Warn("transaction marker not written; retrying", "transactional_id", job.TransactionalID,
 				"topic", tp.Topic, "partition", tp.Partition, "err", kerr.ErrorForCode(code))
 			res.Failed = append(res.Failed, tp)
