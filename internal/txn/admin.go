@@ -83,10 +83,11 @@ func (c *Coordinator) listTransactions(req *kmsg.ListTransactionsRequest) *kmsg.
 		case c.unloaded[c.partitionFor(t.id)]:
 		case len(states) > 0 && !states[t.state]:
 		case len(pids) > 0 && !pids[t.producerID]:
-		case req.Version >= 1 && req.DurationFilterMillis >= 0 &&
-			(t.state != StateOngoing && t.state != StatePrepareCommit && t.state != StatePrepareAbort ||
-				c.now.Sub(t.start).Milliseconds() <= req.DurationFilterMillis):
-			// KIP-994: only transactions running longer than the filter.
+		case req.Version >= 1 && req.DurationFilterMillis >= 0 && c.now.UnixMilli()-timeMillis(t.start) <= req.DurationFilterMillis:
+			// KIP-994: only transactions that started longer ago than the
+			// filter, as Kafka's TransactionStateManager compares: the
+			// start of an id with no transaction since its InitProducerID
+			// is -1, so such an id always passes.
 		case pattern != nil && !pattern.MatchString(t.id):
 		default:
 			lt := kmsg.NewListTransactionsResponseTransactionState()
