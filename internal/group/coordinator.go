@@ -156,6 +156,10 @@ type Coordinator struct {
 	// unloaded are the __consumer_offsets partitions whose groups are not
 	// in memory (their log failed; see UnloadPartition).
 	unloaded map[int32]bool
+	// markedEpochs is, per producer id, the epoch of the last transaction
+	// marker written here (txn.go): a TxnOffsetCommit of an older epoch
+	// arrived late (its transaction ended) and is fenced.
+	markedEpochs map[int64]markedEpoch
 }
 
 // New returns an empty coordinator; Load the log, then call Loaded.
@@ -275,6 +279,7 @@ func (c *Coordinator) Tick(now time.Time) {
 		c.tickClassic(g)
 	}
 	c.expireOffsets()
+	c.expireMarkedEpochs()
 }
 
 // expireOffsets drops the committed offsets that are older than

@@ -3,6 +3,7 @@ package group
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -32,6 +33,28 @@ import (
 // pendingKeyVersion is the version of the pending transactional offset's
 // key: far from Kafka's (0-2 and KIP-848's 3-16).
 const pendingKeyVersion = 0x7f00
+
+// markedEpoch is the epoch of a producer's last transaction marker, and
+// when it came.
+type markedEpoch struct {
+	epoch int16
+	at    time.Time
+}
+
+// markedEpochRetention is how long a producer's last marker epoch is kept:
+// a TxnOffsetCommit older than the longest transaction
+// (transaction.max.timeout.ms) cannot be in flight any more.
+const markedEpochRetention = time.Hour
+
+// expireMarkedEpochs forgets the marker epochs older than
+// markedEpochRetention (the table grows with every producer id).
+func (c *Coordinator) expireMarkedEpochs() {
+	for pid, m := range c.markedEpochs {
+		if c.now.Sub(m.at) > markedEpochRetention {
+			delete(c.markedEpochs, pid)
+		}
+	}
+}
 
 // pendingTxn is a producer's transactional offsets in one group.
 type pendingTxn map[topicPartition]committedOffset
@@ -207,6 +230,17 @@ func (c *Coordinator) txnOffsetCommit(req *kmsg.TxnOffsetCommitRequest) *kmsg.Tx
 		fillTxnCommit(req, resp, code)
 		return resp
 	}
+	if m, ok := c.markedEpochs[req.ProducerID]; ok && req.ProducerEpoch < m.epoch {
+		// Late: a transaction of a newer epoch (a timeout's fencing abort,
+		// a KIP-890 bump) has ended here since; its offsets would stay
+		// pending for ever. PRODUCER_FENCED from v3 (KIP-588).
+		code := kerr.ProducerFenced.Code
+		if req.Version < 3 {
+			code = kerr.InvalidProducerEpoch.Code
+		}
+		fillTxnCommit(req, resp, code)
+		return resp
+	}
 	for _, t := range req.Topics {
 		st := kmsg.NewTxnOffsetCommitResponseTopic()
 		st.Topic = t.Topic
@@ -264,6 +298,7 @@ func (c *Coordinator) writeTxnMarkers(req *kmsg.WriteTxnMarkersRequest) *kmsg.Wr
 					sp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
 				default:
 					c.endPending(p, m.ProducerID, m.Committed)
+					c.noteMarkedEpoch(m.ProducerID, m.ProducerEpoch)
 				}
 				st.Partitions = append(st.Partitions, sp)
 			}
@@ -272,6 +307,15 @@ func (c *Coordinator) writeTxnMarkers(req *kmsg.WriteTxnMarkersRequest) *kmsg.Wr
 		resp.Markers = append(resp.Markers, sm)
 	}
 	return resp
+}
+
+func (c *Coordinator) noteMarkedEpoch(pid int64, epoch int16) {
+	if c.markedEpochs == nil {
+		c.markedEpochs = map[int64]markedEpoch{}
+	}
+	if m, ok := c.markedEpochs[pid]; !ok || epoch >= m.epoch {
+		c.markedEpochs[pid] = markedEpoch{epoch: epoch, at: c.now}
+	}
 }
 
 // endPending commits (or drops) producer pid's pending offsets in the
