@@ -405,6 +405,9 @@ func (h *harness) run(t *testing.T, line string) string {
 		r.RequireStable = args["stable"] == "true"
 		req = r
 	case "txn-commit":
+		if version < 0 {
+			version = 5 // v6 names topics by ID; the broker serves 0-5
+		}
 		r := kmsg.NewPtrTxnOffsetCommitRequest()
 		r.TransactionalID, r.Group, r.MemberID = "tx", args["group"], args["member"]
 		r.ProducerID, r.ProducerEpoch = int64(intArg(args, "pid", 1)), int16(intArg(args, "epoch", 0))
