@@ -270,7 +270,7 @@ func (h *Handler) verifyTxnProduce(ctx context.Context, req *kmsg.ProduceRequest
 		return kerr.InvalidRequest.Code, "transactions are not supported: this broker has no transaction coordinator"
 	}
 	if code := h.cfg.TxnVerifier.VerifyPartition(ctx, *req.TransactionID, producerID, epoch, topic, rp.Partition, req.Version >= 12); code != 0 {
-		return code, "partition not in the producer's transaction (transaction coordinator)"
+		return code, "refused by the transaction coordinator"
 	}
 	return 0, ""
 }

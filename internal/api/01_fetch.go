@@ -304,7 +304,7 @@ func encodeFetch(version int16, topics []fetchTopic) *server.Frame {
 		headerBytes += 24 + len(t.name) + 48*t.missingCount()
 		for _, fp := range t.parts {
 			nPieces += 1 + len(fp.result.Chunks)
-			headerBytes += 56 + 16*len(fp.result.Aborted)
+			headerBytes += 56 + 5 + 17*len(fp.result.Aborted) // an entry: two int64 and its tags
 		}
 	}
 	var (

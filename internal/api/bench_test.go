@@ -125,3 +125,154 @@ func BenchmarkProduce(b *testing.B) {
 		})
 	}
 }
+
+// txnLog fills l with transactions of recordsPerTxn records (one batch of
+// 100-byte values each, producers in turn), every tenth aborted, the rest
+// committed, and returns the base offsets of its data batches.
+func txnLog(tb testing.TB, l *plog.Log, transactions, recordsPerTxn int) []int64 {
+	var bases []int64
+	for i := range transactions {
+		pid := int64(1 + i%8)
+		b := batch.Build(batch.BuildOptions{Records: recordsPerTxn, ValueSize: 100, ProducerID: pid, ProducerEpoch: 0,
+			BaseSequence: int32(i / 8 * recordsPerTxn), Attributes: batch.AttrTransactional})
+		res, err := l.Append(b, plog.AckForced)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		bases = append(bases, res.BaseOffset)
+		if _, err := l.WriteTxnMarker(context.Background(), plog.TxnMarker{ProducerID: pid, Commit: i%10 != 9}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return bases
+}
+
+// isolationRequests are Fetches of tp's partition 0 at each isolation level
+// (index 0 read_uncommitted, 1 read_committed) from 64 offsets spread over
+// bases.
+func isolationRequests(tp *topic, bases []int64) (reqs [2][]*server.Request) {
+	for level := range reqs {
+		for i := 0; i < len(bases); i += max(len(bases)/64, 1) {
+			req := fetchAll(tp, []int64{bases[i]}, 1, time.Second)
+			req.Body.(*kmsg.FetchRequest).IsolationLevel = int8(level)
+			reqs[level] = append(reqs[level], req)
+		}
+	}
+	return reqs
+}
+
+// BenchmarkFetchIsolation compares a read_committed fetch with a
+// read_uncommitted one over the same log of 100-record transactions (every
+// tenth aborted): the broker's cost per Fetch (Handle, response framed,
+// record bytes left as file pieces: what sendfile then sends is the same
+// for both), from offsets spread over the log. In "interleaved" the two
+// alternate within one loop (A B B A ...), so a machine shared with other
+// work slows both alike: committed-ns and uncommitted-ns are each one's
+// mean, ratio their quotient. The other two run one level alone, for
+// instruction counts (callgrind, two run lengths).
+func BenchmarkFetchIsolation(b *testing.B) {
+	tb := startTestBroker(b, Config{})
+	tp := tb.createTopic(b, "t", 1)
+	reqs := isolationRequests(tp, txnLog(b, tp.parts[0], 400, 100))
+	ctx := context.Background()
+	b.Run("interleaved", func(b *testing.B) {
+		var took [2]time.Duration
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			for k := range reqs {
+				level := (i + k) % 2 // each goes first every other time: the second reads warmer caches
+				start := time.Now()
+				resp := tb.Handle(ctx, reqs[level][i%len(reqs[level])])
+				took[level] += time.Since(start)
+				resp.Frame.Release()
+			}
+		}
+		b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "uncommitted-ns")
+		b.ReportMetric(float64(took[1].Nanoseconds())/float64(b.N), "committed-ns")
+		b.ReportMetric(float64(took[1])/float64(took[0]), "ratio")
+	})
+	for level, name := range []string{"read_uncommitted", "read_committed"} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				resp := tb.Handle(ctx, reqs[level][i%len(reqs[level])])
+				resp.Frame.Release()
+			}
+		})
+	}
+}
+
+// TestReadCommittedFetchStaysZeroCopy: a read_committed Fetch's records
+// are file pieces (sendfile), never bytes copied into the response, and it
+// allocates no more than read_uncommitted (the aborted transactions of the
+// answer come from a pool, back at the response's Release).
+func TestReadCommittedFetchStaysZeroCopy(t *testing.T) {
+	tb := startTestBroker(t, Config{})
+	tp := tb.createTopic(t, "t", 1)
+	reqs := isolationRequests(tp, txnLog(t, tp.parts[0], 40, 100))
+	ctx := context.Background()
+	resp := tb.Handle(ctx, reqs[1][0])
+	var fileBytes, copied int64
+	for _, p := range resp.Frame.Pieces {
+		if p.File != nil {
+			fileBytes += p.Len
+		} else {
+			copied += int64(len(p.Bytes))
+		}
+	}
+	resp.Frame.Release()
+	if fileBytes < 100_000 || copied > 1000 {
+		t.Fatalf("read_committed answer: %d bytes from files, %d bytes in memory; want the records as file pieces", fileBytes, copied)
+	}
+	if raceEnabled {
+		return // pooled: the race detector drops pool items at random
+	}
+	var allocs [2]float64
+	for level := range reqs {
+		allocs[level] = testing.AllocsPerRun(50, func() {
+			resp := tb.Handle(ctx, reqs[level][0])
+			resp.Frame.Release()
+		})
+	}
+	t.Logf("allocations per fetch: read_uncommitted %.0f, read_committed %.0f", allocs[0], allocs[1])
+	if allocs[1] > allocs[0] {
+		t.Fatalf("read_committed allocates %.0f per fetch, read_uncommitted %.0f", allocs[1], allocs[0])
+	}
+}
+
+// BenchmarkFetchIsolationSocket is BenchmarkFetchIsolation/interleaved end
+// to end: each Fetch goes through the server over loopback TCP, its records
+// sent with sendfile, and the client reads the whole response frame
+// (without decoding it): the cost a consumer's fetch puts on the machine.
+func BenchmarkFetchIsolationSocket(b *testing.B) {
+	tb := startTestBroker(b, Config{})
+	tp := tb.createTopic(b, "t", 1)
+	reqs := isolationRequests(tp, txnLog(b, tp.parts[0], 400, 100))
+	c := dialRaw(b, tb.addr)
+	frames := [2][][]byte{}
+	for level := range reqs {
+		for _, r := range reqs[level] {
+			frames[level] = append(frames[level], encodeRequest(r.Body.(*kmsg.FetchRequest), 1))
+		}
+	}
+	var took [2]time.Duration
+	var bytesRead [2]int64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for k := range frames {
+			level := (i + k) % 2
+			start := time.Now()
+			c.sendFrame(frames[level][i%len(frames[level])])
+			_, body, err := c.readFrame(10 * time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			took[level] += time.Since(start)
+			bytesRead[level] += int64(len(body))
+		}
+	}
+	b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "uncommitted-ns")
+	b.ReportMetric(float64(took[1].Nanoseconds())/float64(b.N), "committed-ns")
+	b.ReportMetric(float64(took[1])/float64(took[0]), "ratio")
+	b.ReportMetric(float64(bytesRead[1])/float64(bytesRead[0]), "bytes-ratio")
+}

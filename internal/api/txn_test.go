@@ -149,14 +149,16 @@ func TestTxnProduceVerifiedThenReadCommitted(t *testing.T) {
 
 	// ListOffsets: latest is the HWM for read_uncommitted, the LSO for
 	// read_committed; a new transaction holds the LSO back again.
-	if sp := produceTo(t, c, 9, tx, "t", 0, txnBatch(1, 8, 0, 0)); sp.ErrorCode != 0 || sp.BaseOffset != 7 {
+	future := time.Now().Add(time.Hour).UnixMilli() // only the open transaction's batch is this late
+	open := batch.Build(batch.BuildOptions{Records: 1, ValueSize: 32, ProducerID: 8, BaseTimestamp: future, Attributes: batch.AttrTransactional})
+	if sp := produceTo(t, c, 9, tx, "t", 0, open); sp.ErrorCode != 0 || sp.BaseOffset != 7 {
 		t.Fatalf("second transaction: %+v", sp)
 	}
 	for _, tc := range []struct {
 		isolation int8
 		timestamp int64
 		want      int64
-	}{{0, -1, 8}, {1, -1, 7}, {0, 0, 0}, {1, 0, 0}} {
+	}{{0, -1, 8}, {1, -1, 7}, {0, 0, 0}, {1, 0, 0}, {0, future, 7}, {1, future, -1}, {0, -3, 7}, {1, -3, -1}} {
 		req := kmsg.NewPtrListOffsetsRequest()
 		req.Version, req.IsolationLevel, req.ReplicaID = 5, tc.isolation, -1
 		rt := kmsg.NewListOffsetsRequestTopic()

@@ -131,9 +131,11 @@ type ReadResult struct {
 	LastStableOffset int64 // at most HighWatermark (txn.go)
 	Chunks           []Chunk
 	// Aborted (ReadCommitted only) are the aborted transactions that
-	// overlap the chunks, for the consumer to drop; nil when none.
-	Aborted []AbortedTxn
-	seg     *segment // holds a reference until Release
+	// overlap the chunks, for the consumer to drop; nil when none. Valid
+	// until Release.
+	Aborted    []AbortedTxn
+	abortedBuf *[]AbortedTxn // Aborted's pooled slice, recycled by Release
+	seg        *segment      // holds a reference until Release
 }
 
 // Errors. Server mapping (Kafka error codes) in parentheses.

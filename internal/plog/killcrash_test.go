@@ -35,6 +35,10 @@ func TestMain(m *testing.M) {
 		runKillChild(spec)
 		return
 	}
+	if spec := os.Getenv(killTxnChildEnv); spec != "" {
+		runKillTxnChild(spec)
+		return
+	}
 	os.Exit(m.Run())
 }
 

@@ -293,8 +293,8 @@ func (l *Log) Read(offset, maxBytes int64, atLeastOne bool) (ReadResult, error) 
 // batches below the last stable offset only (an offset at or past it, up to
 // the high watermark, gives no chunks), and in Aborted the aborted
 // transactions that overlap what it returns (lastOffset >= offset and
-// firstOffset below the end of the segment's stable part), which the
-// consumer drops.
+// firstOffset below the offset after its last batch), which the consumer
+// drops; Aborted is valid until Release.
 func (l *Log) ReadCommitted(offset, maxBytes int64, atLeastOne bool) (ReadResult, error) {
 	return l.read(offset, maxBytes, atLeastOne, true)
 }
@@ -337,10 +337,6 @@ func (l *Log) read(offset, maxBytes int64, atLeastOne, committed bool) (ReadResu
 		// segment puts the LSO at or below offset, answered above.)
 		end, upper = l.firstTxn.pos, lso
 	}
-	var aborted []AbortedTxn
-	if committed && l.abortedEntries > 0 {
-		aborted = l.abortedOverlappingLocked(nil, i, offset, upper)
-	}
 	// Pinned under mu: s is on the list, so its file has not been removed
 	// and can be reopened if the cache closed it.
 	if err := s.acquire(); err != nil {
@@ -366,10 +362,14 @@ func (l *Log) read(offset, maxBytes int64, atLeastOne, committed bool) (ReadResu
 		if hint < start {
 			hint = start
 		}
-		limit, err = lastBoundary(s, hint, start+maxBytes, end)
+		var next int64
+		limit, next, err = lastBoundary(s, hint, start+maxBytes, end)
 		if err != nil {
 			s.release()
 			return res, err
+		}
+		if next >= 0 {
+			upper = next
 		}
 		if limit == start && atLeastOne {
 			h, err := readHeader(s, start, end)
@@ -377,7 +377,7 @@ func (l *Log) read(offset, maxBytes int64, atLeastOne, committed bool) (ReadResu
 				s.release()
 				return res, err
 			}
-			limit = start + int64(h.Size())
+			limit, upper = start+int64(h.Size()), h.LastOffset()+1
 		}
 	}
 	if limit == start {
@@ -386,16 +386,34 @@ func (l *Log) read(offset, maxBytes int64, atLeastOne, committed bool) (ReadResu
 	}
 	res.Chunks = []Chunk{{File: s.file, Pos: start, Len: limit - start}}
 	res.seg = s
-	res.Aborted = aborted
+	if committed {
+		l.mu.RLock()
+		if l.abortedEntries > 0 {
+			bp := abortedBufs.Get().(*[]AbortedTxn)
+			if *bp = l.abortedOverlappingLocked((*bp)[:0], offset, upper); len(*bp) > 0 {
+				res.Aborted, res.abortedBuf = *bp, bp
+			} else {
+				abortedBufs.Put(bp)
+			}
+		}
+		l.mu.RUnlock()
+	}
 	return res, nil
 }
 
 // Release unpins the segment file of r's chunks: it may be closed (by the
-// file cache, or because the segment was deleted) once nobody holds it.
+// file cache, or because the segment was deleted) once nobody holds it. Its
+// Aborted slice is recycled: not to be used after Release.
 func (r *ReadResult) Release() {
 	if r.seg != nil {
 		r.seg.release()
 		r.seg = nil
+	}
+	if bp := r.abortedBuf; bp != nil {
+		r.Aborted, r.abortedBuf = nil, nil
+		if cap(*bp) <= maxPooledAborted {
+			abortedBufs.Put(bp)
+		}
 	}
 }
 

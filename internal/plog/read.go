@@ -77,21 +77,22 @@ func findBatch(s *segment, from, end, offset int64) (int64, error) {
 }
 
 // lastBoundary returns the largest batch boundary <= limit, walking from the
-// boundary from (<= limit) and never past end.
-func lastBoundary(s *segment, from, limit, end int64) (int64, error) {
+// boundary from (<= limit) and never past end, and the base offset of the
+// batch there (-1 when the boundary is end).
+func lastBoundary(s *segment, from, limit, end int64) (pos, offset int64, err error) {
 	w := newHeaderWalker(s, end)
 	defer w.close()
-	pos := from
+	pos = from
 	for pos < end {
 		h, err := w.header(pos)
 		if err != nil {
-			return 0, err
+			return 0, -1, err
 		}
 		next := pos + int64(h.Size())
 		if next > limit {
-			return pos, nil
+			return pos, h.BaseOffset, nil
 		}
 		pos = next
 	}
-	return pos, nil
+	return pos, -1, nil
 }

@@ -454,3 +454,53 @@ func TestTxnIndexFiles(t *testing.T) {
 		}
 	})
 }
+
+// TestTxnAbortedMatchesDefinition checks every read_committed read's
+// Aborted against Kafka's definition computed by brute force over all
+// entries: lastOffset >= the read's offset and firstOffset below the offset
+// after its last batch, whatever the offset and size of the read.
+func TestTxnAbortedMatchesDefinition(t *testing.T) {
+	f := newFixture(t, WriteSyscall)
+	f.cfg.SegmentBytes = 3 << 10
+	l := f.open(t)
+	defer l.Close()
+	txnWorkload(t, l)
+	l.mu.RLock()
+	var all []AbortedTxn
+	for _, s := range l.segments {
+		all = append(all, s.aborted...)
+	}
+	l.mu.RUnlock()
+	rng := rand.New(rand.NewPCG(1, 2))
+	lso := l.LastStableOffset()
+	checked := 0
+	for range 2000 {
+		off := rng.Int64N(lso)
+		res, err := l.ReadCommitted(off, int64(rng.IntN(4<<10)), rng.IntN(2) == 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Chunks) == 0 {
+			res.Release()
+			continue
+		}
+		c := res.Chunks[0]
+		buf := make([]byte, c.Len)
+		c.File.ReadAt(buf, c.Pos)
+		next := lastOffset(buf) + 1
+		var want []AbortedTxn
+		for _, a := range all {
+			if a.LastOffset >= off && a.FirstOffset < next {
+				want = append(want, a)
+			}
+		}
+		if !slices.Equal(res.Aborted, want) {
+			t.Fatalf("read at %d returning up to %d: aborted\n%+v\nwant\n%+v", off, next, res.Aborted, want)
+		}
+		checked += len(want)
+		res.Release()
+	}
+	if checked == 0 {
+		t.Fatal("no read overlapped an aborted transaction")
+	}
+}

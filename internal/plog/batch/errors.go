@@ -16,8 +16,9 @@ const (
 	// CORRUPT_MESSAGE, which clients retry.
 	KindCorrupt Kind = iota + 1
 	// KindInvalid: the bytes are intact (the CRC matches, so the producer
-	// really sent them) but Sushka refuses them: control or transactional
-	// batches, a bad record count, records that do not parse. Resending the
+	// really sent them) but Sushka refuses them: control batches from a
+	// producer, a transactional batch without a producer id, a bad record
+	// count, records that do not parse. Resending the
 	// same bytes cannot help, so the server answers INVALID_RECORD, which
 	// clients do not retry. Kafka classifies bad record counts and
 	// malformed records the same way.
