@@ -1,7 +1,8 @@
 package main
 
 // sushka txn: list and describe transactions (ListTransactions,
-// DescribeTransactions), with kadm.
+// DescribeTransactions) and the producers of partitions
+// (DescribeProducers), with kadm.
 
 import (
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
 )
 
 func init() { rootCmd.AddCommand(newTxnCmd()) }
@@ -17,6 +19,7 @@ func newTxnCmd() *cobra.Command {
 	return newClientParentCmd("txn", "List and describe transactions (transactional ids, their producers and partitions)",
 		newTxnListCmd,
 		newTxnDescribeCmd,
+		newTxnProducersCmd,
 	)
 }
 
@@ -92,6 +95,45 @@ func newTxnDescribeCmd(cf *clientFlags) *cobra.Command {
 					t.TxnID, t.State, t.ProducerID, t.ProducerEpoch, time.Duration(t.TimeoutMillis)*time.Millisecond, started, t.Coordinator, orDash(strings.Join(partitions, " ")))
 			}
 			return nil
+		},
+	}
+}
+
+func newTxnProducersCmd(cf *clientFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "producers TOPIC...",
+		Short: "Show the idempotent and transactional producers of each partition (epoch, last sequence, open transaction's first offset)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, adm, done, err := cf.adminRequest(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			set := kadm.TopicsSet{}
+			for _, topic := range args {
+				set.Add(topic)
+			}
+			described, err := adm.DescribeProducers(ctx, set)
+			if err != nil {
+				return cf.explain("describe producers", err)
+			}
+			tw := newTabWriter(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "TOPIC\tPARTITION\tPRODUCER-ID\tEPOCH\tLAST-SEQUENCE\tLAST-WRITE\tTXN-START-OFFSET")
+			for _, p := range described.SortedPartitions() {
+				if p.Err != nil {
+					return cf.explain(fmt.Sprintf("describe producers of %s/%d", p.Topic, p.Partition), p.Err)
+				}
+				for _, pr := range p.ActiveProducers.Sorted() {
+					txnStart := "-"
+					if pr.CurrentTxnStartOffset >= 0 {
+						txnStart = fmt.Sprint(pr.CurrentTxnStartOffset)
+					}
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\n", pr.Topic, pr.Partition, pr.ProducerID, pr.ProducerEpoch, pr.LastSequence,
+						time.UnixMilli(pr.LastTimestamp).UTC().Format(time.RFC3339), txnStart)
+				}
+			}
+			return tw.Flush()
 		},
 	}
 }

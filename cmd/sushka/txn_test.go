@@ -14,7 +14,8 @@ import (
 
 // TestTxnCommands: a transaction begun over the protocol shows in txn list
 // (with its state and producer id, and filtered by state) and txn describe
-// (epoch, timeout, partitions).
+// (epoch, timeout, partitions), and an open transaction's producer in txn
+// producers.
 func TestTxnCommands(t *testing.T) {
 	b := testbroker.StartInProcess(t)
 	runGroupCLI(t, b, "", "topic", "create", "tt", "-p", "2")
@@ -50,6 +51,21 @@ func TestTxnCommands(t *testing.T) {
 		if !strings.Contains(desc, want) {
 			t.Fatalf("txn describe lacks %q:\n%s", want, desc)
 		}
+	}
+	// The open transaction's first batch shows in txn producers.
+	prod, err := kgo.NewClient(kgo.SeedBrokers(b), kgo.TransactionalID("cli-producer"), kgo.DefaultProduceTopic("tt"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	if err := prod.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := prod.ProduceSync(ctx, &kgo.Record{Partition: 1, Value: []byte("open")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if row := rowWith(runGroupCLI(t, b, "", "txn", "producers", "tt"), "tt"); len(row) < 7 || row[1] != "1" || row[6] != "0" {
+		t.Fatalf("txn producers row %v, want partition 1 with its transaction open from offset 0", row)
 	}
 	if _, errOut, err := runCLI(t, b, "", "txn", "describe", "nobody"); err == nil || !strings.Contains(err.Error()+errOut, "TRANSACTIONAL_ID_NOT_FOUND") {
 		t.Fatalf("describe of an unknown id: %v %s", err, errOut)
