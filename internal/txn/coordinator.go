@@ -179,16 +179,25 @@ type MarkerResult struct {
 }
 
 // Ready is what the inputs since the last Ready produced: persist Records
-// (all, durably), then start Markers and send Responses.
+// (all, durably), then start Markers and send Responses, then persist
+// Completions before anything of a later Ready.
+//
+// Completions are the records of transactions whose markers are all
+// written (CompleteCommit, CompleteAbort): the EndTxn they answer depends
+// only on the prepare and the markers, which are durable, and a completion
+// lost to a crash is repaired by the replay (the transaction is found
+// prepared and its markers are written again), so the answer need not
+// wait for their fsync.
 type Ready struct {
-	Records   []Record
-	Markers   []MarkerJob
-	Responses []Response
+	Records     []Record
+	Markers     []MarkerJob
+	Responses   []Response
+	Completions []Record
 }
 
 // Empty reports whether there is nothing to do.
 func (rd Ready) Empty() bool {
-	return len(rd.Records) == 0 && len(rd.Markers) == 0 && len(rd.Responses) == 0
+	return len(rd.Records) == 0 && len(rd.Markers) == 0 && len(rd.Responses) == 0 && len(rd.Completions) == 0
 }
 
 // transaction is one transactional id's state: Kafka's
@@ -522,7 +531,7 @@ func (c *Coordinator) complete(t *transaction) {
 		t.prevProducerID, t.producerID, t.nextProducerID = t.producerID, t.nextProducerID, -1
 		t.lastEpoch, t.epoch = -1, 0
 	}
-	c.persist(t)
+	c.out.Completions = append(c.out.Completions, c.record(t))
 	for _, w := range t.endWaiters {
 		resp := kmsg.NewPtrEndTxnResponse()
 		resp.Version = w.version

@@ -26,9 +26,12 @@
 // only then does it start the Ready's Markers and send its Responses. A
 // marker job writes a commit or abort marker (a control batch, durable) to
 // every partition of a transaction and reports with MarkersWritten; the
-// transaction then completes (CompleteCommit/CompleteAbort, persisted) and
-// the EndTxn that asked for it is answered: markers are durable in every
-// partition before EndTxn answers.
+// transaction then completes and the EndTxn that asked for it is
+// answered: markers are durable in every partition before EndTxn answers.
+// The completion record (CompleteCommit/CompleteAbort) is one of the
+// Ready's Completions, which the driver persists after sending the
+// responses and before anything later: its loss is repaired by the replay,
+// which finds the transaction prepared and writes its markers again.
 //
 // The states are Kafka's: Empty → Ongoing (AddPartitionsToTxn,
 // AddOffsetsToTxn) → PrepareCommit/PrepareAbort (EndTxn, a timeout, a new

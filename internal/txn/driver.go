@@ -297,7 +297,7 @@ func (s *Service) errorResponse(req Request, code int16) Response {
 }
 
 // flush persists the Ready's records, then starts its marker jobs and
-// releases its responses. A partition whose append failed is unloaded (its
+// releases its responses, then persists its completions. A partition whose append failed is unloaded (its
 // ids answer NOT_COORDINATOR until it is reopened and replayed): the
 // requests of this Ready that touched it fail, and their marker jobs are
 // not started (the replay asks for them again).
@@ -336,7 +336,23 @@ func (s *Service) flush() {
 		}
 		c.reply <- r
 	}
-	if len(rd.Records) > 0 {
+	// The completions after the answers (see Ready), before the next
+	// round: later records of the same ids come after them in the log.
+	var completions []Record
+	for _, r := range rd.Completions {
+		if failed[r.Partition] == nil {
+			completions = append(completions, r)
+		}
+	}
+	if len(completions) > 0 {
+		for p, err := range s.store.Append(completions) {
+			s.log.Error("transaction coordinator: persisting a completion to "+StateTopic+" failed; its transactional ids answer NOT_COORDINATOR until the log can be written again (the replay completes the transaction)",
+				"partition", p, "err", err)
+			s.c.UnloadPartition(p)
+			s.retryAt = s.clock.Now().Add(reopenInterval)
+		}
+	}
+	if len(rd.Records) > 0 || len(completions) > 0 {
 		for p, err := range s.store.MaybeCompact() {
 			s.log.Error("transaction coordinator: compacting "+StateTopic+" failed", "partition", p, "err", err)
 			s.c.UnloadPartition(p)

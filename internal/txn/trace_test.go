@@ -328,6 +328,10 @@ func (h *harness) ready() string {
 		}
 		fmt.Fprintf(&b, "reply #%d %s\n", r.ID, formatValue(reflect.ValueOf(r.Body).Elem()))
 	}
+	for _, r := range rd.Completions {
+		h.persisted = append(h.persisted, r)
+		b.WriteString("persist after the replies " + formatRecord(r) + "\n")
+	}
 	if next := h.c.NextDeadline(); !next.IsZero() {
 		fmt.Fprintf(&b, "next deadline +%s\n", next.Sub(traceEpoch))
 	}
