@@ -6,7 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sushka-io/sushka/internal/group"
+	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/server"
 )
 
@@ -20,8 +20,9 @@ import (
 //   creation is on and the request allows it (v0-3 always allow it, v4+ say
 //   so with AllowAutoTopicCreation), else UNKNOWN_TOPIC_OR_PARTITION.
 // * v10+: topics may be named by ID; an unknown ID is UNKNOWN_TOPIC_ID.
-// * __consumer_offsets (the group coordinator's, groups.go) is listed as an
-//   internal topic.
+// * __consumer_offsets (the group coordinator's, groups.go) and
+//   __transaction_state (the transaction coordinator's, txns.go) are listed
+//   as internal topics, and never auto-created.
 // * A topic named more than once is answered once, as Kafka does (it
 //   collects the requested topics in a set): a 20 kB request naming a
 //   10,000-partition topic a thousand times must not build ten million
@@ -57,7 +58,9 @@ func (h *Handler) handleMetadata(_ context.Context, creq *server.Request, req *k
 		for _, t := range h.sortedTopics() {
 			resp.Topics = append(resp.Topics, h.metadataTopic(t))
 		}
-		if st, ok := h.offsetsTopicMetadata(); ok {
+		names, _ := h.internalTopics()
+		for _, name := range names {
+			st, _ := h.internalTopicMetadata(name)
 			resp.Topics = append(resp.Topics, st)
 		}
 		return reply(resp)
@@ -85,11 +88,15 @@ func (h *Handler) handleMetadata(_ context.Context, creq *server.Request, req *k
 				resp.Topics = append(resp.Topics, st)
 				continue
 			}
-		} else if *rt.Topic == group.OffsetsTopic {
-			if st, ok := h.offsetsTopicMetadata(); ok {
-				resp.Topics = append(resp.Topics, st)
-				continue
+		} else if meta.IsInternalTopic(*rt.Topic) {
+			// Never auto-created: its coordinator opens it at start-up.
+			st, ok := h.internalTopicMetadata(*rt.Topic)
+			if !ok {
+				st = kmsg.NewMetadataResponseTopic()
+				st.Topic, st.ErrorCode = rt.Topic, kerr.UnknownTopicOrPartition.Code
 			}
+			resp.Topics = append(resp.Topics, st)
+			continue
 		} else if t = h.lookup(*rt.Topic); t == nil {
 			code := kerr.UnknownTopicOrPartition.Code
 			if allowCreate {

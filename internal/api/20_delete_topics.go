@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sushka-io/sushka/internal/group"
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/plog"
 )
@@ -213,7 +212,7 @@ func (h *Handler) finishDeletions() error {
 		name, partition := e[:dash], e[dash+1:]
 		p, err := strconv.ParseInt(partition, 10, 32)
 		if err != nil || p < 0 || strconv.FormatInt(p, 10) != partition ||
-			name == group.OffsetsTopic || meta.ValidateTopicName(name) != nil {
+			meta.IsInternalTopic(name) || meta.ValidateTopicName(name) != nil {
 			continue
 		}
 		if mt, ok := h.cfg.Catalog.Topic(name); !ok || int32(p) >= mt.Partitions {

@@ -17,12 +17,12 @@ import (
 //   persistent allocator, so they never repeat across restarts. The
 //   ProducerID/ProducerEpoch of a KIP-360 epoch bump are ignored: a new ID
 //   serves the same purpose for a non-transactional producer.
-// * A transactional ID is refused with INVALID_REQUEST: transactions are not
-//   built yet. Not TRANSACTIONAL_ID_AUTHORIZATION_FAILED (nothing is wrong
-//   with the client's rights) and not a retriable code such as
-//   COORDINATOR_NOT_AVAILABLE (the client would retry forever);
-//   INVALID_REQUEST is non-retriable, so the client fails at once. The
-//   broker log says why.
+// * A transactional ID goes to the transaction coordinator (internal/txn):
+//   the id's producer id with its epoch bumped (fencing the producer of the
+//   epoch before; an ongoing transaction is aborted first and the caller
+//   told CONCURRENT_TRANSACTIONS), KIP-360 recovery when the producer gives
+//   its id and epoch, a new producer id once the epoch is exhausted,
+//   INVALID_TRANSACTION_TIMEOUT above transaction.max.timeout.ms (15 min).
 //
 // Version notes:
 // * v1: no change; v2: flexible versions
@@ -31,15 +31,12 @@ import (
 
 func init() { regKey(22, 0, 5, (*Handler).handleInitProducerID) }
 
-func (h *Handler) handleInitProducerID(_ context.Context, creq *server.Request, req *kmsg.InitProducerIDRequest) server.Response {
+func (h *Handler) handleInitProducerID(ctx context.Context, _ *server.Request, req *kmsg.InitProducerIDRequest) server.Response {
+	if req.TransactionalID != nil {
+		return h.handleTxn(ctx, req)
+	}
 	resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
-	if req.TransactionalID != nil {
-		h.log.Warn("InitProducerID with a transactional id refused: transactions are not supported yet",
-			"transactional_id", *req.TransactionalID, "client", creq.Remote, "client_id", creq.ClientID)
-		resp.ErrorCode = kerr.InvalidRequest.Code
-		return reply(resp)
-	}
 	id, err := h.cfg.Catalog.NextProducerID()
 	if err != nil {
 		h.log.Error("allocating a producer id failed", "err", err)

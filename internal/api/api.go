@@ -34,6 +34,7 @@ import (
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/server"
+	"github.com/sushka-io/sushka/internal/txn"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
@@ -121,6 +122,9 @@ type Handler struct {
 	// groups is the group coordinator with __consumer_offsets (groups.go);
 	// set in New, nil after Close.
 	groups *group.Service
+	// txns is the transaction coordinator with __transaction_state
+	// (txns.go); set in New after groups, nil after Close.
+	txns *txn.Service
 }
 
 // topic is an open topic: its catalogue entry and one log per partition.
@@ -140,6 +144,9 @@ func (h *Handler) SetAdvertised(host string, port int32) {
 	h.advertised.Store(&hostPort{host, port})
 	if h.groups != nil {
 		h.groups.SetAddress(host, port)
+	}
+	if h.txns != nil {
+		h.txns.SetAddress(host, port)
 	}
 }
 
@@ -210,6 +217,10 @@ func New(cfg Config) (*Handler, error) {
 		h.Close()
 		return nil, err
 	}
+	if err := h.startTxns(); err != nil {
+		h.Close()
+		return nil, err
+	}
 	return h, nil
 }
 
@@ -260,13 +271,15 @@ func (h *Handler) openLog(mt meta.Topic, p int32) (*plog.Log, error) {
 
 // Close syncs and closes every partition log and the group coordinator.
 func (h *Handler) Close() error {
-	// The coordinator first: its driver looks topics up under mu.
+	// The coordinators first: their drivers look topics up under mu (the
+	// transaction coordinator's marker jobs write to the group's).
+	txnsErr := h.closeTxns()
 	groupsErr := h.closeGroups()
 	h.adminMu.Lock()
 	defer h.adminMu.Unlock()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	errs := []error{groupsErr}
+	errs := []error{txnsErr, groupsErr}
 	for _, t := range h.topics {
 		for _, l := range t.parts {
 			if err := l.Close(); err != nil {
@@ -330,11 +343,6 @@ func (h *Handler) sortedTopics() []*topic {
 
 // createTopic creates a topic and opens its logs; adminMu must be held.
 func (h *Handler) createTopicLocked(name string, partitions int32, configs map[string]string) (*topic, error) {
-	if name == group.OffsetsTopic {
-		// The internal topic exists from start-up and is not in the
-		// catalogue: its partitions belong to the group coordinator.
-		return nil, fmt.Errorf("%w: %s is internal", meta.ErrTopicExists, name)
-	}
 	mt, err := h.cfg.Catalog.CreateTopic(name, partitions, configs)
 	if err != nil {
 		return nil, err

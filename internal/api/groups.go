@@ -11,6 +11,7 @@ import (
 
 	"github.com/sushka-io/sushka/internal/group"
 	"github.com/sushka-io/sushka/internal/server"
+	"github.com/sushka-io/sushka/internal/txn"
 )
 
 // The group API keys (08, 09, 10, 11, 12, 13, 14, 15, 16, 42, 47, 68, 69)
@@ -132,29 +133,46 @@ func (h *Handler) handleGroup(ctx context.Context, req *server.Request) server.R
 	return reply(resp)
 }
 
-// offsetsTopicID is the internal topic's ID: fixed for a cluster, derived
+// offsetsTopicID is __consumer_offsets' ID (internalTopicID).
+func (h *Handler) offsetsTopicID() [16]byte { return h.internalTopicID(group.OffsetsTopic) }
+
+// internalTopicID is an internal topic's ID: fixed for a cluster, derived
 // from the cluster ID.
-func (h *Handler) offsetsTopicID() [16]byte {
-	sum := sha256.Sum256([]byte(h.cfg.Catalog.ClusterID() + "/" + group.OffsetsTopic))
+func (h *Handler) internalTopicID(name string) [16]byte {
+	sum := sha256.Sum256([]byte(h.cfg.Catalog.ClusterID() + "/" + name))
 	var id [16]byte
 	copy(id[:], sum[:16])
 	return id
 }
 
-// offsetsTopicMetadata is __consumer_offsets in a Metadata response: an
-// internal topic led by this node.
-func (h *Handler) offsetsTopicMetadata() (kmsg.MetadataResponseTopic, bool) {
-	svc := h.groups
-	if svc == nil {
-		return kmsg.MetadataResponseTopic{}, false
+// internalTopics are the internal topics open now, in name order, with
+// their partition counts: each is its coordinator's store.
+func (h *Handler) internalTopics() (names []string, partitions []int32) {
+	if svc := h.groups; svc != nil {
+		names, partitions = append(names, group.OffsetsTopic), append(partitions, svc.Store().Partitions())
 	}
-	st := kmsg.NewMetadataResponseTopic()
-	name := group.OffsetsTopic
-	st.Topic = &name
-	st.TopicID = h.offsetsTopicID()
-	st.IsInternal = true
-	for p := int32(0); p < svc.Store().Partitions(); p++ {
-		st.Partitions = append(st.Partitions, h.metadataPartition(p))
+	if svc := h.txns; svc != nil {
+		names, partitions = append(names, txn.StateTopic), append(partitions, svc.Store().Partitions())
 	}
-	return st, true
+	return names, partitions
+}
+
+// internalTopicMetadata is an internal topic in a Metadata response, led
+// by this node; false if it is not open (or not internal).
+func (h *Handler) internalTopicMetadata(name string) (kmsg.MetadataResponseTopic, bool) {
+	names, partitions := h.internalTopics()
+	for i, n := range names {
+		if n != name {
+			continue
+		}
+		st := kmsg.NewMetadataResponseTopic()
+		st.Topic = &names[i]
+		st.TopicID = h.internalTopicID(name)
+		st.IsInternal = true
+		for p := int32(0); p < partitions[i]; p++ {
+			st.Partitions = append(st.Partitions, h.metadataPartition(p))
+		}
+		return st, true
+	}
+	return kmsg.MetadataResponseTopic{}, false
 }

@@ -248,8 +248,9 @@ func TestHostileControlBatchFromClient(t *testing.T) {
 // TestHostileTransactionalBatchWithoutTransactionalID: Kafka answers a
 // transactional batch in a request without a transactional id
 // TRANSACTIONAL_ID_AUTHORIZATION_FAILED (KafkaApis.handleProduceRequest);
-// with no coordinator, a transactional request is INVALID_REQUEST.
-// Nothing is appended either way.
+// with the broker's own coordinator (internal/txn, Config.TxnVerifier
+// nil), a transactional id it does not know is
+// INVALID_PRODUCER_ID_MAPPING. Nothing is appended either way.
 func TestHostileTransactionalBatchWithoutTransactionalID(t *testing.T) {
 	v := &testVerifier{}
 	tb := startTestBroker(t, Config{TxnVerifier: v})
@@ -265,10 +266,10 @@ func TestHostileTransactionalBatchWithoutTransactionalID(t *testing.T) {
 	tb2 := startTestBroker(t, Config{})
 	tp2 := tb2.createTopic(t, "t", 1)
 	c2 := dialRaw(t, tb2.addr)
-	if sp := produceTo(t, c2, 9, ptr("tx"), "t", 0, txnBatch(1, 5, 0, 0)); sp.ErrorCode != kerr.InvalidRequest.Code {
-		t.Fatalf("without a coordinator: %v, want INVALID_REQUEST", kerr.ErrorForCode(sp.ErrorCode))
+	if sp := produceTo(t, c2, 9, ptr("tx"), "t", 0, txnBatch(1, 5, 0, 0)); sp.ErrorCode != kerr.InvalidProducerIDMapping.Code {
+		t.Fatalf("an id the coordinator does not know: %v, want INVALID_PRODUCER_ID_MAPPING", kerr.ErrorForCode(sp.ErrorCode))
 	}
 	if hw := tp2.parts[0].HighWatermark(); hw != 0 {
-		t.Fatalf("appended without a coordinator: high watermark %d", hw)
+		t.Fatalf("appended for an unknown transactional id: high watermark %d", hw)
 	}
 }

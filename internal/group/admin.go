@@ -28,7 +28,8 @@ func (c *Coordinator) findCoordinator(req *kmsg.FindCoordinatorRequest) *kmsg.Fi
 		case req.CoordinatorType != keyTypeGroup && req.CoordinatorType != keyTypeTransaction:
 			co.ErrorCode = kerr.InvalidRequest.Code
 		case req.CoordinatorType == keyTypeTransaction:
-			// Transactions are not served yet (design D10: later).
+			// The transaction coordinator's (internal/txn): the API
+			// layer routes these there.
 			co.ErrorCode = kerr.CoordinatorNotAvailable.Code
 		case c.cfg.Owns != nil && !c.cfg.Owns(c.partitionFor(key)) || c.unloaded[c.partitionFor(key)]:
 			co.ErrorCode = kerr.CoordinatorNotAvailable.Code

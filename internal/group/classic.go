@@ -95,6 +95,9 @@ type group struct {
 	syncDeadline  time.Time // members in awaitingSync are removed
 
 	offsets map[topicPartition]committedOffset
+	// pendingTxns are the transactional offsets not yet committed, per
+	// producer id (txn.go).
+	pendingTxns map[int64]pendingTxn
 
 	// KIP-848 (consumer.go).
 	consumerState

@@ -8,11 +8,14 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/kvlog"
+	"github.com/sushka-io/sushka/internal/meta"
 )
 
 // OffsetsTopic is the internal topic holding committed offsets and group
 // metadata, Kafka's name.
-const OffsetsTopic = "__consumer_offsets"
+const OffsetsTopic = meta.OffsetsTopic
 
 // Kafka's broker defaults for groups.
 const (
@@ -130,11 +133,7 @@ type Response struct {
 
 // Record is one record for a __consumer_offsets partition. A nil Value is
 // a tombstone.
-type Record struct {
-	Partition int32
-	Key       []byte
-	Value     []byte
-}
+type Record = kvlog.Record
 
 // Ready is what the inputs since the last Ready produced: persist Records
 // (all of them, durably), then send Responses.
@@ -157,6 +156,10 @@ type Coordinator struct {
 	// unloaded are the __consumer_offsets partitions whose groups are not
 	// in memory (their log failed; see UnloadPartition).
 	unloaded map[int32]bool
+	// markedEpochs is, per producer id, the epoch of the last transaction
+	// marker written here (txn.go): a TxnOffsetCommit of an older epoch
+	// arrived late (its transaction ended) and is fenced.
+	markedEpochs map[int64]markedEpoch
 }
 
 // New returns an empty coordinator; Load the log, then call Loaded.
@@ -195,26 +198,8 @@ func (c *Coordinator) respond(id uint64, body kmsg.Response) {
 func (c *Coordinator) persist(r Record) { c.out.Records = append(c.out.Records, r) }
 
 // PartitionFor is the __consumer_offsets partition of a group: Kafka's
-// abs(groupId.hashCode()) % partitions, with Java's String.hashCode.
-func PartitionFor(group string, partitions int32) int32 {
-	var h int32
-	for _, r := range group {
-		if r >= 0x10000 { // a UTF-16 surrogate pair
-			r -= 0x10000
-			h = 31*h + int32(0xD800+(r>>10))
-			h = 31*h + int32(0xDC00+(r&0x3FF))
-			continue
-		}
-		h = 31*h + int32(r)
-	}
-	if h == -1<<31 { // Kafka's Utils.abs maps MIN_VALUE to 0
-		return 0
-	}
-	if h < 0 {
-		h = -h
-	}
-	return h % partitions
-}
+// abs(groupId.hashCode()) % partitions (kvlog.PartitionFor).
+func PartitionFor(group string, partitions int32) int32 { return kvlog.PartitionFor(group, partitions) }
 
 func (c *Coordinator) partitionFor(group string) int32 {
 	return PartitionFor(group, c.cfg.OffsetsPartitions)
@@ -266,6 +251,10 @@ func (c *Coordinator) Handle(r Request) {
 		c.respond(r.ID, c.consumerHeartbeat(r, req))
 	case *kmsg.ConsumerGroupDescribeRequest:
 		c.respond(r.ID, c.consumerDescribe(req))
+	case *kmsg.TxnOffsetCommitRequest:
+		c.respond(r.ID, c.txnOffsetCommit(req))
+	case *kmsg.WriteTxnMarkersRequest:
+		c.respond(r.ID, c.writeTxnMarkers(req))
 	default:
 		// Not a group request: the caller routed it wrong. Answer with
 		// the request's error form so the handle is not leaked.
@@ -290,6 +279,7 @@ func (c *Coordinator) Tick(now time.Time) {
 		c.tickClassic(g)
 	}
 	c.expireOffsets()
+	c.expireMarkedEpochs()
 }
 
 // expireOffsets drops the committed offsets that are older than

@@ -316,6 +316,9 @@ func (s *Service) flush() {
 		}
 		delete(s.pending, r.ID)
 		body := r.Body
+		if wm, ok := c.req.Body.(*kmsg.WriteTxnMarkersRequest); ok && markersFailed(wm, failedParts) {
+			body = ErrorResponse(c.req.Body, kerr.NotCoordinator.Code)
+		}
 		for _, name := range requestGroups(c.req.Body) {
 			if failedParts[s.c.partitionFor(name)] {
 				body = ErrorResponse(c.req.Body, kerr.NotCoordinator.Code)
@@ -376,4 +379,21 @@ func (s *Service) retryBroken() {
 		}
 		s.log.Info("group coordinator: "+OffsetsTopic+" partition available again", "partition", p, "records", len(records))
 	}
+}
+
+// markersFailed reports whether a WriteTxnMarkers names a
+// __consumer_offsets partition whose records failed: its transactions'
+// offsets are not durable, and the transaction coordinator must write the
+// marker again.
+func markersFailed(req *kmsg.WriteTxnMarkersRequest, failedParts map[int32]bool) bool {
+	for _, m := range req.Markers {
+		for _, t := range m.Topics {
+			for _, p := range t.Partitions {
+				if t.Topic == OffsetsTopic && failedParts[p] {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

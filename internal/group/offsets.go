@@ -210,6 +210,10 @@ func (c *Coordinator) fetchGroup(req *kmsg.OffsetFetchRequest, rg kmsg.OffsetFet
 			empty := ""
 			sp.Metadata = &empty
 		}
+		if req.RequireStable && g.hasPending(tp) {
+			// KIP-447: the offset may move when a transaction ends.
+			sp.Offset, sp.LeaderEpoch, sp.ErrorCode = -1, -1, kerr.UnstableOffsetCommit.Code
+		}
 		return sp
 	}
 	if rg.Topics == nil {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/sushka-io/sushka/internal/plog/batch"
 )
 
 // Record key and value versions Sushka writes (Kafka's, for a broker with
@@ -177,46 +175,12 @@ func (c *Coordinator) apply(r Record) error {
 		if len(g.members) > 0 {
 			g.state = stateStable
 		}
+	case pendingKeyVersion:
+		return c.applyPending(r)
 	default:
-		// KIP-848 and transaction records: not kept by this version.
+		// KIP-848 records: not kept by this version.
 	}
 	return nil
-}
-
-// EncodeBatch frames records as one uncompressed v2 record batch, as a
-// non-idempotent producer would send it, with every record stamped
-// timestamp (ms). The base offset is 0: the log assigns it.
-func EncodeBatch(records []Record, timestamp int64) []byte {
-	kvs := make([]batch.KeyValue, len(records))
-	for i, r := range records {
-		kvs[i] = batch.KeyValue{Key: r.Key, Value: r.Value} // nil Value: tombstone
-	}
-	return batch.BuildRecords(kvs, 0, timestamp)
-}
-
-// DecodeBatches calls fn with the key and value of every record in data,
-// whole uncompressed v2 batches back to back (what EncodeBatch wrote), and
-// returns the offset after the last batch. The slices alias data.
-func DecodeBatches(data []byte, fn func(key, value []byte)) (next int64, err error) {
-	next = -1
-	err = batch.Split(data, func(b []byte) error {
-		h, err := batch.ParseHeader(b)
-		if err != nil {
-			return err
-		}
-		next = h.LastOffset() + 1
-		if h.Control() {
-			return nil
-		}
-		if err := batch.ForEachKeyValue(b, func(_ int32, key, value []byte) error {
-			fn(key, value)
-			return nil
-		}); err != nil {
-			return fmt.Errorf("batch at offset %d: %w", h.BaseOffset, err)
-		}
-		return nil
-	})
-	return next, err
 }
 
 // ErrorResponse is the response to req with every error code set to code:
@@ -240,6 +204,26 @@ func ErrorResponse(req kmsg.Request, code int16) kmsg.Response {
 	case *kmsg.OffsetCommitRequest:
 		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
 		fillCommit(req, resp, code)
+		return resp
+	case *kmsg.TxnOffsetCommitRequest:
+		resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
+		fillTxnCommit(req, resp, code)
+		return resp
+	case *kmsg.WriteTxnMarkersRequest:
+		resp := req.ResponseKind().(*kmsg.WriteTxnMarkersResponse)
+		for _, m := range req.Markers {
+			sm := kmsg.NewWriteTxnMarkersResponseMarker()
+			sm.ProducerID = m.ProducerID
+			for _, t := range m.Topics {
+				st := kmsg.NewWriteTxnMarkersResponseMarkerTopic()
+				st.Topic = t.Topic
+				for _, p := range t.Partitions {
+					st.Partitions = append(st.Partitions, kmsg.WriteTxnMarkersResponseMarkerTopicPartition{Partition: p, ErrorCode: code})
+				}
+				sm.Topics = append(sm.Topics, st)
+			}
+			resp.Markers = append(resp.Markers, sm)
+		}
 		return resp
 	case *kmsg.OffsetFetchRequest:
 		resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)

@@ -6,6 +6,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/kvlog"
 )
 
 // Keeping the state in memory what the disk holds.
@@ -26,19 +28,9 @@ import (
 // Both answer the requests still waiting in those groups (JoinGroup and
 // SyncGroup) with an error code, so no handle is leaked.
 
-// RecordGroup returns the group a __consumer_offsets record belongs to:
-// both key schemas (OffsetCommitKey, GroupMetadataKey) start with the
-// key's version and the group name.
-func RecordGroup(key []byte) (string, error) {
-	if len(key) < 4 {
-		return "", fmt.Errorf("record key of %d bytes has no group", len(key))
-	}
-	n := int(int16(binary.BigEndian.Uint16(key[2:])))
-	if n < 0 || len(key) < 4+n {
-		return "", fmt.Errorf("record key's group name of %d bytes overruns the key", n)
-	}
-	return string(key[4 : 4+n]), nil
-}
+// RecordGroup returns the group a __consumer_offsets record belongs to
+// (kvlog.KeyOwner).
+func RecordGroup(key []byte) (string, error) { return kvlog.KeyOwner(key) }
 
 // forgetGroup drops a group from memory, answering its waiting JoinGroup
 // and SyncGroup requests with code.
@@ -135,6 +127,8 @@ func requestGroups(body kmsg.Request) []string {
 		return []string{req.Group}
 	case *kmsg.OffsetCommitRequest:
 		return []string{req.Group}
+	case *kmsg.TxnOffsetCommitRequest:
+		return []string{req.Group}
 	case *kmsg.OffsetDeleteRequest:
 		return []string{req.Group}
 	case *kmsg.ConsumerGroupHeartbeatRequest:
@@ -161,7 +155,11 @@ func requestGroups(body kmsg.Request) []string {
 // isOffsetKey reports whether a record key is an OffsetCommitKey (versions
 // 0 and 1) rather than group metadata.
 func isOffsetKey(key []byte) bool {
-	return len(key) >= 2 && binary.BigEndian.Uint16(key) <= 1
+	if len(key) < 2 {
+		return false
+	}
+	v := binary.BigEndian.Uint16(key)
+	return v <= 1 || v == pendingKeyVersion
 }
 
 // failedByTooLarge reports whether a request of a group whose records of
@@ -170,7 +168,7 @@ func isOffsetKey(key []byte) bool {
 // request on the group's metadata.
 func failedByTooLarge(body kmsg.Request, dropped map[bool]bool) bool {
 	switch body.(type) {
-	case *kmsg.OffsetCommitRequest, *kmsg.OffsetFetchRequest:
+	case *kmsg.OffsetCommitRequest, *kmsg.OffsetFetchRequest, *kmsg.TxnOffsetCommitRequest, *kmsg.WriteTxnMarkersRequest:
 		return dropped[true]
 	}
 	return dropped[false]
@@ -182,7 +180,8 @@ func failedByTooLarge(body kmsg.Request, dropped map[bool]bool) bool {
 // offset commits (storeOffsets), UNKNOWN_SERVER_ERROR for the group's
 // metadata (storeGroup: SyncGroup, and the others here).
 func tooLargeCode(body kmsg.Request) int16 {
-	if _, ok := body.(*kmsg.OffsetCommitRequest); ok {
+	switch body.(type) {
+	case *kmsg.OffsetCommitRequest, *kmsg.TxnOffsetCommitRequest:
 		return kerr.InvalidCommitOffsetSize.Code
 	}
 	return kerr.UnknownServerError.Code

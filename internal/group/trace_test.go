@@ -13,8 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/tracefmt"
 )
 
 // Golden traces (etcd raft's interaction tests, pebble's datadriven): each
@@ -401,6 +402,34 @@ func (h *harness) run(t *testing.T, line string) string {
 				r.Topics = append(r.Topics, kmsg.OffsetFetchRequestTopic{Topic: rt.Topic, Partitions: rt.Partitions})
 			}
 		}
+		r.RequireStable = args["stable"] == "true"
+		req = r
+	case "txn-commit":
+		if version < 0 {
+			version = 5 // v6 names topics by ID; the broker serves 0-5
+		}
+		r := kmsg.NewPtrTxnOffsetCommitRequest()
+		r.TransactionalID, r.Group, r.MemberID = "tx", args["group"], args["member"]
+		r.ProducerID, r.ProducerEpoch = int64(intArg(args, "pid", 1)), int16(intArg(args, "epoch", 0))
+		r.Generation = int32(intArg(args, "gen", -1))
+		r.InstanceID = optString(args, "instance")
+		// offsets=t1/0=10,t1/1=20
+		for _, o := range strings.Split(args["offsets"], ",") {
+			tp, off, _ := strings.Cut(o, "=")
+			topic, ps, _ := strings.Cut(tp, "/")
+			p, _ := strconv.Atoi(ps)
+			n, _ := strconv.ParseInt(off, 10, 64)
+			rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+			rp.Partition, rp.Offset = int32(p), n
+			r.Topics = append(r.Topics, kmsg.TxnOffsetCommitRequestTopic{Topic: topic, Partitions: []kmsg.TxnOffsetCommitRequestTopicPartition{rp}})
+		}
+		req = r
+	case "txn-marker":
+		r := kmsg.NewPtrWriteTxnMarkersRequest()
+		m := kmsg.NewWriteTxnMarkersRequestMarker()
+		m.ProducerID, m.ProducerEpoch, m.Committed = int64(intArg(args, "pid", 1)), int16(intArg(args, "epoch", 0)), args["commit"] == "true"
+		m.Topics = []kmsg.WriteTxnMarkersRequestMarkerTopic{{Topic: OffsetsTopic, Partitions: []int32{int32(intArg(args, "partition", 0))}}}
+		r.Markers = append(r.Markers, m)
 		req = r
 	case "list":
 		r := kmsg.NewPtrListGroupsRequest()
@@ -484,6 +513,12 @@ func (h *harness) state() string {
 			o := g.offsets[tp]
 			fmt.Fprintf(&b, "  offset %s/%d=%d epoch=%d metadata=%q\n", tp.topic, tp.partition, o.offset, o.leaderEpoch, o.metadata)
 		}
+		for _, pid := range sortedPIDs(g.pendingTxns) {
+			pending := &group{offsets: g.pendingTxns[pid]}
+			for _, tp := range pending.sortedOffsets() {
+				fmt.Fprintf(&b, "  pending producer=%d %s/%d=%d\n", pid, tp.topic, tp.partition, pending.offsets[tp].offset)
+			}
+		}
 	}
 	return b.String()
 }
@@ -501,6 +536,15 @@ func formatRecord(r Record) string {
 		var v kmsg.OffsetCommitValue
 		v.ReadFrom(r.Value)
 		return s + fmt.Sprintf(" = %d epoch=%d metadata=%q at=+%s (v%d)", v.Offset, v.LeaderEpoch, v.Metadata, time.UnixMilli(v.CommitTimestamp).Sub(traceEpoch), v.Version)
+	case pendingKeyVersion:
+		name, pid, tp, _ := parsePendingKey(r.Key)
+		s := prefix + fmt.Sprintf("pending %s producer=%d %s/%d", name, pid, tp.topic, tp.partition)
+		if r.Value == nil {
+			return s + " tombstone"
+		}
+		var v kmsg.OffsetCommitValue
+		v.ReadFrom(r.Value)
+		return s + fmt.Sprintf(" = %d", v.Offset)
 	case 2:
 		var k kmsg.GroupMetadataKey
 		k.ReadFrom(r.Key)
@@ -515,64 +559,12 @@ func formatRecord(r Record) string {
 	return prefix + fmt.Sprintf("key %x value %x", r.Key, r.Value)
 }
 
-// formatValue renders a kmsg struct compactly: every field but the
-// version, throttle and tags; zero error codes and nil pointers and slices
-// left out; error codes by name; consumer protocol bytes decoded.
+// formatValue renders a kmsg struct compactly (tracefmt.Value), consumer
+// protocol bytes decoded.
 func formatValue(v reflect.Value) string {
-	switch v.Kind() {
-	case reflect.Struct:
-		var parts []string
-		for i := 0; i < v.NumField(); i++ {
-			f, name := v.Field(i), v.Type().Field(i).Name
-			switch name {
-			case "Version", "ThrottleMillis", "UnknownTags", "CurrentStateTimestamp":
-				continue
-			}
-			if (name == "ErrorCode") && f.Int() == 0 {
-				continue
-			}
-			if (f.Kind() == reflect.Pointer || f.Kind() == reflect.Slice) && f.IsNil() && name != "MemberAssignment" {
-				continue
-			}
-			if f.Kind() == reflect.Array && f.IsZero() {
-				continue
-			}
-			if name == "ErrorCode" {
-				parts = append(parts, name+"="+errName(int16(f.Int())))
-				continue
-			}
-			if name == "ErrorMessage" {
-				continue // prose; the code says it
-			}
-			if f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.Uint8 {
-				parts = append(parts, name+"="+formatBytes(f.Bytes(), strings.Contains(name, "Assignment")))
-				continue
-			}
-			parts = append(parts, name+"="+formatValue(f))
-		}
-		return "{" + strings.Join(parts, " ") + "}"
-	case reflect.Pointer:
-		if v.IsNil() {
-			return "nil"
-		}
-		return formatValue(v.Elem())
-	case reflect.Slice:
-		var parts []string
-		for i := 0; i < v.Len(); i++ {
-			parts = append(parts, formatValue(v.Index(i)))
-		}
-		return "[" + strings.Join(parts, " ") + "]"
-	case reflect.String:
-		return strconv.Quote(v.String())
-	case reflect.Array:
-		b := make([]byte, v.Len())
-		for i := range b {
-			b[i] = byte(v.Index(i).Uint())
-		}
-		return string(bytes.TrimRight(b, "\x00"))
-	default:
-		return fmt.Sprint(v.Interface())
-	}
+	return tracefmt.Value(v, func(field string, b []byte) string {
+		return formatBytes(b, strings.Contains(field, "Assignment"))
+	}, "MemberAssignment")
 }
 
 // formatBytes decodes consumer protocol metadata or assignments.
@@ -618,9 +610,13 @@ func formatAssignment(a map[[16]byte][]int32) string {
 	return "(" + strings.Join(parts, ",") + ")"
 }
 
-func errName(code int16) string {
-	if e := kerr.TypedErrorForCode(code); e != nil {
-		return e.Message
+func errName(code int16) string { return tracefmt.ErrName(code) }
+
+func sortedPIDs(m map[int64]pendingTxn) []int64 {
+	var ids []int64
+	for id := range m {
+		ids = append(ids, id)
 	}
-	return strconv.Itoa(int(code))
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
 }

@@ -234,6 +234,19 @@ func (c *Catalog) sortedLocked() []*Topic {
 	return ts
 }
 
+// Internal topics: the coordinators' logs, Kafka's names. They are not in
+// the catalogue; their coordinators own their partitions (internal/group,
+// internal/txn), and no user creates, auto-creates or deletes them.
+const (
+	OffsetsTopic          = "__consumer_offsets"
+	TransactionStateTopic = "__transaction_state"
+)
+
+// IsInternalTopic reports whether name is one of the internal topics.
+func IsInternalTopic(name string) bool {
+	return name == OffsetsTopic || name == TransactionStateTopic
+}
+
 // ValidateTopicName applies Kafka's rules: 1..249 characters of
 // [a-zA-Z0-9._-], and not "." or "..".
 func ValidateTopicName(name string) error {
@@ -292,6 +305,10 @@ func (c *Catalog) Topics() []Topic {
 func (c *Catalog) CheckCreate(name string, partitions int32, configs map[string]string) error {
 	if err := ValidateTopicName(name); err != nil {
 		return err
+	}
+	if IsInternalTopic(name) {
+		// It exists from start-up, outside the catalogue.
+		return fmt.Errorf("%w: %s is internal", ErrTopicExists, name)
 	}
 	if partitions < 1 {
 		return fmt.Errorf("%w: %d, must be at least 1", ErrBadPartitions, partitions)

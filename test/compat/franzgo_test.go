@@ -25,7 +25,7 @@ import (
 // in a child process, against the built broker:
 //
 //	KGO_SEEDS=<broker> KGO_TEST_RF=1 KGO_TEST_RECORDS=500000 \
-//	    go test -count=1 -skip '^TestTxnEtl$' github.com/twmb/franz-go/pkg/kgo
+//	    go test -count=1 github.com/twmb/franz-go/pkg/kgo
 //
 // 500000 is the suite's own default (the group ETL tests move that many
 // records through three levels of groups): about a minute and a half on 2
@@ -33,12 +33,12 @@ import (
 // count (10000 for a quicker run); SUSHKA_COMPAT_KGO_RUN passes a -run
 // expression; KGO_LOG_LEVEL is passed through (default none).
 //
-// Skipped, by -skip: TestTxnEtl (transactions, not served). Skipped by the
-// suite itself: the share group tests (ShareFetch, Kafka 4.2, not served),
+// TestTxnEtl (transactional consume-process-produce through three levels
+// of groups, with rebalances) runs with the rest, and once more alone with
+// KGO_TEST_UNSAFE=1 (the suite's unsafe variant: the group is left and
+// rejoined while a transaction is open). Skipped by the suite itself: the share group tests (ShareFetch, Kafka 4.2, not served),
 // SCRAM and OAUTHBEARER (no SASL; they need KGO_TEST_SCRAM_SEEDS and
 // KGO_TEST_OAUTH_SEEDS). Any other skip or any failure fails this test.
-
-const franzSkip = `^TestTxnEtl$`
 
 // franzSelfSkipped are the top-level tests the suite skips by itself
 // against Sushka.
@@ -53,8 +53,8 @@ var franzSelfSkipped = map[string]string{
 	"TestOAuthAuth":                      "SASL is not served (needs KGO_TEST_OAUTH_SEEDS)",
 }
 
-// franzMustPass are the 30 tests of the suite that talk to the broker and
-// need neither transactions nor share groups nor SASL: a run in which any
+// franzMustPass are the 31 tests of the suite that talk to the broker and
+// need neither share groups nor SASL: a run in which any
 // of them did not pass (or did not run) fails. The suite's other tests are
 // unit tests of the client.
 var franzMustPass = []string{
@@ -67,6 +67,7 @@ var franzMustPass = []string{
 	"TestConsumeTopicRetrieval", "TestConsumeMaxDecompressBatchBytes",
 	"TestIssueProduceBrokerTooOldFailsRecords", "TestIssueProduceSyncManualPartitionNegativeDoesNotPanic",
 	"TestUnknownGroupOffsetFetchPinned", "TestConsumeTopicRetrieval_Many",
+	"TestTxnEtl",
 }
 
 // testEvent is one line of `go test -json`.
@@ -101,15 +102,15 @@ func TestFranzGoSuite(t *testing.T) {
 	}
 	// The whole run takes about a minute and a half; a hang ends well
 	// within .ci/run's 25 minutes even when a failed test is run again.
-	run := func(runExpr string, timeout time.Duration) *suiteRun {
-		args := []string{"test", "-json", "-count=1", "-timeout", (timeout - 30*time.Second).String(), "-skip", franzSkip}
+	run := func(runExpr string, timeout time.Duration, extraEnv ...string) *suiteRun {
+		args := []string{"test", "-json", "-count=1", "-timeout", (timeout - 30*time.Second).String()}
 		if runExpr != "" {
 			args = append(args, "-run", runExpr)
 		}
 		args = append(args, "github.com/twmb/franz-go/pkg/kgo")
 		t.Logf("KGO_SEEDS=%s KGO_TEST_RF=1 KGO_TEST_RECORDS=%s go %s", b.addr, records, strings.Join(args, " "))
 		start := time.Now()
-		r := runCmd(timeout, modDir, env, "", "go", args...)
+		r := runCmd(timeout, modDir, append(append([]string{}, env...), extraEnv...), "", "go", args...)
 		t.Logf("suite ran in %s", time.Since(start).Round(time.Second))
 		return parseSuite(r)
 	}
@@ -152,6 +153,12 @@ func TestFranzGoSuite(t *testing.T) {
 			if s.status[name] != "pass" {
 				t.Errorf("%s: %q, want pass", name, s.status[name])
 			}
+		}
+	}
+	if os.Getenv("SUSHKA_COMPAT_KGO_RUN") == "" {
+		unsafe := run("^TestTxnEtl$", 6*time.Minute, "KGO_TEST_UNSAFE=1")
+		if unsafe.status["TestTxnEtl"] != "pass" {
+			t.Errorf("TestTxnEtl with KGO_TEST_UNSAFE=1: %q, want pass:\n%s", unsafe.status["TestTxnEtl"], tail(unsafe.output("TestTxnEtl"), 6000))
 		}
 	}
 	if s.err != nil && len(failed) == 0 {

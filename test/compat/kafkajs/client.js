@@ -5,6 +5,8 @@
 //   node client.js BOOTSTRAP produce TOPIC PREFIX N CODEC   (CODEC: none, gzip, snappy)
 //   node client.js BOOTSTRAP consume TOPIC GROUP MAX SECONDS
 //   node client.js BOOTSTRAP groups TOPIC GROUP
+//   node client.js BOOTSTRAP txn TOPIC PREFIX N COMMIT(0|1) GROUP INTOPIC INOFFSET
+//   node client.js BOOTSTRAP read TOPIC N SECONDS
 //
 // Every command prints JSON lines on stdout (kafkajs logs go to stderr);
 // consume prints the records it got, commits them and disconnects. Any
@@ -116,7 +118,49 @@ async function groups (topic, group) {
   }
 }
 
-const cmds = { admin, produce, consume, groups }
+// txn sends N records and the offset INOFFSET of INTOPIC/0 for GROUP
+// (sendOffsets) in one transaction, committed or aborted.
+async function txn (topic, prefix, n, commit, group, inTopic, inOffset) {
+  const p = kafka.producer({ transactionalId: `kafkajs-${prefix}`, idempotent: true, maxInFlightRequests: 1 })
+  await p.connect()
+  try {
+    const t = await p.transaction()
+    const messages = []
+    for (let i = 0; i < Number(n); i++) messages.push({ key: `${prefix}-k${i}`, value: value(prefix, i) })
+    await t.send({ topic, messages })
+    await t.sendOffsets({ consumerGroupId: group, topics: [{ topic: inTopic, partitions: [{ partition: 0, offset: inOffset }] }] })
+    if (commit === '1') await t.commit()
+    else await t.abort()
+    out({ ended: commit === '1' ? 'commit' : 'abort', records: Number(n) })
+  } finally {
+    await p.disconnect()
+  }
+}
+
+// read prints what a consumer (kafkajs reads committed records only by
+// default: readUncommitted false) gets, until it has N records or SECONDS
+// pass, plus whatever arrives in another second.
+async function read (topic, n, seconds) {
+  const c = kafka.consumer({ groupId: `kafkajs-read-${Date.now()}`, maxWaitTimeInMs: 200 })
+  await c.connect()
+  let got = 0
+  let done
+  const finished = new Promise((resolve) => { done = resolve })
+  const timer = setTimeout(() => done(), Number(seconds) * 1000)
+  await c.subscribe({ topics: [topic], fromBeginning: true })
+  await c.run({
+    autoCommit: false,
+    eachMessage: async ({ topic, partition, message }) => {
+      out({ topic, partition, offset: Number(message.offset), key: message.key.toString(), value: message.value.toString() })
+      if (++got === Number(n)) setTimeout(() => done(), 1000)
+    },
+  })
+  await finished
+  clearTimeout(timer)
+  await c.disconnect()
+}
+
+const cmds = { admin, produce, consume, groups, txn, read }
 cmds[cmd](...args).then(() => process.exit(0), (err) => {
   process.stderr.write(`${err.stack || err}\n`)
   process.exit(1)

@@ -4,6 +4,8 @@
     confluent_client.py BOOTSTRAP admin TOPIC PARTITIONS
     confluent_client.py BOOTSTRAP produce TOPIC PREFIX N CODEC IDEMPOTENT(0|1)
     confluent_client.py BOOTSTRAP consume TOPIC GROUP MAX SECONDS
+    confluent_client.py BOOTSTRAP txn TOPIC PREFIX N COMMIT(0|1)
+    confluent_client.py BOOTSTRAP read_committed TOPIC SECONDS
 
 Every command prints one JSON document per line on stdout; consume prints
 the records it got ({"topic", "partition", "offset", "key", "value"}), then
@@ -100,9 +102,50 @@ def consume(bootstrap, topic, group, max_records, seconds):
     c.close()
 
 
+def txn(bootstrap, topic, prefix, n, commit):
+    """One transaction of N records, committed or aborted."""
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "py-" + prefix})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(int(n)):
+        p.produce(topic, key="%s-k%d" % (prefix, i), value=value(prefix, i))
+    if p.flush(30):
+        raise SystemExit("txn: records not delivered")
+    if commit == "1":
+        p.commit_transaction(30)
+    else:
+        p.abort_transaction(30)
+    out({"ended": "commit" if commit == "1" else "abort", "records": int(n)})
+
+
+def read_committed(bootstrap, topic, seconds):
+    """Every record a read_committed consumer (no group commits) gets until
+    it has been idle for SECONDS."""
+    c = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": "py-read-committed",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+    })
+    c.subscribe([topic])
+    idle_until = time.time() + float(seconds)
+    while time.time() < idle_until:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            raise KafkaException(m.error())
+        out({"topic": m.topic(), "partition": m.partition(), "offset": m.offset(),
+             "key": m.key().decode(), "value": m.value().decode()})
+        idle_until = time.time() + float(seconds)
+    c.close()
+
+
 def main():
     bootstrap, cmd, args = sys.argv[1], sys.argv[2], sys.argv[3:]
-    {"admin": admin, "produce": produce, "consume": consume}[cmd](bootstrap, *args)
+    {"admin": admin, "produce": produce, "consume": consume, "txn": txn,
+     "read_committed": read_committed}[cmd](bootstrap, *args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,49 @@
+package api
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/plog"
+	"github.com/sushka-io/sushka/internal/server"
+)
+
+// WriteTxnMarkers: v0-2
+//
+// Behavior:
+// * Writes each marker (commit or abort of a producer's transaction) to
+//   each named partition, durable before the answer, as a partition leader
+//   does for Kafka's coordinator; admin tools use it to abort a hanging
+//   transaction (kafka-transactions.sh abort). A __consumer_offsets
+//   partition's marker commits or drops the producer's pending offsets
+//   there. Per partition: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH
+//   for an older epoch than the partition's, KAFKA_STORAGE_ERROR.
+//
+// Version notes:
+// * v1: flexible; v2: TransactionVersion (KIP-890 part 2)
+
+func init() { regKey(27, 0, 2, (*Handler).handleWriteTxnMarkers) }
+
+func (h *Handler) handleWriteTxnMarkers(ctx context.Context, _ *server.Request, req *kmsg.WriteTxnMarkersRequest) server.Response {
+	resp := req.ResponseKind().(*kmsg.WriteTxnMarkersResponse)
+	w := txnMarkers{h}
+	for _, m := range req.Markers {
+		sm := kmsg.NewWriteTxnMarkersResponseMarker()
+		sm.ProducerID = m.ProducerID
+		marker := plog.TxnMarker{ProducerID: m.ProducerID, ProducerEpoch: m.ProducerEpoch, Commit: m.Committed, CoordinatorEpoch: m.CoordinatorEpoch}
+		for _, t := range m.Topics {
+			st := kmsg.NewWriteTxnMarkersResponseMarkerTopic()
+			st.Topic = t.Topic
+			for _, p := range t.Partitions {
+				sp := kmsg.NewWriteTxnMarkersResponseMarkerTopicPartition()
+				sp.Partition = p
+				sp.ErrorCode = w.WriteTxnMarker(ctx, t.Topic, p, marker)
+				st.Partitions = append(st.Partitions, sp)
+			}
+			sm.Topics = append(sm.Topics, st)
+		}
+		resp.Markers = append(resp.Markers, sm)
+	}
+	return reply(resp)
+}

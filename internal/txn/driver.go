@@ -1,0 +1,447 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/clock"
+	"github.com/sushka-io/sushka/internal/kvlog"
+	"github.com/sushka-io/sushka/internal/plog"
+	"github.com/sushka-io/sushka/internal/vfs"
+)
+
+// maxDrain bounds how many queued requests one round takes: they share one
+// append and one fsync.
+const maxDrain = 256
+
+// inboxDepth bounds the requests queued for the driver.
+const inboxDepth = 1024
+
+// reopenInterval is how often a broken __transaction_state partition is
+// reopened.
+const reopenInterval = 500 * time.Millisecond
+
+// ErrClosed is returned by Do and Verify after Close.
+var ErrClosed = errors.New("txn: coordinator closed")
+
+// MarkerWriter writes a transaction's end into one partition: a commit or
+// abort marker, durable before it returns (api.Handler.WriteTxnMarker; for
+// __consumer_offsets the group coordinator's completion of the producer's
+// transactional offsets). It returns 0 or a Kafka error code;
+// UNKNOWN_TOPIC_OR_PARTITION means the partition is gone and needs no
+// marker.
+type MarkerWriter interface {
+	WriteTxnMarker(ctx context.Context, topic string, partition int32, m plog.TxnMarker) int16
+}
+
+// ServiceConfig configures a Service.
+type ServiceConfig struct {
+	Coordinator Config
+	FS          vfs.FS
+	DataDir     string
+	Clock       clock.Clock // default clock.Real{}
+	Logger      *slog.Logger
+	WritePath   plog.WritePath
+	Markers     MarkerWriter
+
+	// CompactAfterBytes and SegmentBytes tune the __transaction_state
+	// store (kvlog.StoreConfig); zero takes the defaults.
+	CompactAfterBytes int64
+	SegmentBytes      int64
+}
+
+// Service is the driver: the one goroutine that owns a Coordinator and the
+// __transaction_state store. It persists each Ready's records (AckForced),
+// then starts its marker jobs (each in a goroutine of its own, reporting
+// back through the inbox) and releases its responses.
+type Service struct {
+	cfg   ServiceConfig
+	log   *slog.Logger
+	clock clock.Clock
+	store *kvlog.Store
+
+	inbox chan op
+	stop  chan struct{}
+	done  chan struct{}
+	// jobsCtx ends at Close: marker jobs in flight give up.
+	jobsCtx    context.Context
+	cancelJobs context.CancelFunc
+
+	// Owned by the run goroutine.
+	c       *Coordinator
+	nextID  uint64
+	pending map[uint64]*call
+	retryAt time.Time
+}
+
+type call struct {
+	req   Request
+	reply chan Response // buffered 1
+}
+
+type op struct {
+	call    *call
+	fn      func(*Coordinator)
+	markers *MarkerResult
+}
+
+// Start opens the store, replays it into a new coordinator and starts the
+// driver.
+func Start(cfg ServiceConfig) (*Service, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Coordinator.setDefaults()
+	store, records, err := kvlog.OpenStore(kvlog.StoreConfig{
+		Topic:             StateTopic,
+		FS:                cfg.FS,
+		DataDir:           cfg.DataDir,
+		Partitions:        cfg.Coordinator.StatePartitions,
+		Clock:             cfg.Clock,
+		Logger:            cfg.Logger,
+		WritePath:         cfg.WritePath,
+		CompactAfterBytes: cfg.CompactAfterBytes,
+		SegmentBytes:      cfg.SegmentBytes,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c := New(cfg.Coordinator)
+	if err := c.Load(records); err != nil {
+		store.Close()
+		return nil, err
+	}
+	s := &Service{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		clock:   cfg.Clock,
+		store:   store,
+		c:       c,
+		inbox:   make(chan op, inboxDepth),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		pending: make(map[uint64]*call),
+	}
+	s.jobsCtx, s.cancelJobs = context.WithCancel(context.Background())
+	c.Loaded(cfg.Clock.Now()) // prepared transactions ask for their markers again
+	s.log.Info("transaction coordinator loaded", "records", len(records), "transactional_ids", len(c.txns))
+	go s.run()
+	return s, nil
+}
+
+// Store returns the __transaction_state store.
+func (s *Service) Store() *kvlog.Store { return s.store }
+
+func (s *Service) do(ctx context.Context, req Request) (Response, error) {
+	c := &call{req: req, reply: make(chan Response, 1)}
+	select {
+	case s.inbox <- op{call: c}:
+	case <-s.done:
+		return Response{}, ErrClosed
+	case <-ctx.Done():
+		return Response{}, ctx.Err()
+	}
+	select {
+	case resp := <-c.reply:
+		return resp, nil
+	case <-s.done:
+		select {
+		case resp := <-c.reply:
+			return resp, nil
+		default:
+		}
+		return Response{}, ErrClosed
+	case <-ctx.Done():
+		return Response{}, ctx.Err()
+	}
+}
+
+// Do hands one transaction request to the coordinator and waits for its
+// response (an EndTxn waits for its markers).
+func (s *Service) Do(ctx context.Context, body kmsg.Request) (kmsg.Response, error) {
+	resp, err := s.do(ctx, Request{Body: body})
+	return resp.Body, err
+}
+
+// Verify asks whether a transactional write may go to a partition (and
+// adds it with ImplicitAdd, durably, before answering): 0 or the Kafka
+// error code.
+func (s *Service) Verify(ctx context.Context, v Verify) int16 {
+	resp, err := s.do(ctx, Request{Verify: &v})
+	if err != nil {
+		return kerr.CoordinatorNotAvailable.Code
+	}
+	return resp.Code
+}
+
+// Inspect runs fn on the driver goroutine with the coordinator and waits
+// for it.
+func (s *Service) Inspect(fn func(*Coordinator)) error {
+	done := make(chan struct{})
+	select {
+	case s.inbox <- op{fn: func(c *Coordinator) { fn(c); close(done) }}:
+	case <-s.done:
+		return ErrClosed
+	}
+	select {
+	case <-done:
+		return nil
+	case <-s.done:
+		return ErrClosed
+	}
+}
+
+// SetAddress changes the address FindCoordinator answers.
+func (s *Service) SetAddress(host string, port int32) {
+	s.Inspect(func(c *Coordinator) { c.SetAddress(host, port) })
+}
+
+// Close stops the driver and its marker jobs, answers the requests still
+// waiting with COORDINATOR_NOT_AVAILABLE and closes the store. Prepared
+// transactions stay prepared on disk: the next start writes their markers.
+func (s *Service) Close() error {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	s.cancelJobs()
+	<-s.done
+	return s.store.Close()
+}
+
+func (s *Service) run() {
+	defer close(s.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		s.resetTimer(timer)
+		select {
+		case <-s.stop:
+			for id, c := range s.pending {
+				c.reply <- s.errorResponse(c.req, kerr.CoordinatorNotAvailable.Code)
+				delete(s.pending, id)
+			}
+			return
+		case o := <-s.inbox:
+			s.retryBroken()
+			s.take(o)
+		drain:
+			for i := 1; i < maxDrain; i++ {
+				select {
+				case o := <-s.inbox:
+					s.take(o)
+				default:
+					break drain
+				}
+			}
+		case <-timer.C:
+			s.retryBroken()
+			s.c.Tick(s.clock.Now())
+		}
+		s.flush()
+	}
+}
+
+// idleTick is the longest the driver goes without a Tick.
+const idleTick = time.Minute
+
+func (s *Service) resetTimer(t *time.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	d := idleTick
+	now := s.clock.Now()
+	if next := s.c.NextDeadline(); !next.IsZero() && next.Sub(now) < d {
+		d = max(next.Sub(now), time.Millisecond)
+	}
+	if !s.retryAt.IsZero() && s.retryAt.Sub(now) < d {
+		d = max(s.retryAt.Sub(now), time.Millisecond)
+	}
+	t.Reset(d)
+}
+
+func (s *Service) take(o op) {
+	switch {
+	case o.fn != nil:
+		o.fn(s.c)
+	case o.markers != nil:
+		s.c.MarkersWritten(*o.markers, s.clock.Now())
+	default:
+		c := o.call
+		s.nextID++
+		c.req.ID = s.nextID
+		c.req.Now = s.clock.Now()
+		s.pending[c.req.ID] = c
+		s.c.Handle(c.req)
+	}
+}
+
+func (s *Service) errorResponse(req Request, code int16) Response {
+	if req.Verify != nil {
+		return Response{ID: req.ID, Code: code}
+	}
+	return Response{ID: req.ID, Body: ErrorResponse(req.Body, code)}
+}
+
+// flush persists the Ready's records, then starts its marker jobs and
+// releases its responses, then persists its completions. A partition whose append failed is unloaded (its
+// ids answer NOT_COORDINATOR until it is reopened and replayed): the
+// requests of this Ready that touched it fail, and their marker jobs are
+// not started (the replay asks for them again).
+func (s *Service) flush() {
+	rd := s.c.Ready()
+	if rd.Empty() {
+		return
+	}
+	var failed map[int32]error
+	if len(rd.Records) > 0 {
+		failed = s.store.Append(rd.Records)
+		for p, err := range failed {
+			s.log.Error("transaction coordinator: persisting to "+StateTopic+" failed; its transactional ids answer NOT_COORDINATOR until the log can be written again",
+				"partition", p, "err", err)
+			s.c.UnloadPartition(p)
+			s.retryAt = s.clock.Now().Add(reopenInterval)
+		}
+		if len(failed) > 0 {
+			rd.Responses = append(rd.Responses, s.c.Ready().Responses...)
+		}
+	}
+	for _, job := range rd.Markers {
+		if failed[s.c.partitionFor(job.TransactionalID)] != nil {
+			continue
+		}
+		go s.writeMarkers(job)
+	}
+	for _, r := range rd.Responses {
+		c := s.pending[r.ID]
+		if c == nil {
+			continue
+		}
+		delete(s.pending, r.ID)
+		if id := requestID(c.req); id != "" && failed[s.c.partitionFor(id)] != nil {
+			r = s.errorResponse(c.req, kerr.NotCoordinator.Code)
+		}
+		c.reply <- r
+	}
+	// The completions after the answers (see Ready), before the next
+	// round: later records of the same ids come after them in the log.
+	var completions []Record
+	for _, r := range rd.Completions {
+		if failed[r.Partition] == nil {
+			completions = append(completions, r)
+		}
+	}
+	if len(completions) > 0 {
+		for p, err := range s.store.Append(completions) {
+			s.log.Error("transaction coordinator: persisting a completion to "+StateTopic+" failed; its transactional ids answer NOT_COORDINATOR until the log can be written again (the replay completes the transaction)",
+				"partition", p, "err", err)
+			s.c.UnloadPartition(p)
+			s.retryAt = s.clock.Now().Add(reopenInterval)
+		}
+	}
+	if len(rd.Records) > 0 || len(completions) > 0 {
+		for p, err := range s.store.MaybeCompact() {
+			s.log.Error("transaction coordinator: compacting "+StateTopic+" failed", "partition", p, "err", err)
+			s.c.UnloadPartition(p)
+			s.retryAt = s.clock.Now().Add(reopenInterval)
+		}
+	}
+}
+
+// requestID is the transactional id a request changes ("" if none or
+// many).
+func requestID(req Request) string {
+	if req.Verify != nil {
+		return req.Verify.TransactionalID
+	}
+	switch b := req.Body.(type) {
+	case *kmsg.InitProducerIDRequest:
+		if b.TransactionalID != nil {
+			return *b.TransactionalID
+		}
+	case *kmsg.AddPartitionsToTxnRequest:
+		if b.Version < 4 {
+			return b.TransactionalID
+		}
+		if len(b.Transactions) > 0 {
+			return b.Transactions[0].TransactionalID // single node: one partition
+		}
+	case *kmsg.AddOffsetsToTxnRequest:
+		return b.TransactionalID
+	case *kmsg.EndTxnRequest:
+		return b.TransactionalID
+	}
+	return ""
+}
+
+// markerConcurrency bounds the partitions of one marker job written at
+// once: each write waits for its partition's fsync, and the partitions'
+// writers sync in parallel.
+const markerConcurrency = 32
+
+// writeMarkers runs one marker job, the partitions' markers written
+// concurrently (each durable before its write returns), and reports the
+// partitions that failed.
+func (s *Service) writeMarkers(job MarkerJob) {
+	res := MarkerResult{Job: job}
+	m := plog.TxnMarker{ProducerID: job.ProducerID, ProducerEpoch: job.ProducerEpoch, Commit: job.Commit}
+	codes := make([]int16, len(job.Partitions))
+	slots := make(chan struct{}, markerConcurrency)
+	var wg sync.WaitGroup
+	for i, tp := range job.Partitions {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			codes[i] = s.cfg.Markers.WriteTxnMarker(s.jobsCtx, tp.Topic, tp.Partition, m)
+		}()
+	}
+	wg.Wait()
+	for i, code := range codes {
+		if code != 0 && code != kerr.UnknownTopicOrPartition.Code {
+			tp := job.Partitions[i]
+			s.log.Warn("transaction marker not written; retrying", "transactional_id", job.TransactionalID,
+				"topic", tp.Topic, "partition", tp.Partition, "err", kerr.ErrorForCode(code))
+			res.Failed = append(res.Failed, tp)
+		}
+	}
+	select {
+	case s.inbox <- op{markers: &res}:
+	case <-s.done:
+	}
+}
+
+// retryBroken reopens the broken partitions, at most every
+// reopenInterval, and loads their transactions again.
+func (s *Service) retryBroken() {
+	if s.retryAt.IsZero() || s.clock.Now().Before(s.retryAt) {
+		return
+	}
+	s.retryAt = time.Time{}
+	for p := int32(0); p < s.store.Partitions(); p++ {
+		if !s.store.Broken(p) {
+			continue
+		}
+		records, err := s.store.Reopen(p)
+		if err == nil {
+			err = s.c.LoadPartition(p, records)
+		}
+		if err != nil {
+			s.log.Warn("transaction coordinator: "+StateTopic+" partition still unavailable", "partition", p, "err", err)
+			s.retryAt = s.clock.Now().Add(reopenInterval)
+		}
+	}
+}
