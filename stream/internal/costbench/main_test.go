@@ -1,14 +1,38 @@
 package main
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/sushka-io/sushka/stream/internal/deliverycost"
+)
 
 // TestScenariosDeliver runs every scenario without valgrind: each must
 // deliver all its records and stop, or the measurement would hang.
 func TestScenariosDeliver(t *testing.T) {
-	for _, sc := range scenarios {
+	for _, sc := range deliverycost.Scenarios {
 		deliver(sc, 10, false)
 		if allocs := deliver(sc, 300, false); allocs == 0 {
-			t.Fatalf("%s: no allocations counted at all: the counter is not measuring", sc.name)
+			t.Fatalf("%s: no allocations counted at all: the counter is not measuring", sc.Name)
 		}
+	}
+}
+
+// TestGateDecisions: the gate's two rules on rows, as -compare applies them.
+func TestGateDecisions(t *testing.T) {
+	base := row{Framework: measured{Instructions: 1000}}
+	for _, c := range []struct {
+		instructions float64
+		fails        bool
+	}{{1000, false}, {1019, false}, {1021, true}, {900, false}} {
+		r := row{Framework: measured{Instructions: c.instructions}}
+		if got := instructionsChangePercent(r, base) > gateInstructionsPercent; got != c.fails {
+			t.Errorf("%v instructions against 1000: fails %v, want %v", c.instructions, got, c.fails)
+		}
+	}
+	if aboveFloor(row{Floor: 4, Framework: measured{Allocations: 4.005}}) {
+		t.Error("4.005 allocations per message fail a floor of 4: the slack is for a stray sudog")
+	}
+	if !aboveFloor(row{Floor: 0, Framework: measured{Allocations: 1}}) {
+		t.Error("one allocation per message passes a floor of 0")
 	}
 }
