@@ -130,3 +130,109 @@ func TestEveryTaskRunsOnceOnSushka(t *testing.T) {
 	claims, lost := summary(stats)
 	t.Logf("3 workers, 30 tasks: %d claims, %d lost", claims, lost)
 }
+
+// TestLeaseWinnerThatDies: a winner that dies mid-task (its Work stops
+// and it never writes a completion) holds its task for one lease only:
+// after it, exactly one of the surviving workers claims the task again
+// and runs it; before it, none does.
+func TestLeaseWinnerThatDies(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		store := memory.New()
+		testLeaseWinnerThatDies(t, store.Connect)
+	})
+	t.Run("sushka", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("starts a broker")
+		}
+		addr := streamtest.StartSushka(t, 1)
+		testLeaseWinnerThatDies(t, func() stream.Transport {
+			return kafka.New([]kgo.Opt{kgo.SeedBrokers(addr), kgo.AllowAutoTopicCreation()},
+				kafka.ConsumerOpts(kgo.FetchMaxWait(50*time.Millisecond)))
+		})
+	})
+}
+
+func testLeaseWinnerThatDies(t *testing.T, connect func() stream.Transport) {
+	const lease = 400 * time.Millisecond
+	var transports []stream.Transport
+	open := func() *taskqueue.Queue {
+		tr := connect()
+		transports = append(transports, tr)
+		return taskqueue.New(tr, "tasks", taskqueue.Lease(lease))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	release := make(chan struct{}) // the dead worker's fn returns only when the test is over
+	stop := sync.OnceFunc(func() {
+		cancel()
+		close(release)
+		wg.Wait()
+	})
+	defer func() {
+		stop()
+		for _, tr := range transports {
+			_ = tr.Close()
+		}
+	}()
+	if err := open().Submit(ctx, "task-0", []byte("payload")); err != nil {
+		t.Fatal(err)
+	}
+	// The first worker wins the only task and dies in the middle of it.
+	started := make(chan time.Time, 1)
+	dyingCtx, kill := context.WithCancel(ctx)
+	dying := open()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, _ = dying.Work(dyingCtx, "dying", taskqueue.PickRandom, func(context.Context, taskqueue.Task) error {
+			started <- time.Now()
+			kill()
+			<-release
+			return nil
+		})
+	}()
+	var startedAt time.Time
+	select {
+	case startedAt = <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first worker never started the task")
+	}
+	// Two survivors: both see the dead worker's claim, both try when its
+	// lease ends, exactly one wins.
+	type run struct {
+		worker string
+		at     time.Time
+	}
+	ran := make(chan run, 2)
+	stats := make([]taskqueue.Stats, 2)
+	for i, name := range []string{"survivor-a", "survivor-b"} {
+		q := open()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stats[i], _ = q.Work(ctx, name, taskqueue.PickRandom, func(ctx context.Context, task taskqueue.Task) error {
+				ran <- run{name, time.Now()}
+				return nil
+			})
+		}()
+	}
+	select {
+	case r := <-ran:
+		if waited := r.at.Sub(startedAt); waited < lease {
+			t.Fatalf("%s ran the task %v after the winner started it, within its lease of %v", r.worker, waited, lease)
+		}
+	case <-time.After(lease + 10*time.Second):
+		t.Fatalf("no survivor ran the task of the dead winner (lease %v)", lease)
+	}
+	// Time for the other survivor's claim to come back and lose.
+	time.Sleep(lease)
+	select {
+	case r := <-ran:
+		t.Fatalf("%s ran the task too: two claims won one expired lease", r.worker)
+	default:
+	}
+	stop()
+	if won := stats[0].Won + stats[1].Won; won != 1 {
+		t.Fatalf("survivors won %d claims (%+v), want 1", won, stats)
+	}
+}
