@@ -23,8 +23,11 @@ type App struct {
 
 	handlers   map[string]*handler // by topic; written only before Run
 	publishers []publisherInfo     // NewPublisher's topics, for the AsyncAPI document
-	errs       []error             // registration errors, returned by Run
-	started    bool
+	// deadLetters are the topics of DeadLetter middlewares built on this
+	// App's Producer, for the AsyncAPI document; written only before Run.
+	deadLetters []string
+	errs        []error // registration errors, returned by Run
+	started     bool
 
 	// handlerCtx is the parent of every handler's context. It is not the
 	// context given to Run: handlers keep running after Run's context
