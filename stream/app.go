@@ -176,7 +176,7 @@ func (a *App) Run(ctx context.Context) error {
 	a.handlerCtx, a.cancelHandler = context.WithCancel(context.WithoutCancel(ctx))
 	defer a.cancelHandler()
 
-	consumer, err := a.transport.Consume(ctx, ConsumerConfig{Group: a.cfg.group, Topics: topics, OnRevoked: a.revoke})
+	consumer, err := a.transport.Consume(ctx, ConsumerConfig{Group: a.cfg.group, Topics: topics, OnRevoked: a.revoke, OnLost: a.lose})
 	if err != nil {
 		return fmt.Errorf("stream: consume %v: %w", topics, err)
 	}
@@ -240,6 +240,28 @@ func (a *App) revoke(partitions []TopicPartition) {
 		a.mu.Lock()
 		a.abandoned = append(a.abandoned, stopping...)
 		a.mu.Unlock()
+	}
+}
+
+// lose is the transport's OnLost: the partitions are another member's
+// already, so their workers are dropped, not waited for: they mark nothing
+// from now on (what they finish will be redelivered to the new owner from
+// its committed offset: at least once), their handlers' context is
+// cancelled, and they stop. Shutdown still waits for them, since a handler
+// that ignores its context may publish on the transport.
+func (a *App) lose(partitions []TopicPartition) {
+	var dropped []*partitionWorker
+	a.mu.Lock()
+	for _, tp := range partitions {
+		if w := a.workers[tp]; w != nil {
+			delete(a.workers, tp)
+			dropped = append(dropped, w)
+		}
+	}
+	a.abandoned = append(a.abandoned, dropped...)
+	a.mu.Unlock()
+	for _, w := range dropped {
+		w.drop()
 	}
 }
 

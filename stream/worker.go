@@ -46,6 +46,7 @@ type partitionWorker struct {
 	slotCount  int        // guarded by track
 	unfinished int        // guarded by track: slots still pending
 	failed     int64      // guarded by track: lowest failed offset, or -1
+	dropped    bool       // guarded by track: the partition was lost; mark nothing more
 
 	// Owned by the dispatcher goroutine.
 	redeliveredOffset int64
@@ -135,6 +136,17 @@ func (w *partitionWorker) stop() {
 	w.track.Lock()
 	w.trackCond.Broadcast() // wakes a reserve or a redeliver waiting on the window
 	w.track.Unlock()
+}
+
+// drop gives the partition up at once (it was lost): from the moment
+// drop returns nothing more is marked, then the handlers' context is
+// cancelled and the worker stops.
+func (w *partitionWorker) drop() {
+	w.track.Lock()
+	w.dropped = true
+	w.track.Unlock()
+	w.cancel()
+	w.stop()
 }
 
 // pop takes the next queued record whose value fits in maxBytes (a first
@@ -316,7 +328,7 @@ func (w *partitionWorker) finish(first, n int, state slotState) {
 	}
 	// Marked and reported under track, so that marks and Acked events
 	// leave in offset order even when lanes finish concurrently.
-	if mark >= 0 {
+	if mark >= 0 && !w.dropped {
 		w.consumer.Mark(w.tp, mark)
 		if acked != nil {
 			w.app.emit(Event{Kind: EventAcked, Records: acked})
