@@ -4,8 +4,9 @@
 // arbiter. A worker reads the whole log, picks an available task (one with
 // no claim yet), writes a claim and reads the log on until its own claim
 // comes back: if no other claim for that task precedes it, the worker won
-// and runs the task, then writes a completion; otherwise it lost and picks
-// again. No coordinator, no locks, no consumer group: every worker sees
+// and runs the task, then writes a completion and reads on until that
+// comes back too (so that its next pick sees what was claimed while it
+// worked); otherwise it lost and picks again. No coordinator, no locks, no consumer group: every worker sees
 // the same order, so every worker agrees on every winner.
 //
 // Picking a random available task rather than the first is the seed's
@@ -235,9 +236,14 @@ func (q *Queue) Work(ctx context.Context, worker string, pick Pick, fn func(cont
 	pending := "" // our claim in flight: "worker/nonce", until it comes back
 	pendingTask := ""
 	var pendingUntil time.Time
+	// catchUp is the task whose completion we wrote, until it comes back:
+	// while fn ran, the log went on without us, and a pick from that stale
+	// view takes a task claimed meanwhile and loses (measured: with
+	// PickFirst every task cost two claims).
+	catchUp := ""
 	for {
 		var wake time.Time // when a lease we wait on ends; zero: on records only
-		if pending == "" {
+		if pending == "" && catchUp == "" {
 			now := time.Now()
 			candidates, wake = l.available(candidates[:0], now)
 			if len(candidates) > 0 {
@@ -276,6 +282,9 @@ func (q *Queue) Work(ctx context.Context, worker string, pick Pick, fn func(cont
 		for i, r := range records {
 			kind, _ := r.Header(headerKind)
 			l.apply(r)
+			if catchUp != "" && string(kind) == kindDone && string(r.Key) == catchUp {
+				catchUp = ""
+			}
 			if pending != "" && string(kind) == kindClaim && string(r.Value) == pending {
 				// Our claim is back: the log says who won.
 				won := l.tasks[pendingTask].winner == pending
@@ -286,8 +295,12 @@ func (q *Queue) Work(ctx context.Context, worker string, pick Pick, fn func(cont
 					continue
 				}
 				stats.Won++
-				if err := q.run(ctx, task, pendingUntil, fn, &stats); err != nil {
+				completed, err := q.run(ctx, task, pendingUntil, fn, &stats)
+				if err != nil {
 					return stats, ignoreEnd(ctx, err)
+				}
+				if completed {
+					catchUp = task.ID
 				}
 			}
 			records[i] = nil
@@ -299,7 +312,8 @@ func (q *Queue) Work(ctx context.Context, worker string, pick Pick, fn func(cont
 // run runs a won task under its lease and writes its completion, unless
 // the lease ended first: the task is then another claim's to win, and a
 // completion from us would end the run of the worker that took it over.
-func (q *Queue) run(ctx context.Context, task Task, heldUntil time.Time, fn func(context.Context, Task) error, stats *Stats) error {
+// It reports whether it wrote the completion.
+func (q *Queue) run(ctx context.Context, task Task, heldUntil time.Time, fn func(context.Context, Task) error, stats *Stats) (bool, error) {
 	fnCtx, cancel := ctx, context.CancelFunc(func() {})
 	if !heldUntil.IsZero() {
 		fnCtx, cancel = context.WithDeadline(ctx, heldUntil)
@@ -308,13 +322,13 @@ func (q *Queue) run(ctx context.Context, task Task, heldUntil time.Time, fn func
 	cancel()
 	if !heldUntil.IsZero() && !time.Now().Before(heldUntil) {
 		stats.Expired++
-		return nil
+		return false, nil
 	}
 	result := []byte("ok")
 	if ferr != nil {
 		result = []byte("error: " + ferr.Error())
 	}
-	return q.publish(ctx, kindDone, task.ID, result)
+	return true, q.publish(ctx, kindDone, task.ID, result)
 }
 
 func ignoreEnd(ctx context.Context, err error) error {

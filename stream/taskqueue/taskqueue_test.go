@@ -236,3 +236,18 @@ func testLeaseWinnerThatDies(t *testing.T, connect func() stream.Transport) {
 		t.Fatalf("survivors won %d claims (%+v), want 1", won, stats)
 	}
 }
+
+// TestPickAfterCompletionSeesTheLog: a worker that finishes a task reads
+// the log up to its completion before it picks again. Picking from the
+// view it had before the task ran takes a task claimed meanwhile: with
+// PickFirst and a backlog, every task then cost two claims (one lost).
+func TestPickAfterCompletionSeesTheLog(t *testing.T) {
+	store := memory.New()
+	const tasks = 30
+	stats := run(t, store.Connect, 3, tasks, 10*time.Millisecond, taskqueue.PickFirst)
+	claims, lost := summary(stats)
+	t.Logf("PickFirst, 3 workers, a backlog of %d: %d claims, %d lost", tasks, claims, lost)
+	if lost > tasks/5 {
+		t.Fatalf("%d claims lost for %d tasks: workers pick from a stale view of the log", lost, tasks)
+	}
+}
