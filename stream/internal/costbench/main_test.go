@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/sushka-io/sushka/stream/internal/deliverycost"
@@ -34,5 +36,34 @@ func TestGateDecisions(t *testing.T) {
 	}
 	if !aboveFloor(row{Floor: 0, Framework: measured{Allocations: 1}}) {
 		t.Error("one allocation per message passes a floor of 0")
+	}
+}
+
+// TestCountedInstructionsLeaveOutSysmon: the per-thread files are summed,
+// except the thread running runtime.sysmon.
+func TestCountedInstructionsLeaveOutSysmon(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		"out-01": "version: 1\ncreator: callgrind\nsummary: 1000\nfn=(1) main.main\n",
+		"out-02": "version: 1\nsummary: 70\nfn=(7) runtime.sysmon\n",
+		"out-03": "version: 1\nsummary: 20\nfn=(3) runtime.schedule\n",
+	}
+	var paths []string
+	for name, content := range files {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, path)
+	}
+	got, err := countedInstructions(paths)
+	if err != nil || got != 1020 {
+		t.Fatalf("counted %v (%v), want 1020: every thread but sysmon's", got, err)
+	}
+	if err := os.WriteFile(paths[0], []byte("no summary"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := countedInstructions(paths); err == nil {
+		t.Fatal("a file without a summary line counted as zero")
 	}
 }
