@@ -221,18 +221,25 @@ func (a *App) workerFor(r *Record) *partitionWorker {
 	return w
 }
 
+// takeWorkersLocked removes the workers of partitions from the App's map
+// and returns them. a.mu is held.
+func (a *App) takeWorkersLocked(partitions []TopicPartition) []*partitionWorker {
+	var taken []*partitionWorker
+	for _, tp := range partitions {
+		if w := a.workers[tp]; w != nil {
+			delete(a.workers, tp)
+			taken = append(taken, w)
+		}
+	}
+	return taken
+}
+
 // revoke is the transport's OnRevoked: it stops the partitions' workers,
 // which finish their in-flight messages and mark them, before the
 // transport commits and lets another member have the partitions.
 func (a *App) revoke(partitions []TopicPartition) {
-	var stopping []*partitionWorker
 	a.mu.Lock()
-	for _, tp := range partitions {
-		if w := a.workers[tp]; w != nil {
-			delete(a.workers, tp)
-			stopping = append(stopping, w)
-		}
-	}
+	stopping := a.takeWorkersLocked(partitions)
 	a.mu.Unlock()
 	if !a.stopWorkers(stopping) {
 		// Still running: shutdown must wait for them before it closes the
@@ -250,14 +257,8 @@ func (a *App) revoke(partitions []TopicPartition) {
 // cancelled, and they stop. Shutdown still waits for them, since a handler
 // that ignores its context may publish on the transport.
 func (a *App) lose(partitions []TopicPartition) {
-	var dropped []*partitionWorker
 	a.mu.Lock()
-	for _, tp := range partitions {
-		if w := a.workers[tp]; w != nil {
-			delete(a.workers, tp)
-			dropped = append(dropped, w)
-		}
-	}
+	dropped := a.takeWorkersLocked(partitions)
 	a.abandoned = append(a.abandoned, dropped...)
 	a.mu.Unlock()
 	for _, w := range dropped {

@@ -13,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sushka-io/sushka/stream"
-	"github.com/sushka-io/sushka/stream/kafka"
 	"github.com/sushka-io/sushka/stream/streamtest"
 	"github.com/sushka-io/sushka/stream/taskqueue"
 )
@@ -76,10 +75,7 @@ func tally(records []*kgo.Record, from, to time.Time) queueWindow {
 // measureRun runs workers on a fresh topic for warmup+window with the
 // seed's load and returns the window's tally.
 func measureRun(t *testing.T, addr, topic string, workers int, pick taskqueue.Pick) queueWindow {
-	connect := func() stream.Transport {
-		return kafka.New([]kgo.Opt{kgo.SeedBrokers(addr), kgo.AllowAutoTopicCreation()},
-			kafka.ConsumerOpts(kgo.FetchMaxWait(50*time.Millisecond)))
-	}
+	connect := sushkaTransport(addr)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// The observer reads the topic as it grows; it is the instrument.

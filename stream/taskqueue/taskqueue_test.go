@@ -98,6 +98,15 @@ func run(t *testing.T, connect func() stream.Transport, workers, tasks int, work
 	return stats
 }
 
+// sushkaTransport connects a new Kafka transport to the broker at addr
+// each time it is called: one client per worker, as separate processes.
+func sushkaTransport(addr string) func() stream.Transport {
+	return func() stream.Transport {
+		return kafka.New([]kgo.Opt{kgo.SeedBrokers(addr), kgo.AllowAutoTopicCreation()},
+			kafka.ConsumerOpts(kgo.FetchMaxWait(50*time.Millisecond)))
+	}
+}
+
 func summary(stats []taskqueue.Stats) (claims, lost int) {
 	for _, s := range stats {
 		claims += s.Claims
@@ -122,11 +131,7 @@ func TestEveryTaskRunsOnceOnSushka(t *testing.T) {
 		t.Skip("starts a broker")
 	}
 	addr := streamtest.StartSushka(t, 1)
-	connect := func() stream.Transport {
-		return kafka.New([]kgo.Opt{kgo.SeedBrokers(addr), kgo.AllowAutoTopicCreation()},
-			kafka.ConsumerOpts(kgo.FetchMaxWait(50*time.Millisecond)))
-	}
-	stats := run(t, connect, 3, 30, 5*time.Millisecond, taskqueue.PickRandom)
+	stats := run(t, sushkaTransport(addr), 3, 30, 5*time.Millisecond, taskqueue.PickRandom)
 	claims, lost := summary(stats)
 	t.Logf("3 workers, 30 tasks: %d claims, %d lost", claims, lost)
 }
@@ -144,11 +149,7 @@ func TestLeaseWinnerThatDies(t *testing.T) {
 		if testing.Short() {
 			t.Skip("starts a broker")
 		}
-		addr := streamtest.StartSushka(t, 1)
-		testLeaseWinnerThatDies(t, func() stream.Transport {
-			return kafka.New([]kgo.Opt{kgo.SeedBrokers(addr), kgo.AllowAutoTopicCreation()},
-				kafka.ConsumerOpts(kgo.FetchMaxWait(50*time.Millisecond)))
-		})
+		testLeaseWinnerThatDies(t, sushkaTransport(streamtest.StartSushka(t, 1)))
 	})
 }
 
