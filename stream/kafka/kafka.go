@@ -6,8 +6,11 @@
 // Offsets are committed only for what the App marked done (the consumer
 // runs with kgo's auto-commit off): every CommitInterval, when partitions
 // are revoked (after the App has finished their in-flight messages), and
-// on Close. A group without committed offsets starts at the start of each
-// partition. A seek (a nack's redelivery) is applied by the polling
+// on Close. Partitions lost rather than revoked (kgo's OnPartitionsLost:
+// the member was fenced, or cut off past its session) are dropped: the App
+// cancels their in-flight handlers without waiting, and their marks are
+// forgotten, so the new owner's committed offset stands. A group without
+// committed offsets starts at the start of each partition. A seek (a nack's redelivery) is applied by the polling
 // goroutine before its next poll, as kgo recommends for SetOffsets.
 package kafka
 
