@@ -103,11 +103,10 @@ func JSONDecodeAllocs() float64 {
 }
 
 // Fill publishes n records to the topic "in" of store, with a JSON value
-// every scenario can decode and 256 keys: key lanes hash keys with a seed
-// chosen per process, so with few keys one run may give a lane twice the
-// keys of another and the next run not (with the eight keys of the first
-// version, instructions per message spread 5.6 % over five processes);
-// 256 keys load the lanes alike in every process.
+// every scenario can decode and 256 one-byte keys, which load 4 key lanes
+// alike (64 keys each). The first version had eight keys while lanes were
+// chosen with a per-process hash seed: a run could give one lane most of
+// them, and instructions per message spread 5.6 % over five processes.
 func Fill(store *memory.Transport, n int) error {
 	for i := range n {
 		rec := stream.Record{Topic: "in", Partition: stream.AnyPartition, Key: []byte{byte(i)},
