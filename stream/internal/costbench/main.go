@@ -281,8 +281,10 @@ func printHeader() {
 	fmt.Printf("%-58s %14s %11s %12s %6s\n", "scenario", "instr/message", "allocs/msg", "cold instr", "cold allocs")
 }
 
-func printRow(r row) {
-	fmt.Printf("%-58s %14.1f %11.3f %12.0f %6.0f\n", r.Name, r.Framework.Instructions, r.Framework.Allocations, r.Cold.Instructions, r.Cold.Allocations)
+func printRow(r row) { printLabelledRow(r.Name, r) }
+
+func printLabelledRow(label string, r row) {
+	fmt.Printf("%-58s %14.1f %11.3f %12.0f %6.0f\n", label, r.Framework.Instructions, r.Framework.Allocations, r.Cold.Instructions, r.Cold.Allocations)
 }
 
 func main() {
@@ -366,8 +368,7 @@ func run(deliveries, rounds, spread int, only, baseline, compare, out string) er
 			case err != nil:
 				return err
 			default:
-				fmt.Printf("%-58s ", compare+":")
-				printRow(b)
+				printLabelledRow(compare+": "+sc.Name, b)
 				base[sc.Name] = b
 			}
 		}
