@@ -23,8 +23,11 @@ type App struct {
 
 	handlers   map[string]*handler // by topic; written only before Run
 	publishers []publisherInfo     // NewPublisher's topics, for the AsyncAPI document
-	errs       []error             // registration errors, returned by Run
-	started    bool
+	// deadLetters are the topics of DeadLetter middlewares built on this
+	// App's Producer, for the AsyncAPI document; written only before Run.
+	deadLetters []string
+	errs        []error // registration errors, returned by Run
+	started     bool
 
 	// handlerCtx is the parent of every handler's context. It is not the
 	// context given to Run: handlers keep running after Run's context
@@ -173,7 +176,7 @@ func (a *App) Run(ctx context.Context) error {
 	a.handlerCtx, a.cancelHandler = context.WithCancel(context.WithoutCancel(ctx))
 	defer a.cancelHandler()
 
-	consumer, err := a.transport.Consume(ctx, ConsumerConfig{Group: a.cfg.group, Topics: topics, OnRevoked: a.revoke})
+	consumer, err := a.transport.Consume(ctx, ConsumerConfig{Group: a.cfg.group, Topics: topics, OnRevoked: a.revoke, OnLost: a.lose})
 	if err != nil {
 		return fmt.Errorf("stream: consume %v: %w", topics, err)
 	}
@@ -218,18 +221,25 @@ func (a *App) workerFor(r *Record) *partitionWorker {
 	return w
 }
 
+// takeWorkersLocked removes the workers of partitions from the App's map
+// and returns them. a.mu is held.
+func (a *App) takeWorkersLocked(partitions []TopicPartition) []*partitionWorker {
+	var taken []*partitionWorker
+	for _, tp := range partitions {
+		if w := a.workers[tp]; w != nil {
+			delete(a.workers, tp)
+			taken = append(taken, w)
+		}
+	}
+	return taken
+}
+
 // revoke is the transport's OnRevoked: it stops the partitions' workers,
 // which finish their in-flight messages and mark them, before the
 // transport commits and lets another member have the partitions.
 func (a *App) revoke(partitions []TopicPartition) {
-	var stopping []*partitionWorker
 	a.mu.Lock()
-	for _, tp := range partitions {
-		if w := a.workers[tp]; w != nil {
-			delete(a.workers, tp)
-			stopping = append(stopping, w)
-		}
-	}
+	stopping := a.takeWorkersLocked(partitions)
 	a.mu.Unlock()
 	if !a.stopWorkers(stopping) {
 		// Still running: shutdown must wait for them before it closes the
@@ -237,6 +247,22 @@ func (a *App) revoke(partitions []TopicPartition) {
 		a.mu.Lock()
 		a.abandoned = append(a.abandoned, stopping...)
 		a.mu.Unlock()
+	}
+}
+
+// lose is the transport's OnLost: the partitions are another member's
+// already, so their workers are dropped, not waited for: they mark nothing
+// from now on (what they finish will be redelivered to the new owner from
+// its committed offset: at least once), their handlers' context is
+// cancelled, and they stop. Shutdown still waits for them, since a handler
+// that ignores its context may publish on the transport.
+func (a *App) lose(partitions []TopicPartition) {
+	a.mu.Lock()
+	dropped := a.takeWorkersLocked(partitions)
+	a.abandoned = append(a.abandoned, dropped...)
+	a.mu.Unlock()
+	for _, w := range dropped {
+		w.drop()
 	}
 }
 

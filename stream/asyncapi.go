@@ -31,7 +31,9 @@ type publisherInfo struct {
 
 // AsyncAPI returns the AsyncAPI 3.0 document (JSON) of the App's
 // handlers and publishers: a channel per topic, a receive operation per
-// handler, a send operation per PublishTo and per Publisher, and a
+// handler, a send operation per PublishTo, per Publisher and per
+// DeadLetter on the App's Producer (its message: the original bytes, with
+// the headers DeadLetter adds), and a
 // message per payload type with a JSON Schema derived from the Go type
 // (json tags, omitempty for what is optional; protobuf messages are
 // described as objects named by their full name). Call it after the
@@ -63,6 +65,9 @@ func (a *App) AsyncAPI(info AsyncAPIInfo) ([]byte, error) {
 	}
 	for _, p := range a.publishers {
 		d.send(p.topic, p.valueType, p.codec, "Published by a Publisher")
+	}
+	for _, topic := range a.deadLetters {
+		d.deadLetter(topic)
 	}
 	doc := map[string]any{
 		"asyncapi":   "3.0.0",
@@ -100,12 +105,7 @@ type asyncDoc struct {
 // message adds topic's channel (if new) with a message of type t and
 // returns the reference to the channel's message.
 func (d *asyncDoc) message(topic string, t reflect.Type, codec any) string {
-	chKey := componentKey(topic)
-	ch, ok := d.channels[chKey].(map[string]any)
-	if !ok {
-		ch = map[string]any{"address": topic, "messages": map[string]any{}}
-		d.channels[chKey] = ch
-	}
+	chKey, ch := d.channel(topic)
 	msgKey := componentKey(typeName(t))
 	contentType := ""
 	if c, ok := codec.(ContentTyper); ok {
@@ -125,8 +125,24 @@ func (d *asyncDoc) message(topic string, t reflect.Type, codec any) string {
 	return "#/channels/" + chKey + "/messages/" + msgKey
 }
 
+// channel returns topic's channel and its key, adding it if new.
+func (d *asyncDoc) channel(topic string) (string, map[string]any) {
+	chKey := componentKey(topic)
+	ch, ok := d.channels[chKey].(map[string]any)
+	if !ok {
+		ch = map[string]any{"address": topic, "messages": map[string]any{}}
+		d.channels[chKey] = ch
+	}
+	return chKey, ch
+}
+
 func (d *asyncDoc) send(topic string, t reflect.Type, codec any, summary string) {
-	ref := d.message(topic, t, codec)
+	d.sendOperation(topic, d.message(topic, t, codec), summary)
+}
+
+// sendOperation adds the message ref to topic's send operation, adding
+// the operation if new.
+func (d *asyncDoc) sendOperation(topic, ref, summary string) {
 	key := "send_" + componentKey(topic)
 	if op, ok := d.operations[key].(map[string]any); ok {
 		msgs := op["messages"].([]any)
@@ -144,6 +160,44 @@ func (d *asyncDoc) send(topic string, t reflect.Type, codec any, summary string)
 		"messages": []any{map[string]any{"$ref": ref}},
 		"summary":  summary,
 	}
+}
+
+// deadLetterMessageKey names the one message of every dead-letter channel.
+const deadLetterMessageKey = "DeadLetter"
+
+// deadLetter adds topic as a dead-letter channel with its send operation.
+// The payload is whatever failed, as received (even bytes that did not
+// decode), so its schema says nothing of its shape; the headers are
+// DeadLetter's, as Kafka headers carry them: strings, the numbers in
+// decimal, after the original record's own headers.
+func (d *asyncDoc) deadLetter(topic string) {
+	if _, ok := d.messages[deadLetterMessageKey]; !ok {
+		decimal := func(description string) map[string]any {
+			return map[string]any{"type": "string", "pattern": "^-?[0-9]+$", "description": description}
+		}
+		d.messages[deadLetterMessageKey] = map[string]any{
+			"name":        deadLetterMessageKey,
+			"summary":     "A delivery that failed: the original key, value and headers, and why, in headers",
+			"contentType": "application/octet-stream",
+			"payload":     map[string]any{"description": "the original record's value, the bytes as received"},
+			"headers": map[string]any{
+				"type": "object",
+				"properties": map[string]any{
+					HeaderDeadLetterError:     map[string]any{"type": "string", "description": "the handler's error"},
+					HeaderDeadLetterAttempts:  decimal("deliveries tried, retries included"),
+					HeaderDeadLetterTopic:     map[string]any{"type": "string", "description": "the topic the record came from"},
+					HeaderDeadLetterPartition: decimal("its partition"),
+					HeaderDeadLetterOffset:    decimal("its offset"),
+				},
+				"required": []string{HeaderDeadLetterAttempts, HeaderDeadLetterError, HeaderDeadLetterOffset, HeaderDeadLetterPartition, HeaderDeadLetterTopic},
+				// The original record's headers come first, whatever they are.
+				"additionalProperties": true,
+			},
+		}
+	}
+	chKey, ch := d.channel(topic)
+	ch["messages"].(map[string]any)[deadLetterMessageKey] = map[string]any{"$ref": "#/components/messages/" + deadLetterMessageKey}
+	d.sendOperation(topic, "#/channels/"+chKey+"/messages/"+deadLetterMessageKey, "Dead letters: deliveries that failed, as received")
 }
 
 var notComponentKey = regexp.MustCompile(`[^A-Za-z0-9_\-]`)

@@ -34,7 +34,7 @@ type FullOrder struct {
 func documentedApp() *stream.App {
 	app := stream.New(memory.New(), stream.Group("billing"))
 	stream.Handle(app, "orders", func(ctx context.Context, o FullOrder) (Receipt, error) { return Receipt{}, nil },
-		stream.PublishTo("receipts"))
+		stream.PublishTo("receipts"), stream.WithMiddleware(stream.DeadLetter(app.Producer(), "orders.dlq")))
 	stream.HandleBatch(app, "clicks", func(ctx context.Context, c [][]byte) error { return nil })
 	stream.Consume(app, "names", func(ctx context.Context, v *wrapperspb.StringValue) error { return nil })
 	stream.NewPublisher[string](app, "audit.log", nil)
@@ -59,18 +59,19 @@ func TestAsyncAPIDocument(t *testing.T) {
 			Messages map[string]struct {
 				ContentType string         `json:"contentType"`
 				Payload     map[string]any `json:"payload"`
+				Headers     map[string]any `json:"headers"`
 			} `json:"messages"`
 		} `json:"components"`
 	}
 	if err := json.Unmarshal(doc, &d); err != nil {
 		t.Fatal(err)
 	}
-	if d.AsyncAPI != "3.0.0" || len(d.Channels) != 5 {
-		t.Fatalf("version %q, %d channels (want orders, receipts, clicks, names, audit.log):\n%s", d.AsyncAPI, len(d.Channels), doc)
+	if d.AsyncAPI != "3.0.0" || len(d.Channels) != 6 {
+		t.Fatalf("version %q, %d channels (want orders, receipts, clicks, names, audit.log, orders.dlq):\n%s", d.AsyncAPI, len(d.Channels), doc)
 	}
 	for key, want := range map[string]string{
 		"receive_orders": "receive", "send_receipts": "send", "receive_clicks": "receive",
-		"receive_names": "receive", "send_audit_log": "send",
+		"receive_names": "receive", "send_audit_log": "send", "send_orders_dlq": "send",
 	} {
 		if op := d.Operations[key]; op.Action != want || !strings.HasPrefix(op.Channel.Ref, "#/channels/") {
 			t.Fatalf("operation %s: %+v\n%s", key, op, doc)
@@ -96,6 +97,25 @@ func TestAsyncAPIDocument(t *testing.T) {
 	}
 	if m := d.Components.Messages["__uint8_application_octet-stream"]; m.ContentType != "application/octet-stream" {
 		t.Fatalf("messages %v", d.Components.Messages)
+	}
+	// The dead-letter topic: its message carries DeadLetter's headers.
+	var dlq struct {
+		Address  string                     `json:"address"`
+		Messages map[string]json.RawMessage `json:"messages"`
+	}
+	if err := json.Unmarshal(d.Channels["orders_dlq"], &dlq); err != nil || dlq.Address != "orders.dlq" || dlq.Messages["DeadLetter"] == nil {
+		t.Fatalf("dead-letter channel %s (%v)", d.Channels["orders_dlq"], err)
+	}
+	letter := d.Components.Messages["DeadLetter"]
+	if letter.ContentType != "application/octet-stream" {
+		t.Fatalf("dead letter message %+v", letter)
+	}
+	headers := letter.Headers["properties"].(map[string]any)
+	for _, h := range []string{stream.HeaderDeadLetterError, stream.HeaderDeadLetterAttempts, stream.HeaderDeadLetterTopic,
+		stream.HeaderDeadLetterPartition, stream.HeaderDeadLetterOffset} {
+		if headers[h] == nil {
+			t.Fatalf("dead letter headers %v: no %s", headers, h)
+		}
 	}
 	// Served too.
 	rec := httptest.NewRecorder()
@@ -135,7 +155,7 @@ func TestAsyncAPIValidatesWithTheAsyncAPIParser(t *testing.T) {
 	cmd := exec.CommandContext(ctx, node, "validate.mjs", path)
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "VALID: AsyncAPI 3.0.0, 5 channels, 5 operations") {
+	if err != nil || !strings.Contains(string(out), "VALID: AsyncAPI 3.0.0, 6 channels, 6 operations") {
 		t.Fatalf("the AsyncAPI parser: %v\n%s\ndocument:\n%s", err, out, doc)
 	}
 	t.Logf("%s", out)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -154,8 +155,13 @@ const (
 // original key, value (the bytes as received, also when they failed to
 // decode) and headers, plus the error, the attempt count and the source
 // topic, partition and offset in headers. If publishing the dead letter
-// fails, the delivery fails with both errors. Put Retry inside it.
+// fails, the delivery fails with both errors. Put Retry inside it. With
+// the App's own Producer, the App's AsyncAPI document describes topic (a
+// send operation, the dead letter's headers).
 func DeadLetter(producer Producer, topic string) Middleware {
+	if p, ok := producer.(observedProducer); ok && !p.app.started && !slices.Contains(p.app.deadLetters, topic) {
+		p.app.deadLetters = append(p.app.deadLetters, topic)
+	}
 	return func(next HandlerFunc) HandlerFunc {
 		return func(ctx context.Context, records []*Record) error {
 			err := next(ctx, records)

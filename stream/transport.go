@@ -40,6 +40,14 @@ type ConsumerConfig struct {
 	// framework has finished (or abandoned, at its deadline) the in-flight
 	// messages of those partitions and marked what they completed.
 	OnRevoked func(partitions []TopicPartition)
+	// OnLost, when set, is called by the transport when partitions were
+	// taken away without a revocation (the member was fenced: its session
+	// expired, its heartbeat failed): another member may be consuming them
+	// already. It returns at once, without waiting for their in-flight
+	// messages, and after it returns the framework marks nothing more for
+	// them; the transport then forgets their marks. Without OnLost, the
+	// transport calls OnRevoked.
+	OnLost func(partitions []TopicPartition)
 }
 
 // A Consumer delivers records of its group's partitions. Poll is called from

@@ -6,8 +6,11 @@
 // Offsets are committed only for what the App marked done (the consumer
 // runs with kgo's auto-commit off): every CommitInterval, when partitions
 // are revoked (after the App has finished their in-flight messages), and
-// on Close. A group without committed offsets starts at the start of each
-// partition. A seek (a nack's redelivery) is applied by the polling
+// on Close. Partitions lost rather than revoked (kgo's OnPartitionsLost:
+// the member was fenced, or cut off past its session) are dropped: the App
+// cancels their in-flight handlers without waiting, and their marks are
+// forgotten, so the new owner's committed offset stands. A group without
+// committed offsets starts at the start of each partition. A seek (a nack's redelivery) is applied by the polling
 // goroutine before its next poll, as kgo recommends for SetOffsets.
 package kafka
 
@@ -151,6 +154,7 @@ func (k *Kafka) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.
 	c := &consumer{
 		k:         k,
 		onRevoked: cfg.OnRevoked,
+		onLost:    cfg.OnLost,
 		marks:     map[stream.TopicPartition]int64{},
 		committed: map[stream.TopicPartition]int64{},
 		seeks:     map[stream.TopicPartition]int64{},
@@ -179,6 +183,7 @@ type consumer struct {
 	k         *Kafka
 	cl        *kgo.Client
 	onRevoked func([]stream.TopicPartition)
+	onLost    func([]stream.TopicPartition)
 
 	mu         sync.Mutex
 	marks      map[stream.TopicPartition]int64 // guarded by mu: marked, maybe not committed
@@ -373,11 +378,18 @@ func (c *consumer) revoked(ctx context.Context, _ *kgo.Client, revoked map[strin
 	c.forget(parts)
 }
 
-// lost: the partitions are gone (the member was fenced); their marks
-// cannot be committed by this member any more.
+// lost: the partitions are gone (the member was fenced, or cut off from
+// the group); another member may own them already, so their marks must
+// not be committed by this member any more, not even after it rejoins.
+// OnLost returns without waiting for the in-flight messages and marks
+// nothing after it returns, so forgetting the marks then is final.
 func (c *consumer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	parts := toPartitions(lost)
-	if c.onRevoked != nil && len(parts) > 0 {
+	switch {
+	case len(parts) == 0:
+	case c.onLost != nil:
+		c.onLost(parts)
+	case c.onRevoked != nil:
 		c.onRevoked(parts)
 	}
 	c.forget(parts)

@@ -98,6 +98,15 @@ func run(t *testing.T, connect func() stream.Transport, workers, tasks int, work
 	return stats
 }
 
+// sushkaTransport connects a new Kafka transport to the broker at addr
+// each time it is called: one client per worker, as separate processes.
+func sushkaTransport(addr string) func() stream.Transport {
+	return func() stream.Transport {
+		return kafka.New([]kgo.Opt{kgo.SeedBrokers(addr), kgo.AllowAutoTopicCreation()},
+			kafka.ConsumerOpts(kgo.FetchMaxWait(50*time.Millisecond)))
+	}
+}
+
 func summary(stats []taskqueue.Stats) (claims, lost int) {
 	for _, s := range stats {
 		claims += s.Claims
@@ -122,11 +131,124 @@ func TestEveryTaskRunsOnceOnSushka(t *testing.T) {
 		t.Skip("starts a broker")
 	}
 	addr := streamtest.StartSushka(t, 1)
-	connect := func() stream.Transport {
-		return kafka.New([]kgo.Opt{kgo.SeedBrokers(addr), kgo.AllowAutoTopicCreation()},
-			kafka.ConsumerOpts(kgo.FetchMaxWait(50*time.Millisecond)))
-	}
-	stats := run(t, connect, 3, 30, 5*time.Millisecond, taskqueue.PickRandom)
+	stats := run(t, sushkaTransport(addr), 3, 30, 5*time.Millisecond, taskqueue.PickRandom)
 	claims, lost := summary(stats)
 	t.Logf("3 workers, 30 tasks: %d claims, %d lost", claims, lost)
+}
+
+// TestLeaseWinnerThatDies: a winner that dies mid-task (its Work stops
+// and it never writes a completion) holds its task for one lease only:
+// after it, exactly one of the surviving workers claims the task again
+// and runs it; before it, none does.
+func TestLeaseWinnerThatDies(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		store := memory.New()
+		testLeaseWinnerThatDies(t, store.Connect)
+	})
+	t.Run("sushka", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("starts a broker")
+		}
+		testLeaseWinnerThatDies(t, sushkaTransport(streamtest.StartSushka(t, 1)))
+	})
+}
+
+func testLeaseWinnerThatDies(t *testing.T, connect func() stream.Transport) {
+	const lease = 400 * time.Millisecond
+	var transports []stream.Transport
+	open := func() *taskqueue.Queue {
+		tr := connect()
+		transports = append(transports, tr)
+		return taskqueue.New(tr, "tasks", taskqueue.Lease(lease))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	release := make(chan struct{}) // the dead worker's fn returns only when the test is over
+	stop := sync.OnceFunc(func() {
+		cancel()
+		close(release)
+		wg.Wait()
+	})
+	defer func() {
+		stop()
+		for _, tr := range transports {
+			_ = tr.Close()
+		}
+	}()
+	if err := open().Submit(ctx, "task-0", []byte("payload")); err != nil {
+		t.Fatal(err)
+	}
+	// The first worker wins the only task and dies in the middle of it.
+	started := make(chan time.Time, 1)
+	dyingCtx, kill := context.WithCancel(ctx)
+	dying := open()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, _ = dying.Work(dyingCtx, "dying", taskqueue.PickRandom, func(context.Context, taskqueue.Task) error {
+			started <- time.Now()
+			kill()
+			<-release
+			return nil
+		})
+	}()
+	var startedAt time.Time
+	select {
+	case startedAt = <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first worker never started the task")
+	}
+	// Two survivors: both see the dead worker's claim, both try when its
+	// lease ends, exactly one wins.
+	type run struct {
+		worker string
+		at     time.Time
+	}
+	ran := make(chan run, 2)
+	stats := make([]taskqueue.Stats, 2)
+	for i, name := range []string{"survivor-a", "survivor-b"} {
+		q := open()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stats[i], _ = q.Work(ctx, name, taskqueue.PickRandom, func(ctx context.Context, task taskqueue.Task) error {
+				ran <- run{name, time.Now()}
+				return nil
+			})
+		}()
+	}
+	select {
+	case r := <-ran:
+		if waited := r.at.Sub(startedAt); waited < lease {
+			t.Fatalf("%s ran the task %v after the winner started it, within its lease of %v", r.worker, waited, lease)
+		}
+	case <-time.After(lease + 10*time.Second):
+		t.Fatalf("no survivor ran the task of the dead winner (lease %v)", lease)
+	}
+	// Time for the other survivor's claim to come back and lose.
+	time.Sleep(lease)
+	select {
+	case r := <-ran:
+		t.Fatalf("%s ran the task too: two claims won one expired lease", r.worker)
+	default:
+	}
+	stop()
+	if won := stats[0].Won + stats[1].Won; won != 1 {
+		t.Fatalf("survivors won %d claims (%+v), want 1", won, stats)
+	}
+}
+
+// TestPickAfterCompletionSeesTheLog: a worker that finishes a task reads
+// the log up to its completion before it picks again. Picking from the
+// view it had before the task ran takes a task claimed meanwhile: with
+// PickFirst and a backlog, every task then cost two claims (one lost).
+func TestPickAfterCompletionSeesTheLog(t *testing.T) {
+	store := memory.New()
+	const tasks = 30
+	stats := run(t, store.Connect, 3, tasks, 10*time.Millisecond, taskqueue.PickFirst)
+	claims, lost := summary(stats)
+	t.Logf("PickFirst, 3 workers, a backlog of %d: %d claims, %d lost", tasks, claims, lost)
+	if lost > tasks/5 {
+		t.Fatalf("%d claims lost for %d tasks: workers pick from a stale view of the log", lost, tasks)
+	}
 }
