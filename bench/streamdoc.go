@@ -119,7 +119,9 @@ type StreamRound struct {
 func (r StreamRound) Rate() float64 { return float64(r.Messages) / r.Window.Seconds() }
 
 // PollWaitPercent is the share of the window spent blocked in the poll.
-func (r StreamRound) PollWaitPercent() float64 { return 100 * r.PollWait.Seconds() / r.Window.Seconds() }
+func (r StreamRound) PollWaitPercent() float64 {
+	return 100 * r.PollWait.Seconds() / r.Window.Seconds()
+}
 
 // SummarizeLoop turns a loop's rounds into its StreamLoop.
 func SummarizeLoop(rounds []StreamRound) StreamLoop {
