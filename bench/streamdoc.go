@@ -74,6 +74,9 @@ type StreamLoop struct {
 	Rounds
 	PollWaitPercent []float64 `json:"poll_wait_percent"`
 	WindowSeconds   []float64 `json:"window_s"`
+	// Received is, per round, the messages the loop handled: each round
+	// must have handled every one of the row's messages exactly once.
+	Received []int `json:"received"`
 }
 
 // StreamScenario is one row of the first table: a scenario on a target,
@@ -131,6 +134,7 @@ func SummarizeLoop(rounds []StreamRound) StreamLoop {
 		rates[i] = r.Rate()
 		l.PollWaitPercent = append(l.PollWaitPercent, round1(r.PollWaitPercent()))
 		l.WindowSeconds = append(l.WindowSeconds, round3(r.Window.Seconds()))
+		l.Received = append(l.Received, r.Messages)
 	}
 	l.Rounds = Summarize(rates, Higher)
 	return l
@@ -367,8 +371,13 @@ func (d *StreamDocument) Validate() error {
 				errs = append(errs, fmt.Errorf("%s: %s has %d rounds, pairs %d", s.Name, name, len(r.Values), s.Pairs))
 			case !(r.Best >= r.Median && r.Median >= r.Worst && r.Worst > 0):
 				errs = append(errs, fmt.Errorf("%s: %s rounds not best ≥ median ≥ worst > 0: %+v", s.Name, name, r))
-			case len(l.PollWaitPercent) != s.Pairs || len(l.WindowSeconds) != s.Pairs:
-				errs = append(errs, fmt.Errorf("%s: %s lacks per-round poll wait or window", s.Name, name))
+			case len(l.PollWaitPercent) != s.Pairs || len(l.WindowSeconds) != s.Pairs || len(l.Received) != s.Pairs:
+				errs = append(errs, fmt.Errorf("%s: %s lacks per-round poll wait, window or received", s.Name, name))
+			}
+			for i, n := range l.Received {
+				if n != s.Messages {
+					errs = append(errs, fmt.Errorf("%s: %s round %d handled %d of %d messages", s.Name, name, i+1, n, s.Messages))
+				}
 			}
 		}
 		for _, v := range []string{s.Verdict, s.AdapterVerdict} {

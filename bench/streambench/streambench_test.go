@@ -69,3 +69,54 @@ func TestPayloads(t *testing.T) {
 		t.Error("a 16-byte order was built")
 	}
 }
+
+// TestLanesMarkOnlyTheFinishedPrefix: lanes finish out of order; the mark
+// moves only over offsets that are all finished, never past a gap.
+func TestLanesMarkOnlyTheFinishedPrefix(t *testing.T) {
+	const window = 8
+	p := &partitionLanes{key: partitionKey{"t", 0}, base: 10, next: 16, done: make([]bool, window)}
+	p.cond.L = &p.mu
+	var marks []int64
+	mark := func(_ string, _ int32, next int64) { marks = append(marks, next) }
+	for _, o := range []int64{12, 11, 15, 10, 14, 13} {
+		p.finish(o, window, mark)
+	}
+	want := []int64{13, 16} // 10 completes 10..12; 13 completes 13..15
+	if len(marks) != len(want) || marks[0] != want[0] || marks[1] != want[1] {
+		t.Errorf("marks %v, want %v", marks, want)
+	}
+}
+
+// TestMeterPollWait: a poll before the first record (waiting for the
+// publishers) and the part of a poll after the last message was handled
+// are not the broker's pace and do not count; the window starts when the
+// first poll with records returned.
+func TestMeterPollWait(t *testing.T) {
+	m := newMeter(2)
+	m.polled(time.Now().Add(-time.Hour), 0) // subscribing, nothing published yet
+	if m.pollWait.Load() != 0 || m.firstAt.Load() != 0 {
+		t.Fatal("a poll before the first record counted")
+	}
+	m.polled(time.Now().Add(-time.Minute), 1)
+	if m.pollWait.Load() != 0 || m.firstAt.Load() == 0 {
+		t.Fatal("the first record's poll: counted, or did not open the window")
+	}
+	m.polled(time.Now().Add(-20*time.Millisecond), 1)
+	if w := time.Duration(m.pollWait.Load()); w < 20*time.Millisecond || w > time.Second {
+		t.Fatalf("a 20ms poll counted %v", w)
+	}
+	m.handled(1)
+	m.handled(2)
+	before := m.pollWait.Load()
+	m.polled(time.Now().Add(-time.Millisecond), 0)
+	time.Sleep(5 * time.Millisecond)
+	start := time.Now()
+	time.Sleep(5 * time.Millisecond)
+	m.polled(start, 0) // entirely after the last message: nothing
+	if got := m.pollWait.Load() - before; got > int64(time.Millisecond)+int64(time.Millisecond) {
+		t.Errorf("polls after the last message counted %v", time.Duration(got))
+	}
+	if r := m.finished(); r.Received != 2 || r.Checksum != 3 || r.Window <= 0 {
+		t.Errorf("result %+v", r)
+	}
+}
