@@ -8,6 +8,8 @@ import (
 
 	"github.com/sushka-io/sushka/stream/kafka"
 	"github.com/sushka-io/sushka/stream/memory"
+	"github.com/sushka-io/sushka/stream/nats"
+	"github.com/sushka-io/sushka/stream/nats/natstest"
 	"github.com/sushka-io/sushka/stream/streamtest"
 
 	"github.com/sushka-io/sushka/stream"
@@ -34,4 +36,20 @@ func TestKafkaTransportOnSushka(t *testing.T) {
 				kafka.CommitInterval(100*time.Millisecond))
 		}
 	}, streamtest.Features{Redelivery: true, Resume: true, Headers: true, Timeout: 30 * time.Second})
+}
+
+// TestNATSTransport runs the suite over nats.go against a real nats-server
+// with JetStream (test/natsserver, a child process on 127.0.0.1). One
+// member per group, so offset order holds; Redelivery is the transport's
+// local redelivery (see the stream/nats package doc).
+func TestNATSTransport(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a nats-server")
+	}
+	streamtest.TestTransport(t, func(t *testing.T) streamtest.Connect {
+		url := natstest.Start(t)
+		return func() stream.Transport {
+			return nats.New(url, nil, nats.FetchExpiry(time.Second))
+		}
+	}, streamtest.Features{Redelivery: true, Resume: true, Headers: true, Timeout: 15 * time.Second})
 }
