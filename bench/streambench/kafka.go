@@ -344,7 +344,8 @@ func (k *Kafka) adapter(ctx context.Context, run *Run, topic, group string, m *m
 }
 
 // adapterLoop runs the adapter loop over any transport whose consumer
-// closes assigned once subscribed.
+// closes assigned once subscribed; a nil assigned means subscribed when
+// Consume returns (JetStream: the durable consumer exists).
 func adapterLoop(ctx context.Context, run *Run, topic, group string, m *meter, tr stream.Transport, assigned <-chan struct{}) (Result, error) {
 	consumer, err := tr.Consume(ctx, stream.ConsumerConfig{Group: group, Topics: []string{topic}})
 	if err != nil {
@@ -387,8 +388,10 @@ func adapterLoop(ctx context.Context, run *Run, topic, group string, m *meter, t
 			}
 		}()
 	}()
-	if err := waitAssigned(ctx, assigned, polling); err != nil {
-		return Result{}, err
+	if assigned != nil {
+		if err := waitAssigned(ctx, assigned, polling); err != nil {
+			return Result{}, err
+		}
 	}
 	producer := tr.Producer()
 	pubCtx, stopPublishing := context.WithCancel(ctx)
@@ -413,9 +416,13 @@ func (k *Kafka) framework(ctx context.Context, run *Run, topic, group string, m 
 }
 
 // frameworkLoop runs the framework loop over any transport whose consumer
-// closes assigned once subscribed. The App owns (and closes) tr.
+// closes assigned once subscribed; a nil assigned means subscribed when
+// the App's Consume returns. The App owns (and closes) tr.
 func frameworkLoop(ctx context.Context, run *Run, topic, group string, m *meter, tr stream.Transport, assigned <-chan struct{}) (Result, error) {
-	timed := &timedTransport{Transport: tr, m: m}
+	timed := &timedTransport{Transport: tr, m: m, consuming: make(chan struct{})}
+	if assigned == nil {
+		assigned = timed.consuming
+	}
 	app := stream.New(timed, stream.Group(group))
 	handle := func(_ context.Context, o Order) error {
 		m.handled(o.ID)
@@ -472,6 +479,8 @@ func frameworkLoop(ctx context.Context, run *Run, topic, group string, m *meter,
 type timedTransport struct {
 	stream.Transport
 	m *meter
+	// consuming is closed when Consume has returned a consumer.
+	consuming chan struct{}
 
 	mu     sync.Mutex
 	res    Result // guarded by mu
@@ -483,6 +492,7 @@ func (t *timedTransport) Consume(ctx context.Context, cfg stream.ConsumerConfig)
 	if err != nil {
 		return nil, err
 	}
+	close(t.consuming)
 	return &timedConsumer{Consumer: c, t: t}, nil
 }
 

@@ -6,20 +6,34 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sushka-io/sushka/stream/nats/natstest"
 	"github.com/sushka-io/sushka/test/testbroker"
 )
 
 // TestLoopsDeliverEveryMessage runs every loop of every scenario once
-// against an in-process Sushka broker: each must receive every message
-// exactly once (the count and the checksum of the decoded IDs), within a
-// window that makes sense.
+// against an in-process Sushka broker and a nats-server with JetStream:
+// each must receive every message exactly once (the count and the checksum
+// of the decoded IDs), within a window that makes sense.
 func TestLoopsDeliverEveryMessage(t *testing.T) {
-	addr := testbroker.StartInProcess(t)
-	k, err := NewKafka("sushka", []string{addr}, "in-process test broker", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
+	t.Run("sushka", func(t *testing.T) {
+		k, err := NewKafka("sushka", []string{testbroker.StartInProcess(t)}, "in-process test broker", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Close()
+		deliverEveryMessage(t, k, 3)
+	})
+	t.Run("jetstream", func(t *testing.T) {
+		j, err := NewJetStream(natstest.Start(t), "test nats-server")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer j.Close()
+		deliverEveryMessage(t, j, 1)
+	})
+}
+
+func deliverEveryMessage(t *testing.T, target Target, partitions int32) {
 	for _, sc := range Scenarios() {
 		payloads, err := NewPayloads(sc.ValueBytes)
 		if err != nil {
@@ -30,8 +44,8 @@ func TestLoopsDeliverEveryMessage(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				run := &Run{Scenario: sc, Name: "t-" + sc.Slug() + "-" + loop.String(), Messages: 3000, Payloads: payloads,
-					Partitions: 3, Publishers: 16}
-				res, err := k.RunLoop(ctx, loop, run)
+					Partitions: partitions, Publishers: 16}
+				res, err := target.RunLoop(ctx, loop, run)
 				if err != nil {
 					t.Fatal(err)
 				}

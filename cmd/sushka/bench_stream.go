@@ -9,12 +9,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sushka-io/sushka/bench"
 	"github.com/sushka-io/sushka/bench/streambench"
+	"github.com/sushka-io/sushka/stream/nats/natstest"
 )
 
 // codeResultsPath is where costbench writes its document, from the root of
@@ -33,6 +35,8 @@ func newBenchStreamCmd() *cobra.Command {
 		codePath    string
 		only        string
 		keepTopics  bool
+		targetNames []string
+		natsURL     string
 	)
 	cmd := &cobra.Command{
 		Use:   "stream",
@@ -51,9 +55,11 @@ overhead against raw (or "indistinguishable" when the gap between medians is
 below the larger best-to-worst spread), and the share of the window the raw
 loop's goroutine spent blocked in its poll (broker-bound above 50%).
 
-Without --brokers the broker is "sushka serve" started as a child process from
---serve-binary (default: this executable), with a fresh data directory. The
-code-cost rows come from stream/internal/costbench's results.json (--code).`,
+--targets names the brokers: sushka ("sushka serve" started as a child process
+from --serve-binary, default this executable, with a fresh data directory),
+kafka (any Kafka-protocol broker at --brokers) and jetstream (NATS JetStream over
+stream/nats: nats-server from test/natsserver as a child process, or --nats-url).
+The code-cost rows come from stream/internal/costbench's results.json (--code).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
@@ -77,41 +83,86 @@ code-cost rows come from stream/internal/costbench's results.json (--code).`,
 			doc.Environment.RoundTrip = streambench.RoundTripProbe
 			ctx := cmd.Context()
 
-			var target streambench.Target
-			if cmd.Flags().Changed("brokers") {
-				k, err := streambench.NewKafka(name, client.seeds(), fmt.Sprintf("%s: a Kafka-protocol broker at %s, not started by this command (its durability is its own)", name, client.brokers), keepTopics)
-				if err != nil {
-					return err
+			if !cmd.Flags().Changed("targets") && cmd.Flags().Changed("brokers") {
+				targetNames = []string{"kafka"}
+			}
+			var targets []streambench.Target
+			defer func() {
+				for _, t := range targets {
+					t.Close()
 				}
-				target = k
-			} else {
-				bin := serveBinary
-				if bin == "" {
-					self, err := os.Executable()
+			}()
+			var described []string
+			for _, tn := range targetNames {
+				var target streambench.Target
+				switch tn {
+				case "kafka":
+					k, err := streambench.NewKafka(name, client.seeds(), fmt.Sprintf("%s: a Kafka-protocol broker at %s, not started by this command (its durability is its own)", name, client.brokers), keepTopics)
 					if err != nil {
 						return err
 					}
-					bin = self
+					target = k
+				case "sushka":
+					bin := serveBinary
+					if bin == "" {
+						self, err := os.Executable()
+						if err != nil {
+							return err
+						}
+						bin = self
+					}
+					dir, err := streambench.TempDataDir(dataParent)
+					if err != nil {
+						return err
+					}
+					defer os.RemoveAll(dir)
+					child, err := streambench.StartChild(bin, dir, serveArgs...)
+					if err != nil {
+						return err
+					}
+					defer child.Stop()
+					k, err := streambench.NewKafka("sushka", []string{child.Addr}, "sushka: "+child.Describe(ctx), keepTopics)
+					if err != nil {
+						return err
+					}
+					target = k
+				case "jetstream":
+					url, describe := natsURL, "jetstream: the NATS server at "+natsURL+", not started by this command (its storage and sync are its own)"
+					if url == "" {
+						dir, err := streambench.TempDataDir(dataParent)
+						if err != nil {
+							return err
+						}
+						defer os.RemoveAll(dir)
+						srv, err := natstest.Launch(natstest.Config{StoreDir: dir})
+						if err != nil {
+							return err
+						}
+						defer srv.Close()
+						url = srv.URL
+						describe = fmt.Sprintf("jetstream: nats-server (test/natsserver, github.com/nats-io/nats-server/v2 as its go.mod pins it) "+
+							"as a child process on %s, JetStream file storage in %s (%s), nats-server's default sync: a publish is acknowledged "+
+							"once stored, fsync every 2 minutes (not per message, unlike sushka's acks=all)", url, dir, bench.DescribeStorage(dir))
+					}
+					j, err := streambench.NewJetStream(url, describe)
+					if err != nil {
+						return err
+					}
+					target = j
+				default:
+					return fmt.Errorf("--targets: unknown target %q (sushka, kafka, jetstream)", tn)
 				}
-				dir, err := streambench.TempDataDir(dataParent)
-				if err != nil {
-					return err
-				}
-				defer os.RemoveAll(dir)
-				child, err := streambench.StartChild(bin, dir, serveArgs...)
-				if err != nil {
-					return err
-				}
-				defer child.Stop()
-				k, err := streambench.NewKafka("sushka", []string{child.Addr}, "sushka: "+child.Describe(ctx), keepTopics)
-				if err != nil {
-					return err
-				}
-				target = k
+				targets = append(targets, target)
+				described = append(described, target.Describe())
 			}
-			defer target.Close()
-			doc.Environment.Broker = target.Describe()
-			doc.Environment.Client = target.Client()
+			var clients []string
+			for _, t := range targets {
+				if c := t.Client(); !slices.Contains(clients, c) {
+					clients = append(clients, c)
+				}
+			}
+			doc.Environment.Broker = strings.Join(described, " | ")
+			doc.Environment.Client = strings.Join(clients, ", ")
 
 			if codePath == "" {
 				codePath = findUp(codeResultsPath)
@@ -123,7 +174,7 @@ code-cost rows come from stream/internal/costbench's results.json (--code).`,
 			}
 			bench.PrintStreamPassport(out, doc)
 
-			rows, err := streambench.Measure(ctx, cfg, []streambench.Target{target})
+			rows, err := streambench.Measure(ctx, cfg, targets)
 			doc.Scenarios = rows
 			doc.Environment.LoadAfter = bench.LoadAvg()
 			if len(rows) > 0 {
@@ -153,6 +204,9 @@ code-cost rows come from stream/internal/costbench's results.json (--code).`,
 	}
 	fs := cmd.Flags()
 	client.register(fs)
+	fs.StringSliceVar(&targetNames, "targets", []string{"sushka"}, "what to measure, in order: sushka (sushka serve as a child process), "+
+		"kafka (the broker at --brokers; the default when --brokers is given), jetstream (nats-server as a child process, or --nats-url)")
+	fs.StringVar(&natsURL, "nats-url", "", "the NATS server of the jetstream target (default: start one from test/natsserver)")
 	fs.StringVar(&name, "name", "kafka", "name of the broker at --brokers in the table")
 	fs.StringVar(&serveBinary, "serve-binary", "", "the sushka binary to start as the broker when --brokers is not given (default: this executable)")
 	fs.StringArrayVar(&serveArgs, "serve-arg", nil, "an extra argument for the child's `sushka serve` (repeatable)")
