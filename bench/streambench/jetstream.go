@@ -115,9 +115,10 @@ func (j *JetStream) transport() *streamnats.NATS {
 
 // raw is nats.go's own pull consumer loop: the same durable consumer
 // configuration as stream/nats creates, Messages() with at most
-// natsFetchBatch buffered, the key from the same header, and an ack of
-// each message once the handler has finished it (Mark's acks), flushed at
-// the end as the transport's Close flushes.
+// natsFetchBatch buffered, the key from the same header, the shared
+// handler side (keyLanes), and an ack of each message once the handler
+// has finished it (Mark's acks), flushed at the end as the transport's
+// Close flushes. A poll is one Next: nats.go's iterator has no batch.
 func (j *JetStream) raw(ctx context.Context, run *Run, streamName, topic, group string, m *meter) (Result, error) {
 	nc, err := natsclient.Connect(j.url, natsConnectOpts()...)
 	if err != nil {
@@ -146,69 +147,31 @@ func (j *JetStream) raw(ctx context.Context, run *Run, streamName, topic, group 
 			iter.Stop()
 		}
 	}()
-	// A reader goroutine takes messages from the iterator and the polling
-	// goroutine takes what has arrived, up to PollRecords: the transport's
-	// shape (its fetch loop fills a queue that Poll empties), so that a
-	// batch is what was fetched, as in the other loops.
-	fetched := make(chan jetstream.Msg, natsFetchBatch)
-	var readErr error // written before fetched is closed
-	go func() {
-		defer close(fetched)
-		for {
-			msg, err := iter.Next()
-			if errors.Is(err, jetstream.ErrNoHeartbeat) {
-				continue // a busy host missed a heartbeat: nats.go pulls again, as the transport retries its fetch
-			}
-			if err != nil {
-				readErr = err // stopped at the end of the run, or a failure
-				return
-			}
-			fetched <- msg
-		}
-	}()
 	acks := &natsAcks{}
 	loop := newConsumeLoop(run.Scenario, m, acks.mark)
 	polling := make(chan error, 1)
 	go func() {
 		polling <- func() error {
-			batch := make([]jetstream.Msg, 0, PollRecords)
 			for {
 				start := time.Now()
-				msg, ok := <-fetched
-				batch = batch[:0]
-				for ok {
-					batch = append(batch, msg)
-					if len(batch) == PollRecords {
-						break
-					}
-					select {
-					case msg, ok = <-fetched:
-					default:
-						ok = false
-					}
+				msg, err := iter.Next()
+				if errors.Is(err, jetstream.ErrNoHeartbeat) {
+					continue // a busy host missed a heartbeat: nats.go pulls again, as the transport retries its fetch
 				}
-				m.polled(start, len(batch))
-				if stop, err := endOfPolling(ctx, m); stop {
+				if err != nil {
+					if stop, endErr := endOfPolling(ctx, m); stop {
+						return endErr // Stop at the end of the run
+					}
+					return fmt.Errorf("the message iterator stopped: %w", err)
+				}
+				m.polled(start, 1)
+				meta, err := msg.Metadata()
+				if err != nil {
 					return err
 				}
-				if len(batch) == 0 {
-					return fmt.Errorf("the message iterator stopped: %w", readErr)
-				}
-				for _, msg := range batch {
-					meta, err := msg.Metadata()
-					if err != nil {
-						return err
-					}
-					offset := int64(meta.Sequence.Stream) - 1
-					acks.hold(offset, msg)
-					if err := loop.record(item{topic, 0, offset, []byte(msg.Headers().Get(streamnats.KeyHeader)), msg.Data()}); err != nil {
-						return err
-					}
-				}
-				if err := loop.endOfPoll(); err != nil {
-					return err
-				}
-				clear(batch)
+				offset := int64(meta.Sequence.Stream) - 1
+				acks.hold(offset, msg)
+				loop.dispatch(item{topic, 0, offset, []byte(msg.Headers().Get(streamnats.KeyHeader)), msg.Data()})
 			}
 		}()
 	}()

@@ -168,7 +168,8 @@ func endOfPolling(ctx context.Context, m *meter) (stop bool, err error) {
 	return false, nil
 }
 
-// raw is the raw client's loop: kgo's PollRecords, the shared handler,
+// raw is the raw client's loop: kgo's PollRecords, the shared handler
+// side (keyLanes: a goroutine per partition, as the framework's workers),
 // marks committed every CommitInterval by a goroutine of its own and on
 // close, as the transport does.
 func (k *Kafka) raw(ctx context.Context, run *Run, topic, group string, m *meter, onAssigned kgo.Opt, assigned <-chan struct{}) (Result, error) {
@@ -208,18 +209,9 @@ func (k *Kafka) raw(ctx context.Context, run *Run, topic, group string, m *meter
 				if stop, err := endOfPolling(pollCtx, m); stop {
 					return err
 				}
-				var handleErr error
 				fetches.EachRecord(func(r *kgo.Record) {
-					if handleErr == nil {
-						handleErr = loop.record(item{r.Topic, r.Partition, r.Offset, r.Key, r.Value})
-					}
+					loop.dispatch(item{r.Topic, r.Partition, r.Offset, r.Key, r.Value})
 				})
-				if handleErr == nil {
-					handleErr = loop.endOfPoll()
-				}
-				if handleErr != nil {
-					return handleErr
-				}
 			}
 		}()
 	}()
@@ -377,12 +369,7 @@ func adapterLoop(ctx context.Context, run *Run, topic, group string, m *meter, t
 					return err
 				}
 				for _, r := range records {
-					if err := loop.record(item{r.Topic, r.Partition, r.Offset, r.Key, r.Value}); err != nil {
-						return err
-					}
-				}
-				if err := loop.endOfPoll(); err != nil {
-					return err
+					loop.dispatch(item{r.Topic, r.Partition, r.Offset, r.Key, r.Value})
 				}
 				buf = records
 			}

@@ -30,71 +30,28 @@ func handleOne(m *meter, o *Order, value []byte) error {
 	return nil
 }
 
-// batcher is the raw and adapter loops' batch handler: the records of one
-// poll, per partition in offset order, in batches of up to maxCount,
-// decoded into one reused slice and marked after the batch.
-type batcher struct {
-	maxCount int
-	orders   []Order
-	byPart   map[partitionKey][]item
-	order    []partitionKey
+// keyLanes is the handler side of the raw and adapter loops, with the
+// framework's concurrency so that the three loops handle as many messages
+// at once (seeds/004: the runtime's threads and concurrency are the same
+// in all three): per partition, lanes goroutines by the hash of the key
+// (one lane: the partition in order; more: sequential per key), at most
+// window records of a partition in flight (the dispatcher waits at the
+// bound: backpressure, where the framework pauses the partition), and the
+// mark only over the finished prefix. With batchMax > 0 the partition's
+// one lane hands over what has arrived, up to batchMax, as one batch (the
+// framework's HandleBatch with BatchMaxWait 0). The polling goroutine
+// calls dispatch; close waits for every lane.
+type keyLanes struct {
+	lanes, window, batchMax int
+	m                       *meter
+	mark                    markFunc
+	parts                   map[partitionKey]*partitionLanes // the polling goroutine's only
+	failed                  chan error
 }
 
 type partitionKey struct {
 	topic     string
 	partition int32
-}
-
-func newBatcher(maxCount int) *batcher {
-	return &batcher{maxCount: maxCount, orders: make([]Order, 0, maxCount), byPart: map[partitionKey][]item{}}
-}
-
-// add collects one polled record.
-func (b *batcher) add(it item) {
-	k := partitionKey{it.topic, it.partition}
-	if len(b.byPart[k]) == 0 { // first of the poll: flush empties every partition
-		b.order = append(b.order, k)
-	}
-	b.byPart[k] = append(b.byPart[k], it)
-}
-
-// flush handles what add collected, batch by batch, marking after each.
-func (b *batcher) flush(m *meter, mark markFunc) error {
-	for _, k := range b.order {
-		items := b.byPart[k]
-		for len(items) > 0 {
-			n := min(len(items), b.maxCount)
-			b.orders = b.orders[:n]
-			for i := range n {
-				b.orders[i] = Order{}
-				if err := json.Unmarshal(items[i].value, &b.orders[i]); err != nil {
-					return err
-				}
-			}
-			for i := range b.orders {
-				m.handled(b.orders[i].ID)
-			}
-			clear(b.orders)
-			mark(k.topic, k.partition, items[n-1].offset+1)
-			items = items[n:]
-		}
-		b.byPart[k] = b.byPart[k][:0]
-	}
-	b.order = b.order[:0]
-	return nil
-}
-
-// keyLanes is the raw and adapter loops' ordered concurrency: per
-// partition, lanes goroutines by the hash of the key (sequential per key),
-// at most window records of a partition in flight (the dispatcher waits
-// at the bound: backpressure), and the mark only over the finished prefix.
-// The polling goroutine calls dispatch; close waits for every lane.
-type keyLanes struct {
-	lanes, window int
-	m             *meter
-	mark          markFunc
-	parts         map[partitionKey]*partitionLanes // the polling goroutine's only
-	failed        chan error
 }
 
 var laneSeed = maphash.MakeSeed()
@@ -111,9 +68,10 @@ type partitionLanes struct {
 	done []bool // guarded by mu: ring over [base, base+window), by offset mod window
 }
 
-func newKeyLanes(lanes, window int, m *meter, mark markFunc) *keyLanes {
-	return &keyLanes{lanes: lanes, window: window, m: m, mark: mark, parts: map[partitionKey]*partitionLanes{},
-		failed: make(chan error, 1)}
+// newConsumeLoop is the handler side of sc for the raw and adapter loops.
+func newConsumeLoop(sc Scenario, m *meter, mark markFunc) *keyLanes {
+	return &keyLanes{lanes: max(sc.KeyLanes, 1), window: MaxInFlight, batchMax: sc.BatchMaxCount, m: m, mark: mark,
+		parts: map[partitionKey]*partitionLanes{}, failed: make(chan error, 1)}
 }
 
 func (k *keyLanes) dispatch(it item) {
@@ -144,15 +102,58 @@ func (k *keyLanes) dispatch(it item) {
 
 func (k *keyLanes) run(p *partitionLanes, ch chan item) {
 	defer p.wg.Done()
+	if k.batchMax > 0 {
+		k.runBatches(p, ch)
+		return
+	}
 	var o Order
 	for it := range ch {
 		if err := handleOne(k.m, &o, it.value); err != nil {
-			select {
-			case k.failed <- err:
-			default:
-			}
+			k.fail(err)
 		}
 		p.finish(it.offset, k.window, k.mark)
+	}
+}
+
+// runBatches hands over what has arrived, up to batchMax, decoded into one
+// reused slice, and finishes the batch as a whole.
+func (k *keyLanes) runBatches(p *partitionLanes, ch chan item) {
+	batch := make([]item, 0, k.batchMax)
+	orders := make([]Order, 0, k.batchMax)
+	for first := range ch {
+		batch = append(batch[:0], first)
+	collect:
+		for len(batch) < k.batchMax {
+			select {
+			case it, ok := <-ch:
+				if !ok {
+					break collect
+				}
+				batch = append(batch, it)
+			default:
+				break collect
+			}
+		}
+		orders = orders[:len(batch)]
+		for i, it := range batch {
+			orders[i] = Order{}
+			if err := json.Unmarshal(it.value, &orders[i]); err != nil {
+				k.fail(err)
+			}
+		}
+		for i := range orders {
+			k.m.handled(orders[i].ID)
+		}
+		clear(orders)
+		p.finishBatch(batch, k.window, k.mark)
+		clear(batch)
+	}
+}
+
+func (k *keyLanes) fail(err error) {
+	select {
+	case k.failed <- err:
+	default:
 	}
 }
 
@@ -160,6 +161,21 @@ func (k *keyLanes) run(p *partitionLanes, ch chan item) {
 func (p *partitionLanes) finish(offset int64, window int, mark markFunc) {
 	p.mu.Lock()
 	p.done[offset%int64(window)] = true
+	p.advanceLocked(window, mark)
+	p.mu.Unlock()
+}
+
+// finishBatch is finish for every record of a batch, with one mark.
+func (p *partitionLanes) finishBatch(batch []item, window int, mark markFunc) {
+	p.mu.Lock()
+	for _, it := range batch {
+		p.done[it.offset%int64(window)] = true
+	}
+	p.advanceLocked(window, mark)
+	p.mu.Unlock()
+}
+
+func (p *partitionLanes) advanceLocked(window int, mark markFunc) {
 	moved := false
 	for p.base < p.next && p.done[p.base%int64(window)] {
 		p.done[p.base%int64(window)] = false
@@ -170,7 +186,6 @@ func (p *partitionLanes) finish(offset int64, window int, mark markFunc) {
 		mark(p.key.topic, p.key.partition, p.base)
 		p.cond.Broadcast()
 	}
-	p.mu.Unlock()
 }
 
 // close stops the lanes after they finish what was dispatched and returns
@@ -192,56 +207,3 @@ func (k *keyLanes) close() error {
 	}
 }
 
-// consumeLoop is the handler side of the raw and adapter loops, shared so
-// that the two differ only in the client calls around it: each polled
-// record goes to record, endOfPoll follows every poll, close ends the run.
-type consumeLoop struct {
-	m     *meter
-	mark  markFunc
-	order Order
-	batch *batcher  // the batch scenario
-	lanes *keyLanes // the ordered-by-key scenario
-}
-
-func newConsumeLoop(sc Scenario, m *meter, mark markFunc) *consumeLoop {
-	c := &consumeLoop{m: m, mark: mark}
-	switch {
-	case sc.BatchMaxCount > 0:
-		c.batch = newBatcher(sc.BatchMaxCount)
-	case sc.KeyLanes > 1:
-		c.lanes = newKeyLanes(sc.KeyLanes, MaxInFlight, m, mark)
-	}
-	return c
-}
-
-// record handles one record (ack each: decode, handle, mark), or hands it
-// to the batch or the lanes.
-func (c *consumeLoop) record(it item) error {
-	switch {
-	case c.batch != nil:
-		c.batch.add(it)
-	case c.lanes != nil:
-		c.lanes.dispatch(it)
-	default:
-		if err := handleOne(c.m, &c.order, it.value); err != nil {
-			return err
-		}
-		c.mark(it.topic, it.partition, it.offset+1)
-	}
-	return nil
-}
-
-func (c *consumeLoop) endOfPoll() error {
-	if c.batch != nil {
-		return c.batch.flush(c.m, c.mark)
-	}
-	return nil
-}
-
-// close waits for the lanes to finish what was dispatched.
-func (c *consumeLoop) close() error {
-	if c.lanes != nil {
-		return c.lanes.close()
-	}
-	return nil
-}
