@@ -71,7 +71,12 @@ func StartChild(bin, dataDir string, extra ...string) (*Child, error) {
 // profile, storage and durability from its /v1/runtime.
 func (c *Child) Describe(ctx context.Context) string {
 	s := fmt.Sprintf("sushka serve as a child process (pid %d, %s, built from this repository), on %s", c.cmd.Process.Pid, c.Binary, c.Addr)
+	// The admin listener may come up a moment after the Kafka one.
 	rt, err := bench.FetchRuntime(ctx, c.Admin)
+	for i := 0; err != nil && i < 50 && ctx.Err() == nil; i++ {
+		time.Sleep(100 * time.Millisecond)
+		rt, err = bench.FetchRuntime(ctx, c.Admin)
+	}
 	if err != nil {
 		return s + "; runtime profile, storage and durability unknown (" + err.Error() + ")"
 	}

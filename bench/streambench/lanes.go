@@ -206,4 +206,3 @@ func (k *keyLanes) close() error {
 		return nil
 	}
 }
-
