@@ -131,7 +131,7 @@ func SummarizeLoop(rounds []StreamRound) StreamLoop {
 	var l StreamLoop
 	rates := make([]float64, len(rounds))
 	for i, r := range rounds {
-		rates[i] = r.Rate()
+		rates[i] = math.Round(r.Rate()) // whole messages per second: the figure's resolution
 		l.PollWaitPercent = append(l.PollWaitPercent, round1(r.PollWaitPercent()))
 		l.WindowSeconds = append(l.WindowSeconds, round3(r.Window.Seconds()))
 		l.Received = append(l.Received, r.Messages)

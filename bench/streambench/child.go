@@ -43,6 +43,7 @@ func StartChild(bin, dataDir string, extra ...string) (*Child, error) {
 	args := append([]string{"serve", "--data-dir", dataDir, "--listen", addr, "--admin-listen", admin}, extra...)
 	c.cmd = exec.Command(bin, args...)
 	c.cmd.Stdout, c.cmd.Stderr = &c.log, &c.log
+	dieWithParent(c.cmd)
 	if err := c.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
