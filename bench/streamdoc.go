@@ -88,10 +88,13 @@ type StreamScenario struct {
 	Messages int    `json:"messages"`
 	// Pairs is the number of measured rounds of each loop (the seed's
 	// name), after one discarded calibration round.
-	Pairs     int        `json:"pairs"`
-	Raw       StreamLoop `json:"raw"`
-	Adapter   StreamLoop `json:"adapter"`
-	Framework StreamLoop `json:"framework"`
+	Pairs int `json:"pairs"`
+	// Partitions of each run's topic, and Publishers publishing at once.
+	Partitions int32      `json:"partitions"`
+	Publishers int        `json:"publishers"`
+	Raw        StreamLoop `json:"raw"`
+	Adapter    StreamLoop `json:"adapter"`
+	Framework  StreamLoop `json:"framework"`
 	// OverheadPercent is how much slower the framework's median round is
 	// than the raw client's, in percent of the raw median (negative:
 	// faster). Always recorded; printed only when Verdict is measured.

@@ -62,6 +62,8 @@ func (j *JetStream) Client() string {
 	return "github.com/nats-io/nats.go " + bench.ModuleVersion("github.com/nats-io/nats.go") + " (jetstream)"
 }
 
+func (j *JetStream) Partitions(int32) int32 { return 1 }
+
 func (j *JetStream) Close() error {
 	j.nc.Close()
 	return nil
@@ -70,8 +72,7 @@ func (j *JetStream) Close() error {
 // RunLoop runs one loop on a fresh stream and durable consumer.
 func (j *JetStream) RunLoop(ctx context.Context, loop Loop, run *Run) (Result, error) {
 	if run.Partitions != 1 {
-		// JetStream has one partition per subject: the row says so.
-		run = &Run{Scenario: run.Scenario, Name: run.Name, Messages: run.Messages, Payloads: run.Payloads, Partitions: 1, Publishers: run.Publishers}
+		return Result{}, fmt.Errorf("a JetStream subject has one partition, not %d", run.Partitions)
 	}
 	topic := run.Name
 	group := run.Name + "-group"

@@ -64,6 +64,8 @@ func (k *Kafka) Client() string {
 	return "github.com/twmb/franz-go " + bench.ModuleVersion("github.com/twmb/franz-go") + " (kgo)"
 }
 
+func (k *Kafka) Partitions(requested int32) int32 { return requested }
+
 func (k *Kafka) Close() error {
 	k.adminClient.Close()
 	return nil

@@ -94,7 +94,7 @@ func measureScenario(ctx context.Context, cfg Config, t Target, sc Scenario) (*b
 		return nil, err
 	}
 	run := func(loop Loop, round string, messages int) (Result, error) {
-		r := &Run{Scenario: sc, Messages: messages, Payloads: payloads, Partitions: cfg.Partitions, Publishers: cfg.Publishers,
+		r := &Run{Scenario: sc, Messages: messages, Payloads: payloads, Partitions: t.Partitions(cfg.Partitions), Publishers: cfg.Publishers,
 			Name: fmt.Sprintf("%s-%s-%s-%s-%d", cfg.TopicPrefix, t.Name(), sc.Slug(), loop, time.Now().UnixNano())}
 		// A run gets ten times what the calibration promised, and at
 		// least a minute: a stuck run fails instead of hanging.
@@ -124,7 +124,8 @@ func measureScenario(ctx context.Context, cfg Config, t Target, sc Scenario) (*b
 	}
 	messages := int(math.Ceil(fastest * cfg.Duration.Seconds() * 1.1))
 
-	row := &bench.StreamScenario{Name: sc.Name, Target: t.Name(), Unit: "msg/s", Messages: messages, Pairs: cfg.Rounds}
+	row := &bench.StreamScenario{Name: sc.Name, Target: t.Name(), Unit: "msg/s", Messages: messages, Pairs: cfg.Rounds,
+		Partitions: t.Partitions(cfg.Partitions), Publishers: cfg.Publishers}
 	rounds := map[Loop][]bench.StreamRound{}
 	for i := range cfg.Rounds {
 		for _, loop := range Loops {

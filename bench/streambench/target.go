@@ -45,6 +45,9 @@ type Target interface {
 	Describe() string
 	// Client names the client library and its version.
 	Client() string
+	// Partitions is how many partitions a run's topic gets when asked for
+	// requested (JetStream: one, a subject has no partitions).
+	Partitions(requested int32) int32
 	RunLoop(ctx context.Context, loop Loop, run *Run) (Result, error)
 	Close() error
 }
