@@ -74,18 +74,23 @@ type StreamLoop struct {
 	Rounds
 	PollWaitPercent []float64 `json:"poll_wait_percent"`
 	WindowSeconds   []float64 `json:"window_s"`
-	// Received is, per round, the messages the loop handled: each round
-	// must have handled every one of the row's messages exactly once.
-	Received []int `json:"received"`
+	// Published and Received are, per round, the messages the loop
+	// published and handled: each round handles every one it published,
+	// exactly once.
+	Published []int `json:"published"`
+	Received  []int `json:"received"`
 }
 
 // StreamScenario is one row of the first table: a scenario on a target,
 // measured by the three loops.
 type StreamScenario struct {
-	Name     string `json:"name"`
-	Target   string `json:"target"`
-	Unit     string `json:"unit"`
-	Messages int    `json:"messages"`
+	Name   string `json:"name"`
+	Target string `json:"target"`
+	Unit   string `json:"unit"`
+	// Messages is the fewest messages a measured round handled (a round
+	// publishes until its window has lasted the run's duration, so each
+	// round has its own count: Received).
+	Messages int `json:"messages"`
 	// Pairs is the number of measured rounds of each loop (the seed's
 	// name), after one discarded calibration round.
 	Pairs int `json:"pairs"`
@@ -116,9 +121,11 @@ const BrokerBoundPercent = 50
 
 // StreamRound is one loop's measured run.
 type StreamRound struct {
-	Messages int
-	Window   time.Duration
-	PollWait time.Duration
+	// Published and Messages (handled) must be equal.
+	Published int
+	Messages  int
+	Window    time.Duration
+	PollWait  time.Duration
 }
 
 // Rate is the round's throughput in messages per second.
@@ -137,6 +144,7 @@ func SummarizeLoop(rounds []StreamRound) StreamLoop {
 		rates[i] = math.Round(r.Rate()) // whole messages per second: the figure's resolution
 		l.PollWaitPercent = append(l.PollWaitPercent, round1(r.PollWaitPercent()))
 		l.WindowSeconds = append(l.WindowSeconds, round3(r.Window.Seconds()))
+		l.Published = append(l.Published, r.Published)
 		l.Received = append(l.Received, r.Messages)
 	}
 	l.Rounds = Summarize(rates, Higher)
@@ -374,12 +382,15 @@ func (d *StreamDocument) Validate() error {
 				errs = append(errs, fmt.Errorf("%s: %s has %d rounds, pairs %d", s.Name, name, len(r.Values), s.Pairs))
 			case !(r.Best >= r.Median && r.Median >= r.Worst && r.Worst > 0):
 				errs = append(errs, fmt.Errorf("%s: %s rounds not best ≥ median ≥ worst > 0: %+v", s.Name, name, r))
-			case len(l.PollWaitPercent) != s.Pairs || len(l.WindowSeconds) != s.Pairs || len(l.Received) != s.Pairs:
+			case len(l.PollWaitPercent) != s.Pairs || len(l.WindowSeconds) != s.Pairs || len(l.Received) != s.Pairs || len(l.Published) != s.Pairs:
 				errs = append(errs, fmt.Errorf("%s: %s lacks per-round poll wait, window or received", s.Name, name))
 			}
 			for i, n := range l.Received {
-				if n != s.Messages {
-					errs = append(errs, fmt.Errorf("%s: %s round %d handled %d of %d messages", s.Name, name, i+1, n, s.Messages))
+				if i < len(l.Published) && n != l.Published[i] {
+					errs = append(errs, fmt.Errorf("%s: %s round %d handled %d of %d messages", s.Name, name, i+1, n, l.Published[i]))
+				}
+				if n < s.Messages {
+					errs = append(errs, fmt.Errorf("%s: %s round %d handled %d, fewer than the row's %d", s.Name, name, i+1, n, s.Messages))
 				}
 			}
 		}

@@ -11,7 +11,7 @@ import (
 func rounds(rates ...float64) []StreamRound {
 	var out []StreamRound
 	for _, r := range rates {
-		out = append(out, StreamRound{Messages: int(r), Window: time.Second, PollWait: 600 * time.Millisecond})
+		out = append(out, StreamRound{Published: int(r), Messages: int(r), Window: time.Second, PollWait: 600 * time.Millisecond})
 	}
 	return out
 }
@@ -36,8 +36,9 @@ func TestStreamScenarioFinish(t *testing.T) {
 	if !s.BrokerBound || s.RawPollWaitPercent != 60 {
 		t.Errorf("broker_bound %v at %v%%, want true at 60%%", s.BrokerBound, s.RawPollWaitPercent)
 	}
-	s.Raw = SummarizeLoop([]StreamRound{{Messages: 1000, Window: time.Second, PollWait: 400 * time.Millisecond},
-		{Messages: 1000, Window: time.Second, PollWait: 900 * time.Millisecond}, {Messages: 1000, Window: time.Second, PollWait: 100 * time.Millisecond}})
+	s.Raw = SummarizeLoop([]StreamRound{{Published: 1000, Messages: 1000, Window: time.Second, PollWait: 400 * time.Millisecond},
+		{Published: 1000, Messages: 1000, Window: time.Second, PollWait: 900 * time.Millisecond},
+		{Published: 1000, Messages: 1000, Window: time.Second, PollWait: 100 * time.Millisecond}})
 	s.Finish()
 	if s.BrokerBound || s.RawPollWaitPercent != 40 {
 		t.Errorf("broker_bound %v at %v%%, want false at the median round's 40%%", s.BrokerBound, s.RawPollWaitPercent)

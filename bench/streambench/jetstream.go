@@ -88,7 +88,7 @@ func (j *JetStream) RunLoop(ctx context.Context, loop Loop, run *Run) (Result, e
 	}()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	m := newMeter(run.Messages)
+	m := newMeter()
 	var res Result
 	var err error
 	switch loop {
@@ -179,7 +179,7 @@ func (j *JetStream) raw(ctx context.Context, run *Run, streamName, topic, group 
 	producer := js
 	pubCtx, stopPublishing := context.WithCancel(ctx)
 	defer stopPublishing()
-	published := publish(pubCtx, run, func(ctx context.Context, key, value []byte) error {
+	published := publish(pubCtx, run, m, func(ctx context.Context, key, value []byte) error {
 		_, err := producer.PublishMsg(ctx, &natsclient.Msg{Subject: topic, Data: value, Header: natsclient.Header{streamnats.KeyHeader: {string(key)}}})
 		return err
 	})

@@ -91,7 +91,7 @@ func (k *Kafka) RunLoop(ctx context.Context, loop Loop, run *Run) (Result, error
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	m := newMeter(run.Messages)
+	m := newMeter()
 	assigned := make(chan struct{})
 	onAssigned := kgo.OnPartitionsAssigned(assignedHook(topic, run.Partitions, assigned))
 	var res Result
@@ -165,7 +165,7 @@ func endOfPolling(ctx context.Context, m *meter) (stop bool, err error) {
 	default:
 	}
 	if ctx.Err() != nil {
-		return true, fmt.Errorf("%w: %d of %d", errNotDelivered, m.received.Load(), m.messages)
+		return true, fmt.Errorf("%w: %d of %d", errNotDelivered, m.received.Load(), m.total.Load())
 	}
 	return false, nil
 }
@@ -222,7 +222,7 @@ func (k *Kafka) raw(ctx context.Context, run *Run, topic, group string, m *meter
 	}
 	pubCtx, stopPublishing := context.WithCancel(ctx)
 	defer stopPublishing()
-	published := publish(pubCtx, run, func(ctx context.Context, key, value []byte) error {
+	published := publish(pubCtx, run, m, func(ctx context.Context, key, value []byte) error {
 		return producer.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: key, Value: value}).FirstErr()
 	})
 	pollErr := <-polling
@@ -385,7 +385,7 @@ func adapterLoop(ctx context.Context, run *Run, topic, group string, m *meter, t
 	producer := tr.Producer()
 	pubCtx, stopPublishing := context.WithCancel(ctx)
 	defer stopPublishing()
-	published := publish(pubCtx, run, func(ctx context.Context, key, value []byte) error {
+	published := publish(pubCtx, run, m, func(ctx context.Context, key, value []byte) error {
 		return producer.Publish(ctx, &stream.Record{Topic: topic, Partition: stream.AnyPartition, Key: key, Value: value})
 	})
 	pollErr := <-polling
@@ -448,7 +448,7 @@ func frameworkLoop(ctx context.Context, run *Run, topic, group string, m *meter,
 	producer := app.Producer()
 	pubCtx, stopPublishing := context.WithCancel(ctx)
 	defer stopPublishing()
-	published := publish(pubCtx, run, func(ctx context.Context, key, value []byte) error {
+	published := publish(pubCtx, run, m, func(ctx context.Context, key, value []byte) error {
 		return producer.Publish(ctx, &stream.Record{Topic: topic, Partition: stream.AnyPartition, Key: key, Value: value})
 	})
 	runErr := <-running

@@ -23,9 +23,9 @@
 // last offset.
 //
 // A Target supplies the three loops for one broker; Measure runs every
-// scenario on every target: a discarded calibration round (which also
-// sizes the run to at least the configured duration), then the loops
-// interleaved R A F R A F R A F.
+// scenario on every target: a discarded calibration round, then the loops
+// interleaved R A F R A F R A F, each run publishing until its window has
+// lasted the configured duration.
 package streambench
 
 import (

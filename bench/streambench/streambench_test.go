@@ -22,6 +22,7 @@ func TestLoopsDeliverEveryMessage(t *testing.T) {
 		}
 		defer k.Close()
 		deliverEveryMessage(t, k, 3)
+		t.Run("until-the-window-lasted", func(t *testing.T) { lastsItsDuration(t, k) })
 	})
 	t.Run("jetstream", func(t *testing.T) {
 		j, err := NewJetStream(natstest.Start(t), "test nats-server")
@@ -106,7 +107,8 @@ func TestLanesMarkOnlyTheFinishedPrefix(t *testing.T) {
 // are not the broker's pace and do not count; the window starts when the
 // first poll with records returned.
 func TestMeterPollWait(t *testing.T) {
-	m := newMeter(2)
+	m := newMeter()
+	m.setTotal(2)
 	m.polled(time.Now().Add(-time.Hour), 0) // subscribing, nothing published yet
 	if m.pollWait.Load() != 0 || m.firstAt.Load() != 0 {
 		t.Fatal("a poll before the first record counted")
@@ -132,5 +134,30 @@ func TestMeterPollWait(t *testing.T) {
 	}
 	if r := m.finished(); r.Received != 2 || r.Checksum != 3 || r.Window <= 0 {
 		t.Errorf("result %+v", r)
+	}
+}
+
+// lastsItsDuration: a run bounded by time, not by count, publishes until
+// its window has lasted the duration, and consumes exactly what it
+// published.
+func lastsItsDuration(t *testing.T, target Target) {
+	sc := Scenarios()[0]
+	payloads, err := NewPayloads(sc.ValueBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const d = 400 * time.Millisecond
+	for _, loop := range Loops {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		run := &Run{Scenario: sc, Name: "d-" + loop.String(), Messages: 1 << 30, Duration: d, Payloads: payloads, Partitions: 2, Publishers: 16}
+		res, err := target.RunLoop(ctx, loop, run)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %v", loop, err)
+		}
+		// The last publish may start a round trip before the deadline.
+		if res.Window < d-50*time.Millisecond || res.Published == 0 {
+			t.Errorf("%s: published %d in a window of %v, want at least %v", loop, res.Published, res.Window, d)
+		}
 	}
 }

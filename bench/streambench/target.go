@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,8 +57,13 @@ type Target interface {
 type Run struct {
 	Scenario Scenario
 	// Name is unique per run: the loop names its topic and group after it.
-	Name       string
+	Name string
+	// Messages is the most the run publishes; Duration, when positive,
+	// ends publishing once the window (from the first record received)
+	// has lasted that long, so that a run lasts it whatever the machine's
+	// pace. The run then consumes exactly what was published.
 	Messages   int
+	Duration   time.Duration
 	Payloads   *Payloads
 	Partitions int32
 	// Publishers is the number of goroutines publishing concurrently,
@@ -67,8 +73,10 @@ type Run struct {
 
 // Result is what a run measured.
 type Result struct {
-	Received int
-	Checksum int64
+	// Published is how many messages the run published: 0..Published-1.
+	Published int
+	Received  int
+	Checksum  int64
 	// Window is from the return of the poll that delivered the first
 	// record to the return of the consumer's close (the commit of the
 	// last offset).
@@ -80,8 +88,8 @@ type Result struct {
 
 // Check reports whether the run delivered every message exactly once.
 func (r Result) Check(run *Run) error {
-	if want := run.Payloads.Checksum(run.Messages); r.Received != run.Messages || r.Checksum != want {
-		return fmt.Errorf("received %d messages with checksum %d, want %d with %d", r.Received, r.Checksum, run.Messages, want)
+	if want := run.Payloads.Checksum(r.Published); r.Published == 0 || r.Received != r.Published || r.Checksum != want {
+		return fmt.Errorf("received %d messages with checksum %d, published %d with %d", r.Received, r.Checksum, r.Published, want)
 	}
 	if r.Window <= 0 || r.PollWait < 0 || r.PollWait > r.Window {
 		return fmt.Errorf("impossible window %v with poll wait %v: the measurer is broken", r.Window, r.PollWait)
@@ -93,18 +101,47 @@ func (r Result) Check(run *Run) error {
 // the poll's wait, the window's start. handled and polled may be called
 // from any goroutine; polled from one at a time.
 type meter struct {
-	messages int64
+	// total is what the run published: unbounded until the publishers
+	// have returned (setTotal).
+	total    atomic.Int64
 	received atomic.Int64
 	checksum atomic.Int64
 	// done is closed when the last message has been handled.
 	done     chan struct{}
+	doneOnce sync.Once
 	doneAt   atomic.Int64 // unix nanoseconds, set before done is closed
 	firstAt  atomic.Int64 // unix nanoseconds of the first poll that returned records
 	pollWait atomic.Int64 // nanoseconds
+	// published is set once the publishers have returned.
+	published atomic.Int64
 }
 
-func newMeter(messages int) *meter {
-	return &meter{messages: int64(messages), done: make(chan struct{})}
+func newMeter() *meter {
+	m := &meter{done: make(chan struct{})}
+	m.total.Store(math.MaxInt64)
+	return m
+}
+
+// setTotal says how many messages were published. Whichever comes last,
+// the last handled message or this, sees both counts and ends the run.
+func (m *meter) setTotal(n int) {
+	m.total.Store(int64(n))
+	if m.received.Load() >= int64(n) {
+		m.finish()
+	}
+}
+
+func (m *meter) finish() {
+	m.doneOnce.Do(func() {
+		m.doneAt.Store(time.Now().UnixNano())
+		close(m.done)
+	})
+}
+
+// windowLasted reports whether d has passed since the first record.
+func (m *meter) windowLasted(d time.Duration) bool {
+	f := m.firstAt.Load()
+	return f != 0 && time.Now().UnixNano()-f >= int64(d)
 }
 
 // handled counts one decoded order by its ID: the decoded result is kept
@@ -113,9 +150,8 @@ func newMeter(messages int) *meter {
 // would move it to the heap in that loop only.)
 func (m *meter) handled(id int64) {
 	m.checksum.Add(id)
-	if m.received.Add(1) == m.messages {
-		m.doneAt.Store(time.Now().UnixNano())
-		close(m.done)
+	if m.received.Add(1) >= m.total.Load() {
+		m.finish()
 	}
 }
 
@@ -141,17 +177,21 @@ func (m *meter) polled(start time.Time, records int) {
 
 // finished is the run's Result with the window closed now.
 func (m *meter) finished() Result {
-	r := Result{Received: int(m.received.Load()), Checksum: m.checksum.Load(), PollWait: time.Duration(m.pollWait.Load())}
+	r := Result{Published: int(m.published.Load()), Received: int(m.received.Load()), Checksum: m.checksum.Load(),
+		PollWait: time.Duration(m.pollWait.Load())}
 	if f := m.firstAt.Load(); f != 0 {
 		r.Window = time.Duration(time.Now().UnixNano() - f)
 	}
 	return r
 }
 
-// publish publishes messages 0..run.Messages-1 from run.Publishers
-// goroutines through one, and returns a channel that yields the first
-// error (or nil) once all have returned.
-func publish(ctx context.Context, run *Run, one func(ctx context.Context, key, value []byte) error) <-chan error {
+// publish publishes messages 0, 1, 2... from run.Publishers goroutines
+// through one, until run.Messages or, with run.Duration, until the window
+// has lasted that long; then it tells m how many it published (setTotal)
+// and the returned channel yields the first error (or nil). Each
+// publisher checks the end before it takes the next index, and publishes
+// every index it takes, so what was published is exactly 0..n-1.
+func publish(ctx context.Context, run *Run, m *meter, one func(ctx context.Context, key, value []byte) error) <-chan error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var once sync.Once
@@ -161,6 +201,9 @@ func publish(ctx context.Context, run *Run, one func(ctx context.Context, key, v
 		go func() {
 			defer wg.Done()
 			for {
+				if run.Duration > 0 && m.windowLasted(run.Duration) {
+					return
+				}
 				i := int(next.Add(1) - 1)
 				if i >= run.Messages {
 					return
@@ -176,6 +219,12 @@ func publish(ctx context.Context, run *Run, one func(ctx context.Context, key, v
 	out := make(chan error, 1)
 	go func() {
 		wg.Wait()
+		published := min(int(next.Load()), run.Messages)
+		m.published.Store(int64(published))
+		if first != nil {
+			published = 0 // ends the run now: its error says why
+		}
+		m.setTotal(published)
 		out <- first
 	}()
 	return out

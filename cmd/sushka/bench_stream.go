@@ -47,8 +47,9 @@ without the framework's runtime) and framework (stream.New + Consume/HandleBatch
 Run, as a user writes it). Same client options, commit after the handler, the
 same payloads, the consumer subscribed before the first publish, a fresh topic and
 group per run, the window from the first record received to the close that commits
-the last. A discarded calibration round (R A F) sizes the runs to --duration; then
---rounds rounds interleaved R A F R A F R A F.
+the last. A discarded calibration round (R A F of --calibration-messages), then
+--rounds rounds interleaved R A F R A F R A F, each publishing until its window
+has lasted --duration.
 
 Each row prints best (median) msg/s per loop, the adapter's and the framework's
 overhead against raw (or "indistinguishable" when the gap between medians is
@@ -215,7 +216,7 @@ The code-cost rows come from stream/internal/costbench's results.json (--code).`
 	fs.StringVar(&codePath, "code", "", "costbench's results.json with the code-cost rows (default: "+codeResultsPath+" above the working directory)")
 	fs.StringVar(&only, "scenario", "", "run only the scenarios whose name contains this")
 	fs.BoolVar(&keepTopics, "keep-topics", false, "keep each run's topic instead of deleting it")
-	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "least length of a measured run (the calibration round sizes the runs to it)")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "least length of a measured run's window (its publishers go on until then)")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "measured rounds per loop, interleaved R A F")
 	fs.IntVar(&cfg.CalibrationMessages, "calibration-messages", cfg.CalibrationMessages, "messages of the discarded calibration round")
 	fs.Int32Var(&cfg.Partitions, "partitions", cfg.Partitions, "partitions of each run's fresh topic")
