@@ -107,6 +107,11 @@ type StreamScenario struct {
 	AdapterOverheadPercent float64 `json:"adapter_overhead_percent"`
 	Verdict                string  `json:"verdict"`
 	AdapterVerdict         string  `json:"adapter_verdict"`
+	// RuntimeOverheadPercent is the seed's second difference: what the
+	// framework's runtime adds over the adapter (framework vs adapter
+	// medians, in percent of the adapter's), with its verdict.
+	RuntimeOverheadPercent float64 `json:"runtime_overhead_percent"`
+	RuntimeVerdict         string  `json:"runtime_verdict"`
 	// BrokerBound: the raw loop spent most of its median round blocked
 	// waiting for records (RawPollWaitPercent above BrokerBoundPercent),
 	// so the difference is a lower bound of the dispatch cost.
@@ -157,6 +162,8 @@ func (s *StreamScenario) Finish() {
 	a := CompareMedians(s.Adapter.Rounds, s.Raw.Rounds)
 	s.OverheadPercent, s.Verdict = round1(-f.DiffPercent), f.Verdict
 	s.AdapterOverheadPercent, s.AdapterVerdict = round1(-a.DiffPercent), a.Verdict
+	r := CompareMedians(s.Framework.Rounds, s.Adapter.Rounds)
+	s.RuntimeOverheadPercent, s.RuntimeVerdict = round1(-r.DiffPercent), r.Verdict
 	// The median round's poll wait, by the same rule as the rates' median
 	// (the lower middle): the typical round, not the luckiest.
 	w := Summarize(s.Raw.PollWaitPercent, Lower)
@@ -394,7 +401,7 @@ func (d *StreamDocument) Validate() error {
 				}
 			}
 		}
-		for _, v := range []string{s.Verdict, s.AdapterVerdict} {
+		for _, v := range []string{s.Verdict, s.AdapterVerdict, s.RuntimeVerdict} {
 			if v != Measured && v != Indistinguishable {
 				errs = append(errs, fmt.Errorf("%s: verdict %q", s.Name, v))
 			}
@@ -424,16 +431,16 @@ func PrintStreamPassport(w io.Writer, d *StreamDocument) {
 // loop's poll wait with the broker-bound mark.
 func PrintStreamTable(w io.Writer, d *StreamDocument) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "target\tscenario\tmessages\traw msg/s\tadapter msg/s\tframework msg/s\tadapter vs raw\tframework vs raw\traw poll wait\t")
+	fmt.Fprintln(tw, "target\tscenario\tmessages\traw msg/s\tadapter msg/s\tframework msg/s\tadapter vs raw\tframework vs raw\tframework vs adapter\traw poll wait\t")
 	for _, s := range d.Scenarios {
 		bound := ""
 		if s.BrokerBound {
 			bound = " broker-bound"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%.0f%%%s\t\n", s.Target, s.Name, s.Messages,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f%%%s\t\n", s.Target, s.Name, s.Messages,
 			cell(s.Raw.Rounds), cell(s.Adapter.Rounds), cell(s.Framework.Rounds),
 			overhead(s.AdapterVerdict, s.AdapterOverheadPercent), overhead(s.Verdict, s.OverheadPercent),
-			s.RawPollWaitPercent, bound)
+			overhead(s.RuntimeVerdict, s.RuntimeOverheadPercent), s.RawPollWaitPercent, bound)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "# cells: best (median) over the rounds; the worst round is in the document and sets the spread.")

@@ -33,6 +33,9 @@ func TestStreamScenarioFinish(t *testing.T) {
 	if s.AdapterVerdict != Indistinguishable || s.AdapterOverheadPercent != 0 {
 		t.Errorf("adapter: %s %v%%, want indistinguishable 0%%", s.AdapterVerdict, s.AdapterOverheadPercent)
 	}
+	if s.RuntimeVerdict != Measured || s.RuntimeOverheadPercent != 10.1 {
+		t.Errorf("runtime: %s %v%%, want measured 10.1%% ((990-890)/990, the adapter's median)", s.RuntimeVerdict, s.RuntimeOverheadPercent)
+	}
 	if !s.BrokerBound || s.RawPollWaitPercent != 60 {
 		t.Errorf("broker_bound %v at %v%%, want true at 60%%", s.BrokerBound, s.RawPollWaitPercent)
 	}

@@ -66,7 +66,7 @@ func TestBenchStream(t *testing.T) {
 		}
 	}
 	row := raw["scenarios"].([]any)[0].(map[string]any)
-	for _, k := range []string{"raw", "adapter", "framework", "overhead_percent", "adapter_overhead_percent", "verdict", "adapter_verdict", "broker_bound", "messages", "pairs"} {
+	for _, k := range []string{"raw", "adapter", "framework", "overhead_percent", "adapter_overhead_percent", "verdict", "adapter_verdict", "runtime_overhead_percent", "runtime_verdict", "broker_bound", "messages", "pairs"} {
 		if _, ok := row[k]; !ok {
 			t.Errorf("scenario lacks %q", k)
 		}
