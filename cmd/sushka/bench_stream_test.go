@@ -80,3 +80,32 @@ func TestBenchStream(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchStreamBrokers: with --brokers the target is that broker, named
+// by --name, and --scenario picks the rows.
+func TestBenchStreamBrokers(t *testing.T) {
+	addr := testbroker.StartInProcess(t)
+	js := filepath.Join(t.TempDir(), "stream.json")
+	out, err := runBench(t, "stream", "--brokers", addr, "--name", "other", "--scenario", "ack each", "--duration", "200ms",
+		"--rounds", "1", "--calibration-messages", "500", "--partitions", "1", "--publishers", "16", "--json", js)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	b, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc bench.StreamDocument
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Scenarios) != 1 {
+		t.Fatalf("%d rows, want the one --scenario picked", len(doc.Scenarios))
+	}
+	if doc.Scenarios[0].Target != "other" || !strings.Contains(doc.Environment.Broker, addr) {
+		t.Errorf("target %q, broker %q", doc.Scenarios[0].Target, doc.Environment.Broker)
+	}
+	if _, err := runBench(t, "stream", "--brokers", addr, "--scenario", "no such"); err == nil {
+		t.Error("an unknown --scenario ran")
+	}
+}
