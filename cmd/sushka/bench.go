@@ -42,7 +42,7 @@ The broker's half of the passport comes from its admin endpoint
 or the process found listening on the broker's port).`,
 	}
 	cmd.AddCommand(newBenchProduceCmd(), newBenchConsumeCmd(), newBenchE2ECmd(), newBenchMatrixCmd(),
-		newBenchSweepCmd(), newBenchDiskCmd())
+		newBenchSweepCmd(), newBenchDiskCmd(), newBenchStreamCmd())
 	return cmd
 }
 

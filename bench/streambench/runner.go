@@ -1,0 +1,142 @@
+package streambench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"time"
+
+	"github.com/sushka-io/sushka/bench"
+)
+
+// Config is one measurement: every scenario on every target.
+type Config struct {
+	Scenarios []Scenario
+	// Duration is the least length of a measured run's window: its
+	// publishers go on until the window has lasted this long.
+	Duration time.Duration
+	// Rounds is the number of measured rounds of each loop.
+	Rounds int
+	// CalibrationMessages is the size of the discarded calibration round.
+	CalibrationMessages int
+	Partitions          int32
+	Publishers          int
+	// TopicPrefix starts every run's topic name.
+	TopicPrefix string
+	// Progress gets a line per run.
+	Progress io.Writer
+}
+
+// DefaultConfig is the method's defaults: runs of at least 5 s, three
+// interleaved rounds. Publish is synchronous (it returns with the broker's
+// acknowledgement, after its fsync), so each publisher waits a produce
+// round trip per message: 1024 of them keep the consumer fed (on the
+// 2-core host, 64 publishers left the raw loop waiting in its poll 87% of
+// the window; 1024, 23-36%).
+func DefaultConfig() Config {
+	return Config{Scenarios: Scenarios(), Duration: 5 * time.Second, Rounds: 3, CalibrationMessages: 20000,
+		Partitions: 4, Publishers: 1024, TopicPrefix: "sushka-bench-stream", Progress: io.Discard}
+}
+
+// Validate rejects a configuration that cannot give a figure.
+func (c Config) Validate() error {
+	switch {
+	case len(c.Scenarios) == 0:
+		return fmt.Errorf("no scenarios")
+	case c.Duration <= 0:
+		return fmt.Errorf("the duration must be positive")
+	case c.Rounds < 1:
+		return fmt.Errorf("at least one round")
+	case c.CalibrationMessages < 1:
+		return fmt.Errorf("the calibration round needs messages")
+	case c.Partitions < 1:
+		return fmt.Errorf("at least one partition")
+	case c.Publishers < 1:
+		return fmt.Errorf("at least one publisher")
+	}
+	for _, s := range c.Scenarios {
+		if s.BatchMaxCount > MaxInFlight {
+			return fmt.Errorf("%s: a batch of %d is above MaxInFlight %d", s.Name, s.BatchMaxCount, MaxInFlight)
+		}
+	}
+	return nil
+}
+
+// RoundTripProbe says how broker_bound is decided, for the passport.
+const RoundTripProbe = "each loop times its polling goroutine's blocking poll call (kgo PollRecords, Consumer.Poll) from the first " +
+	"record to the last handled one; raw_poll_wait_percent is the raw loop's median round's share of its window spent there, " +
+	"broker_bound when above 50%"
+
+// Measure runs cfg on every target and returns one row per target and
+// scenario. A failed run (a lost message, an error) fails the measurement:
+// a figure with a hole in it is no figure.
+func Measure(ctx context.Context, cfg Config, targets []Target) ([]*bench.StreamScenario, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var rows []*bench.StreamScenario
+	for _, t := range targets {
+		for _, sc := range cfg.Scenarios {
+			row, err := measureScenario(ctx, cfg, t, sc)
+			if err != nil {
+				return rows, fmt.Errorf("%s, %s: %w", t.Name(), sc.Name, err)
+			}
+			rows = append(rows, row)
+		}
+	}
+	return rows, nil
+}
+
+func measureScenario(ctx context.Context, cfg Config, t Target, sc Scenario) (*bench.StreamScenario, error) {
+	payloads, err := NewPayloads(sc.ValueBytes)
+	if err != nil {
+		return nil, err
+	}
+	run := func(loop Loop, round string, messages int, duration time.Duration) (Result, error) {
+		r := &Run{Scenario: sc, Messages: messages, Duration: duration, Payloads: payloads, Partitions: t.Partitions(cfg.Partitions),
+			Publishers: cfg.Publishers, Name: fmt.Sprintf("%s-%s-%s-%s-%d", cfg.TopicPrefix, t.Name(), sc.Slug(), loop, time.Now().UnixNano())}
+		// A stuck run fails instead of hanging.
+		runCtx, cancel := context.WithTimeout(ctx, 10*cfg.Duration+time.Minute)
+		defer cancel()
+		res, err := t.RunLoop(runCtx, loop, r)
+		if err != nil {
+			return res, fmt.Errorf("%s round %s: %w", loop, round, err)
+		}
+		fmt.Fprintf(cfg.Progress, "# %s, %s, round %s, %-9s %9.0f msg/s  (%d messages in %.2fs, poll wait %.0f%%)\n",
+			t.Name(), sc.Name, round, loop.String()+":", float64(res.Received)/res.Window.Seconds(), res.Received,
+			res.Window.Seconds(), 100*res.PollWait.Seconds()/res.Window.Seconds())
+		return res, nil
+	}
+
+	// The calibration round, R A F of CalibrationMessages, discarded:
+	// connections, the group protocol, the first allocations and the
+	// broker's first files are start-up, not the message.
+	for _, loop := range Loops {
+		if _, err := run(loop, "calibration", cfg.CalibrationMessages, 0); err != nil {
+			return nil, err
+		}
+	}
+	// A measured run publishes until its window has lasted Duration: on a
+	// busy machine a run sized from a calibration comes out shorter.
+	row := &bench.StreamScenario{Name: sc.Name, Target: t.Name(), Unit: "msg/s", Pairs: cfg.Rounds,
+		Partitions: t.Partitions(cfg.Partitions), Publishers: cfg.Publishers}
+	rounds := map[Loop][]bench.StreamRound{}
+	for i := range cfg.Rounds {
+		for _, loop := range Loops {
+			res, err := run(loop, fmt.Sprint(i+1), math.MaxInt32, cfg.Duration)
+			if err != nil {
+				return nil, err
+			}
+			if row.Messages == 0 || res.Received < row.Messages {
+				row.Messages = res.Received
+			}
+			rounds[loop] = append(rounds[loop], bench.StreamRound{Published: res.Published, Messages: res.Received, Window: res.Window, PollWait: res.PollWait})
+		}
+	}
+	row.Raw = bench.SummarizeLoop(rounds[Raw])
+	row.Adapter = bench.SummarizeLoop(rounds[Adapter])
+	row.Framework = bench.SummarizeLoop(rounds[Framework])
+	row.Finish()
+	return row, nil
+}
