@@ -20,7 +20,6 @@ func TestBenchStream(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts the broker")
 	}
-	t.Cleanup(testbroker.Cleanup)
 	bin := testbroker.Binary(t)
 	js := filepath.Join(t.TempDir(), "stream.json")
 	out, err := runBench(t, "stream", "--serve-binary", bin, "--data-parent", t.TempDir(), "--duration", "300ms", "--rounds", "2",

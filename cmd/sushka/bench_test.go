@@ -20,6 +20,11 @@ import (
 	"github.com/sushka-io/sushka/test/testbroker"
 )
 
+// TestMain removes the broker binary that testbroker.Binary built, once,
+// after every test of the package: a test's own Cleanup would remove it
+// under the tests that run after it.
+func TestMain(m *testing.M) { testbroker.Main(m) }
+
 // runBench runs `sushka bench ARGS` in-process (this test process is the
 // generator; the broker is a child process).
 func runBench(t *testing.T, args ...string) (string, error) {
@@ -47,7 +52,6 @@ func TestBenchSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts the broker")
 	}
-	t.Cleanup(testbroker.Cleanup)
 	bin := testbroker.Binary(t)
 	admin := "127.0.0.1:" + strconv.Itoa(testbroker.FreePort(t))
 	p := testbroker.Start(t, bin, "--admin-listen", admin)

@@ -56,6 +56,10 @@ func Binary(t testing.TB) string {
 }
 
 // Cleanup removes the built binary; call it at the end of TestMain.
+//
+// Binary builds once per process, so Cleanup is for the end of the
+// process (Main calls it); called from a test's t.Cleanup it would remove
+// the binary under the package's later tests.
 func Cleanup() {
 	if buildDir != "" {
 		_ = os.RemoveAll(buildDir)
