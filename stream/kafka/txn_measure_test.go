@@ -26,7 +26,8 @@ type measuredOrder struct {
 }
 
 // TestMeasureExactlyOnceCost compares the throughput of one workload
-// (1 KiB JSON orders, Handle with PublishTo, 3 partitions) at least once
+// (1 KiB JSON orders, Handle with PublishTo, 3 partitions, 1 or 16 key
+// lanes) at least once
 // and exactly once, interleaved A B A B after a discarded warm-up round:
 // messages per second from the App's start until a read_committed reader
 // has every result. A same-process smoke measurement (broker, App and
@@ -38,10 +39,10 @@ func TestMeasureExactlyOnceCost(t *testing.T) {
 		t.Skip("set " + measureEnv + "=1 to measure")
 	}
 	addr := streamtest.StartSushka(t, 3)
-	const n, rounds = 3000, 4
+	const n, rounds = 3000, 3
 	note := strings.Repeat("x", 1024-len(`{"id":0000,"note":""}`))
-	run := func(mode deliveryMode, round int) float64 {
-		in, out := fmt.Sprintf("in-%s-%d", mode.name, round), fmt.Sprintf("out-%s-%d", mode.name, round)
+	run := func(mode deliveryMode, lanes, round int) float64 {
+		in, out := fmt.Sprintf("in-%s-%d-%d", mode.name, lanes, round), fmt.Sprintf("out-%s-%d-%d", mode.name, lanes, round)
 		tr := kafka.Transport(kgo.SeedBrokers(addr), kgo.AllowAutoTopicCreation())
 		for i := range n {
 			v, _ := json.Marshal(measuredOrder{ID: i, Note: note})
@@ -55,7 +56,7 @@ func TestMeasureExactlyOnceCost(t *testing.T) {
 		stream.Handle(app, in, func(ctx context.Context, o measuredOrder) (measuredOrder, error) {
 			o.ID += n
 			return o, nil
-		}, stream.PublishTo(out))
+		}, stream.PublishTo(out), stream.KeyConcurrency(lanes))
 		start := time.Now()
 		stop := runApp(app)
 		got := readCommitted(t, addr, out, n, 0)
@@ -68,22 +69,27 @@ func TestMeasureExactlyOnceCost(t *testing.T) {
 		}
 		return float64(n) / elapsed.Seconds()
 	}
-	run(deliveryModes[1], -1) // warm-up, discarded
-	rates := map[string][]float64{}
-	for round := range rounds {
-		for _, mode := range []deliveryMode{deliveryModes[1], deliveryModes[0]} {
-			r := run(mode, round)
-			rates[mode.name] = append(rates[mode.name], r)
-			t.Logf("round %d %-13s %7.0f msg/s", round, mode.name, r)
-		}
-	}
+	run(deliveryModes[1], 1, -1) // warm-up, discarded
 	median := func(xs []float64) float64 {
 		s := slices.Clone(xs)
 		slices.Sort(s)
 		return (s[len(s)/2] + s[(len(s)-1)/2]) / 2
 	}
-	for name, rs := range rates {
-		t.Logf("%-13s best %7.0f median %7.0f worst %7.0f msg/s", name, slices.Max(rs), median(rs), slices.Min(rs))
+	// One lane per partition (at least once then waits for each result's
+	// produce in turn) and 16 key lanes (its produces overlap).
+	for _, lanes := range []int{1, 16} {
+		rates := map[string][]float64{}
+		for round := range rounds {
+			for _, mode := range []deliveryMode{deliveryModes[1], deliveryModes[0]} {
+				r := run(mode, lanes, round)
+				rates[mode.name] = append(rates[mode.name], r)
+				t.Logf("lanes %2d round %d %-13s %7.0f msg/s", lanes, round, mode.name, r)
+			}
+		}
+		for _, name := range []string{"at-least-once", "exactly-once"} {
+			rs := rates[name]
+			t.Logf("lanes %2d %-13s best %7.0f median %7.0f worst %7.0f msg/s", lanes, name, slices.Max(rs), median(rs), slices.Min(rs))
+		}
+		t.Logf("lanes %2d exactly-once / at-least-once (medians): %.2f", lanes, median(rates["exactly-once"])/median(rates["at-least-once"]))
 	}
-	t.Logf("exactly-once / at-least-once (medians): %.2f", median(rates["exactly-once"])/median(rates["at-least-once"]))
 }
