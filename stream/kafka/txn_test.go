@@ -8,10 +8,13 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sushka-io/sushka/stream"
 	"github.com/sushka-io/sushka/stream/kafka"
@@ -90,6 +93,12 @@ func readCommitted(t *testing.T, addr, topic string, want int, settle time.Durat
 // checkOnce fails unless counts holds "r0".."r(n-1)" and, for
 // exactly-once, each once; for at-least-once it requires a duplicate.
 func checkOnce(t *testing.T, mode deliveryMode, counts map[string]int, n int) {
+	checkResults(t, mode, counts, n, true)
+}
+
+// checkResults is checkOnce, requiring a duplicate at least once only if
+// duplicatesExpected.
+func checkResults(t *testing.T, mode deliveryMode, counts map[string]int, n int, duplicatesExpected bool) {
 	t.Helper()
 	duplicates := 0
 	for i := range n {
@@ -106,7 +115,7 @@ func checkOnce(t *testing.T, mode deliveryMode, counts map[string]int, n int) {
 	switch {
 	case mode.exactlyOnce && duplicates > 0:
 		t.Errorf("exactly-once: %d duplicate results visible to read_committed", duplicates)
-	case !mode.exactlyOnce && duplicates == 0:
+	case !mode.exactlyOnce && duplicatesExpected && duplicates == 0:
 		t.Errorf("at-least-once showed no duplicate: the scenario does not exercise what exactly-once prevents")
 	}
 }
@@ -189,53 +198,91 @@ func billingApp(tr stream.Transport) *stream.App {
 }
 
 // TestKilledAppProcess is the process TestExactlyOnceKill kills: it runs
-// billingApp until SIGKILL.
+// billingApp until SIGKILL, from the test or, with atCommit, its own at
+// its third offset commit: for exactly once right after writing the
+// TxnOffsetCommit, inside the transaction, before its EndTxn.
 func TestKilledAppProcess(t *testing.T) {
 	env := os.Getenv(killedAppEnv)
 	if env == "" {
 		t.Skip("run by TestExactlyOnceKill")
 	}
 	var addr string
-	var eos bool
-	if _, err := fmt.Sscanf(env, "%s %t", &addr, &eos); err != nil {
+	var eos, atCommit bool
+	if _, err := fmt.Sscanf(env, "%s %t %t", &addr, &eos, &atCommit); err != nil {
 		t.Fatal(err)
 	}
-	tr := modeTransport(addr, deliveryMode{exactlyOnce: eos}, "killed", 200*time.Millisecond, kgo.SessionTimeout(6*time.Second))
+	opts := []kgo.Opt{kgo.SessionTimeout(6 * time.Second)}
+	if atCommit {
+		opts = append(opts, kgo.WithHooks(&killAtCommit{}))
+	}
+	tr := modeTransport(addr, deliveryMode{exactlyOnce: eos}, "killed", 200*time.Millisecond, opts...)
 	_ = billingApp(tr).Run(context.Background())
 }
 
-// TestExactlyOnceKill: an App is killed (SIGKILL, so mid-transaction or
-// between transactions, with results published and offsets not yet
-// committed) and a second App takes over its group. read_committed sees
-// every input's result exactly once: the killed App's open transaction
-// is aborted (its timeout), its committed ones hold offsets and results
-// together.
+// killAtCommit kills its process when the consumer has written its third
+// OffsetCommit or TxnOffsetCommit request.
+type killAtCommit struct{ commits atomic.Int32 }
+
+func (k *killAtCommit) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if err == nil && (key == int16(kmsg.OffsetCommit) || key == int16(kmsg.TxnOffsetCommit)) && k.commits.Add(1) == 3 {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
+}
+
+// TestExactlyOnceKill: an App is killed (SIGKILL: at a random moment, or
+// inside a transaction right after its TxnOffsetCommit) with results
+// published and offsets not yet committed, and a second App takes over
+// its group. read_committed sees every input's result exactly once: the
+// killed App's open transaction is aborted (its timeout), its committed
+// ones hold offsets and results together.
 func TestExactlyOnceKill(t *testing.T) {
-	for _, mode := range deliveryModes {
-		t.Run(mode.name, func(t *testing.T) {
-			addr := streamtest.StartSushka(t, 3)
-			const n = 600
-			publishInputs(t, addr, "in", n)
-			child := exec.Command(os.Args[0], "-test.run=^TestKilledAppProcess$", "-test.count=1")
-			child.Env = append(os.Environ(), fmt.Sprintf("%s=%s %t", killedAppEnv, addr, mode.exactlyOnce))
-			child.Stdout, child.Stderr = os.Stderr, os.Stderr
-			if err := child.Start(); err != nil {
-				t.Fatal(err)
+	for _, atCommit := range []bool{false, true} {
+		for _, mode := range deliveryModes {
+			name := mode.name + "/killed-at-random"
+			if atCommit {
+				name = mode.name + "/killed-inside-commit"
 			}
-			defer child.Process.Kill() //nolint:errcheck // already killed, normally
-			// Kill once results are visible, mid-run.
-			readCommitted(t, addr, "out", n/4, 0)
-			if err := child.Process.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			_ = child.Wait()
-			stop := runApp(billingApp(modeTransport(addr, mode, "successor", 50*time.Millisecond, kgo.SessionTimeout(6*time.Second))))
-			counts := readCommitted(t, addr, "out", n, time.Second)
-			if err := stop(); err != nil {
-				t.Fatal(err)
-			}
-			checkOnce(t, mode, counts, n)
-		})
+			t.Run(name, func(t *testing.T) {
+				addr := streamtest.StartSushka(t, 3)
+				const n = 600
+				publishInputs(t, addr, "in", n)
+				child := exec.Command(os.Args[0], "-test.run=^TestKilledAppProcess$", "-test.count=1")
+				child.Env = append(os.Environ(), fmt.Sprintf("%s=%s %t %t", killedAppEnv, addr, mode.exactlyOnce, atCommit))
+				child.Stdout, child.Stderr = os.Stderr, os.Stderr
+				if err := child.Start(); err != nil {
+					t.Fatal(err)
+				}
+				defer child.Process.Kill() //nolint:errcheck // already dead, normally
+				if atCommit {
+					exited := make(chan error, 1)
+					go func() { exited <- child.Wait() }()
+					select {
+					case err := <-exited:
+						if err == nil {
+							t.Fatal("the App process ended without being killed at its commit")
+						}
+					case <-time.After(30 * time.Second):
+						t.Fatal("the App process was not killed at its third commit within 30 s")
+					}
+				} else {
+					readCommitted(t, addr, "out", n/4, 0) // kill once results are visible, mid-run
+					if err := child.Process.Kill(); err != nil {
+						t.Fatal(err)
+					}
+					_ = child.Wait()
+				}
+				stop := runApp(billingApp(modeTransport(addr, mode, "successor", 50*time.Millisecond, kgo.SessionTimeout(6*time.Second))))
+				counts := readCommitted(t, addr, "out", n, time.Second)
+				if err := stop(); err != nil {
+					t.Fatal(err)
+				}
+				// Killed as its OffsetCommit leaves, at least once loses
+				// only the few results published after the commit's
+				// snapshot of marks: its duplicates are shown by the
+				// random kill.
+				checkResults(t, mode, counts, n, !atCommit)
+			})
+		}
 	}
 }
 
