@@ -9,6 +9,12 @@
 // on Close. A group without committed offsets starts at the start of each
 // partition. A seek (a nack's redelivery) is applied by the polling
 // goroutine before its next poll, as kgo recommends for SetOffsets.
+//
+// With ExactlyOnce (txn.go) the same handlers run exactly once: each commit
+// of marks is a Kafka transaction holding exactly the publishes of the
+// messages below the marks. It drives kgo's transactional client itself
+// rather than GroupTransactSession, which commits polled (not marked)
+// offsets and aborts on every revocation; ExactlyOnce's doc says why.
 package kafka
 
 import (

@@ -16,7 +16,9 @@ import (
 	"github.com/sushka-io/sushka/stream"
 )
 
-// Exactly once
+// ExactlyOnce makes the transport transactional with transactionalID:
+// read_committed consumption and, per commit, one transaction holding the
+// marked offsets and exactly the publishes of the messages below them.
 //
 // With ExactlyOnce the transport consumes with read_committed and makes a
 // handler's publishes and the offset commit of its message one Kafka
@@ -63,14 +65,18 @@ import (
 // directly (BeginTransaction, EndTransaction) and sends the offset part
 // (AddOffsetsToTxn, TxnOffsetCommit) itself.
 //
+// Publish inside a handler therefore returns before the broker has the
+// record: the broker gets record and offset together, at the commit. One
+// window is left open: if the EndTxn commit succeeds but its answer is
+// lost, the transport aborts (kgo's advice), puts the records back and
+// commits them again with the same offsets, so they appear twice; telling
+// the two outcomes apart needs an OffsetFetch (RequireStable) after the
+// failure, not done yet.
+//
 // Give every App instance its own transactional id (a pod name, say):
 // instances of one group fence each other through the group generation,
 // not through the id. One consumer at a time may use an exactly-once
 // transport.
-
-// ExactlyOnce makes the transport transactional with transactionalID:
-// read_committed consumption and, per commit, one transaction holding the
-// marked offsets and exactly the publishes of the messages below them.
 func ExactlyOnce(transactionalID string) Option {
 	return func(k *Kafka) { k.txn = &txnProducer{k: k, id: transactionalID} }
 }
@@ -261,7 +267,11 @@ func (t *txnProducer) transact(ctx context.Context, c *consumer, records []*kgo.
 		err = t.commitOffsetsInTxn(ctx, c, offsets)
 	}
 	if err == nil {
-		return cl.EndTransaction(ctx, kgo.TryCommit)
+		if err = cl.EndTransaction(ctx, kgo.TryCommit); err == nil {
+			return nil
+		}
+		// kgo's advice after a failed commit: end with an abort, which
+		// also settles a commit whose outcome the client did not learn.
 	}
 	abortCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
