@@ -66,12 +66,14 @@ import (
 // (AddOffsetsToTxn, TxnOffsetCommit) itself.
 //
 // Publish inside a handler therefore returns before the broker has the
-// record: the broker gets record and offset together, at the commit. One
-// window is left open: if the EndTxn commit succeeds but its answer is
-// lost, the transport aborts (kgo's advice), puts the records back and
-// commits them again with the same offsets, so they appear twice; telling
-// the two outcomes apart needs an OffsetFetch (RequireStable) after the
-// failure, not done yet.
+// record: the broker gets record and offset together, at the commit. A
+// lost EndTxn answer is retried by kgo, and the broker answers the retry
+// of a finished commit with its outcome (TestExactlyOnceLostEndTxnAnswer).
+// One window is left: if kgo gives up on the EndTxn after the broker
+// committed, the transport aborts (kgo's advice), puts the records back
+// and commits them again with the same offsets, so they appear twice; an
+// OffsetFetch (RequireStable) after such a failure would tell the outcomes
+// apart, not done yet.
 //
 // Give every App instance its own transactional id (a pod name, say):
 // instances of one group fence each other through the group generation,
