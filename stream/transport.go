@@ -17,8 +17,9 @@ import (
 // into the transaction's offset commit (TxnOffsetCommit) followed by
 // EndTxn; a nack aborts. The worker already calls Mark exactly once per
 // finished prefix and never before the handler's publishes returned,
-// which is the order a transaction needs. It waits for transactions in
-// the broker (a separate issue).
+// which is the order a transaction needs. kafka.ExactlyOnce does this,
+// buffering a delivery's publishes until the commit of its offset (see
+// stream/kafka/txn.go).
 type Transport interface {
 	// Consume joins group and consumes topics until the Consumer is closed.
 	Consume(ctx context.Context, cfg ConsumerConfig) (Consumer, error)

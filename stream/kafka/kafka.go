@@ -12,6 +12,12 @@
 // forgotten, so the new owner's committed offset stands. A group without
 // committed offsets starts at the start of each partition. A seek (a nack's redelivery) is applied by the polling
 // goroutine before its next poll, as kgo recommends for SetOffsets.
+//
+// With ExactlyOnce (txn.go) the same handlers run exactly once: each commit
+// of marks is a Kafka transaction holding exactly the publishes of the
+// messages below the marks. It drives kgo's transactional client itself
+// rather than GroupTransactSession, which commits polled (not marked)
+// offsets and aborts on every revocation; ExactlyOnce's doc says why.
 package kafka
 
 import (
@@ -33,7 +39,8 @@ type Kafka struct {
 	consumerOpts   []kgo.Opt
 	commitInterval time.Duration
 	producer       *kgo.Client
-	err            error // from creating the producer's client: returned by every use
+	txn            *txnProducer // with ExactlyOnce (txn.go), else nil
+	err            error        // from creating the producer's client: returned by every use
 }
 
 // Option configures the transport beyond the client options.
@@ -66,7 +73,7 @@ func New(clientOpts []kgo.Opt, opts ...Option) *Kafka {
 	}
 	producerOpts := append(append([]kgo.Opt(nil), clientOpts...),
 		kgo.RecordPartitioner(partitioner{kgo.StickyKeyPartitioner(nil)}))
-	k.producer, k.err = kgo.NewClient(producerOpts...)
+	k.producer, k.err = kgo.NewClient(k.txn.producerOpts(producerOpts)...)
 	return k
 }
 
@@ -75,7 +82,12 @@ func New(clientOpts []kgo.Opt, opts ...Option) *Kafka {
 func (k *Kafka) Client() *kgo.Client { return k.producer }
 
 // Producer returns the transport's producer.
-func (k *Kafka) Producer() stream.Producer { return producer{k} }
+func (k *Kafka) Producer() stream.Producer {
+	if k.txn != nil {
+		return k.txn
+	}
+	return producer{k}
+}
 
 type producer struct{ k *Kafka }
 
@@ -85,6 +97,13 @@ func (p producer) Publish(ctx context.Context, rec *stream.Record) error {
 	if p.k.err != nil {
 		return p.k.err
 	}
+	// kgo keeps the record's slices until the produce completes; rec may
+	// be reused once Publish returns, which is after that.
+	return p.k.producer.ProduceSync(ctx, toKgo(rec)).FirstErr()
+}
+
+// toKgo returns rec as a kgo record sharing rec's slices.
+func toKgo(rec *stream.Record) *kgo.Record {
 	kr := &kgo.Record{
 		Topic:     rec.Topic,
 		Partition: rec.Partition,
@@ -98,9 +117,7 @@ func (p producer) Publish(ctx context.Context, rec *stream.Record) error {
 			kr.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
 		}
 	}
-	// kgo keeps the record's slices until the produce completes; rec may
-	// be reused once Publish returns, which is after that.
-	return p.k.producer.ProduceSync(ctx, kr).FirstErr()
+	return kr
 }
 
 // Close closes the producer's client (after flushing what it buffers).
@@ -153,6 +170,7 @@ func (k *Kafka) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.
 	}
 	c := &consumer{
 		k:         k,
+		group:     cfg.Group,
 		onRevoked: cfg.OnRevoked,
 		onLost:    cfg.OnLost,
 		marks:     map[stream.TopicPartition]int64{},
@@ -170,8 +188,13 @@ func (k *Kafka) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.
 		kgo.OnPartitionsRevoked(c.revoked),
 		kgo.OnPartitionsLost(c.lost),
 	)
+	opts = append(opts, k.txn.consumerOpts()...)
+	if err := k.txn.attach(c); err != nil {
+		return nil, err
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
+		k.txn.detach(c)
 		return nil, err
 	}
 	c.cl = cl
@@ -182,6 +205,7 @@ func (k *Kafka) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.
 type consumer struct {
 	k         *Kafka
 	cl        *kgo.Client
+	group     string
 	onRevoked func([]stream.TopicPartition)
 	onLost    func([]stream.TopicPartition)
 
@@ -276,6 +300,7 @@ func (c *consumer) Mark(tp stream.TopicPartition, next int64) {
 func (c *consumer) Seek(tp stream.TopicPartition, offset int64) {
 	c.mu.Lock()
 	c.seeks[tp] = offset
+	c.k.txn.dropFrom(tp, offset) // under mu: before the redelivery can publish again
 	if c.cancelPoll != nil {
 		c.cancelPoll()
 	}
@@ -337,12 +362,11 @@ func (c *consumer) commit(ctx context.Context, only []stream.TopicPartition) err
 		return nil
 	}
 	var commitErr error
-	c.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-		commitErr = err
-		if err == nil {
-			commitErr = responseError(resp)
-		}
-	})
+	if c.k.txn != nil {
+		commitErr = c.k.txn.commit(ctx, c, offsets)
+	} else {
+		commitErr = c.commitPlain(ctx, offsets)
+	}
 	if commitErr != nil {
 		return commitErr
 	}
@@ -354,6 +378,18 @@ func (c *consumer) commit(ctx context.Context, only []stream.TopicPartition) err
 	}
 	c.mu.Unlock()
 	return nil
+}
+
+// commitPlain commits offsets with an OffsetCommit.
+func (c *consumer) commitPlain(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset) error {
+	var commitErr error
+	c.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		commitErr = err
+		if err == nil {
+			commitErr = responseError(resp)
+		}
+	})
+	return commitErr
 }
 
 func toPartitions(m map[string][]int32) []stream.TopicPartition {
@@ -403,6 +439,7 @@ func (c *consumer) forget(parts []stream.TopicPartition) {
 		delete(c.seeks, tp)
 	}
 	c.mu.Unlock()
+	c.k.txn.dropPartitions(parts)
 }
 
 // Close commits every mark and leaves the group.
@@ -412,6 +449,7 @@ func (c *consumer) Close(ctx context.Context) error {
 		<-c.stopped
 		c.closeErr = c.commit(ctx, nil)
 		c.cl.Close() // leaves the group; its revoke commits nothing new
+		c.k.txn.detach(c)
 	})
 	return c.closeErr
 }

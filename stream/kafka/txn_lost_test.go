@@ -1,0 +1,73 @@
+package kafka_test
+
+import (
+	"context"
+	"encoding/binary"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/stream"
+	"github.com/sushka-io/sushka/stream/kafka"
+	"github.com/sushka-io/sushka/stream/streamtest"
+)
+
+// loseAnswerConn closes its connection right after writing a request of
+// key, once *armed says so: the broker handles the request, the client
+// never learns the outcome.
+type loseAnswerConn struct {
+	net.Conn
+	key   int16
+	armed *atomic.Int32 // the request number (1-based) of key whose answer is lost; counts down
+}
+
+func (c *loseAnswerConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	// A request frame: length (4), api key (2), version (2)...: kgo writes
+	// a request in one Write.
+	if err == nil && len(b) >= 6 && int16(binary.BigEndian.Uint16(b[4:6])) == c.key && c.armed.Add(-1) == 0 {
+		c.Conn.Close()
+	}
+	return n, err
+}
+
+// TestExactlyOnceLostEndTxnAnswer: the answer to a transaction's EndTxn
+// commit is lost (the connection drops after the request left, the broker
+// committed). kgo sends EndTxn again on a new connection and Sushka
+// answers the retry of a completed commit with success, so the results
+// appear once: the transport neither stalls nor commits them again.
+func TestExactlyOnceLostEndTxnAnswer(t *testing.T) {
+	addr := streamtest.StartSushka(t, 3)
+	const n = 100
+	publishInputs(t, addr, "in", n)
+	armed := &atomic.Int32{}
+	armed.Store(1) // the first transaction's EndTxn
+	dial := func(ctx context.Context, network, host string) (net.Conn, error) {
+		conn, err := (&net.Dialer{}).DialContext(ctx, network, host)
+		if err != nil {
+			return nil, err
+		}
+		return &loseAnswerConn{Conn: conn, key: int16(kmsg.EndTxn), armed: armed}, nil
+	}
+	tr := kafka.New([]kgo.Opt{kgo.SeedBrokers(addr), kgo.AllowAutoTopicCreation(), kgo.TransactionTimeout(3 * time.Second), kgo.Dialer(dial)},
+		kafka.ConsumerOpts(kgo.FetchMaxWait(100*time.Millisecond)), kafka.CommitInterval(50*time.Millisecond),
+		kafka.ExactlyOnce("lost-answer"))
+	app := stream.New(tr, stream.Group("g"))
+	stream.Handle(app, "in", func(ctx context.Context, v string) (string, error) {
+		time.Sleep(time.Millisecond)
+		return "r" + v, nil
+	}, stream.PublishTo("out"))
+	stop := runApp(app)
+	counts := readCommitted(t, addr, "out", n, time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if armed.Load() > 0 {
+		t.Fatal("no EndTxn answer was lost: the test did not run its scenario")
+	}
+	checkOnce(t, deliveryMode{name: "exactly-once", exactlyOnce: true}, counts, n)
+}
