@@ -44,6 +44,7 @@ func TestKafkaJSTransactions(t *testing.T) {
 		}
 	}
 	checkRecords(t, "kafkajs consumer (read_committed)", pyRecords(t, client("read", topic, fmt.Sprint(len(committed)), "20")), committed)
+	checkRecords(t, "kafkajs consumer (readUncommitted)", pyRecords(t, client("read", topic, fmt.Sprint(len(all)), "20", "uncommitted")), all)
 	checkRecords(t, "franz-go read_uncommitted", b.readAll(topic, len(all)), all)
 	if got := b.committed(group, in); got[0] != 3 {
 		t.Fatalf("group %s committed %v on %s, want 3 (the last committed transaction's; the aborted one's 5 dropped)", group, got, in)

@@ -57,5 +57,9 @@ func TestLibrdkafkaTransactions(t *testing.T) {
 	kcatOut := b.run(time.Minute, "", nil, "", kcat, "-b", b.addr, "-C", "-t", topic, "-e", "-q",
 		"-X", "isolation.level=read_committed", "-f", `%t %p %o %k:%s\n`)
 	checkRecords(t, "kcat -C read_committed", parseKcat(t, kcatOut), committed)
+	checkRecords(t, "confluent-kafka-python read_uncommitted", pyRecords(t, client("read_uncommitted", topic, "3")), all)
+	kcatOut = b.run(time.Minute, "", nil, "", kcat, "-b", b.addr, "-C", "-t", topic, "-e", "-q",
+		"-X", "isolation.level=read_uncommitted", "-f", `%t %p %o %k:%s\n`)
+	checkRecords(t, "kcat -C read_uncommitted", parseKcat(t, kcatOut), all)
 	checkRecords(t, "franz-go read_uncommitted", b.readAll(topic, len(all)), all)
 }

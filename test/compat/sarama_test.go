@@ -68,9 +68,12 @@ func (h *saramaGroupHandler) take(sess sarama.ConsumerGroupSession, m *sarama.Co
 }
 
 // saramaConsume runs a consumer group member until it has max records.
-func saramaConsume(t *testing.T, addr, group, topic string, max int) []record {
+func saramaConsume(t *testing.T, addr, group, topic string, max int, configure ...func(*sarama.Config)) []record {
 	t.Helper()
 	cfg := saramaConfig(t)
+	for _, c := range configure {
+		c(cfg)
+	}
 	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
 	cfg.Consumer.Offsets.AutoCommit.Enable = false
 	cfg.Consumer.Return.Errors = true

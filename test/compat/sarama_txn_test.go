@@ -128,6 +128,13 @@ func TestSaramaTransactions(t *testing.T) {
 	}
 	checkRecords(t, "read_committed", read(kgo.ReadCommitted(), len(committed)), committed)
 	checkRecords(t, "read_uncommitted", read(kgo.ReadUncommitted(), len(all)), all)
+	// sarama's own consumer at both isolation levels (it stops at the count
+	// asked; the franz-go reads above also wait for records past it).
+	isolation := func(level sarama.IsolationLevel) func(*sarama.Config) {
+		return func(cfg *sarama.Config) { cfg.Consumer.IsolationLevel = level }
+	}
+	checkRecords(t, "sarama consumer read_committed", saramaConsume(t, b.addr, group+"-read-committed", out, len(committed), isolation(sarama.ReadCommitted)), committed)
+	checkRecords(t, "sarama consumer read_uncommitted", saramaConsume(t, b.addr, group+"-read-uncommitted", out, len(all), isolation(sarama.ReadUncommitted)), all)
 	b.checkCommittedCount(group, in, 4)
 
 	topics, err := b.admin().ListTopicsWithInternal(ctx)

@@ -137,11 +137,12 @@ async function txn (topic, prefix, n, commit, group, inTopic, inOffset) {
   }
 }
 
-// read prints what a consumer (kafkajs reads committed records only by
-// default: readUncommitted false) gets, until it has N records or SECONDS
-// pass, plus whatever arrives in another second.
-async function read (topic, n, seconds) {
-  const c = kafka.consumer({ groupId: `kafkajs-read-${Date.now()}`, maxWaitTimeInMs: 200 })
+// read prints what a consumer gets, until it has N records or SECONDS
+// pass, plus whatever arrives in another second. ISOLATION "uncommitted"
+// sets readUncommitted; otherwise kafkajs's default reads committed
+// records only.
+async function read (topic, n, seconds, isolation) {
+  const c = kafka.consumer({ groupId: `kafkajs-read-${Date.now()}`, maxWaitTimeInMs: 200, readUncommitted: isolation === 'uncommitted' })
   await c.connect()
   let got = 0
   let done

@@ -5,7 +5,7 @@
     confluent_client.py BOOTSTRAP produce TOPIC PREFIX N CODEC IDEMPOTENT(0|1)
     confluent_client.py BOOTSTRAP consume TOPIC GROUP MAX SECONDS
     confluent_client.py BOOTSTRAP txn TOPIC PREFIX N COMMIT(0|1)
-    confluent_client.py BOOTSTRAP read_committed TOPIC SECONDS
+    confluent_client.py BOOTSTRAP read_committed|read_uncommitted TOPIC SECONDS
 
 Every command prints one JSON document per line on stdout; consume prints
 the records it got ({"topic", "partition", "offset", "key", "value"}), then
@@ -118,15 +118,16 @@ def txn(bootstrap, topic, prefix, n, commit):
     out({"ended": "commit" if commit == "1" else "abort", "records": int(n)})
 
 
-def read_committed(bootstrap, topic, seconds):
-    """Every record a read_committed consumer (no group commits) gets until
-    it has been idle for SECONDS."""
+def read(bootstrap, isolation, topic, seconds):
+    """Every record a consumer of isolation.level ISOLATION (read_committed
+    or read_uncommitted; no group commits) gets until it has been idle for
+    SECONDS."""
     c = Consumer({
         "bootstrap.servers": bootstrap,
-        "group.id": "py-read-committed",
+        "group.id": "py-" + isolation,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
-        "isolation.level": "read_committed",
+        "isolation.level": isolation,
     })
     c.subscribe([topic])
     idle_until = time.time() + float(seconds)
@@ -145,7 +146,8 @@ def read_committed(bootstrap, topic, seconds):
 def main():
     bootstrap, cmd, args = sys.argv[1], sys.argv[2], sys.argv[3:]
     {"admin": admin, "produce": produce, "consume": consume, "txn": txn,
-     "read_committed": read_committed}[cmd](bootstrap, *args)
+     "read_committed": lambda b, *a: read(b, "read_committed", *a),
+     "read_uncommitted": lambda b, *a: read(b, "read_uncommitted", *a)}[cmd](bootstrap, *args)
 
 
 if __name__ == "__main__":
