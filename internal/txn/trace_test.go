@@ -1,11 +1,8 @@
 package txn
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -27,74 +24,10 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the golden traces in testdata
 var traceEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func TestTraces(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no traces: %v", err)
-	}
-	for _, file := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(file), ".txt"), func(t *testing.T) { runTrace(t, file) })
-	}
-}
-
-type traceBlock struct {
-	comment []string
-	cmd     string
-	want    string
-	line    int
-}
-
-func runTrace(t *testing.T, file string) {
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
-	var blocks []traceBlock
-	var pre []string
-	for i := 0; i < len(lines); i++ {
-		l := lines[i]
-		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
-			pre = append(pre, l)
-			continue
-		}
-		b := traceBlock{comment: pre, cmd: l, line: i + 1}
-		pre = nil
-		if i+1 >= len(lines) || lines[i+1] != "----" {
-			t.Fatalf("%s:%d: command without ----", file, i+1)
-		}
-		i += 2
-		var out []string
-		for ; i < len(lines) && lines[i] != ""; i++ {
-			out = append(out, lines[i])
-		}
-		b.want = strings.Join(out, "\n")
-		blocks = append(blocks, b)
-	}
-	h := newHarness()
-	var buf bytes.Buffer
-	failed := false
-	for _, b := range blocks {
-		got := strings.TrimRight(h.run(t, b.cmd), "\n")
-		if !*rewrite && got != b.want {
-			t.Errorf("%s:%d: %s\n--- want:\n%s\n--- got:\n%s", file, b.line, b.cmd, b.want, got)
-			failed = true
-		}
-		for _, c := range b.comment {
-			buf.WriteString(c + "\n")
-		}
-		buf.WriteString(b.cmd + "\n----\n")
-		if got != "" {
-			buf.WriteString(got + "\n")
-		}
-		buf.WriteString("\n")
-	}
-	if *rewrite {
-		if err := os.WriteFile(file, []byte(strings.TrimRight(buf.String(), "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	} else if failed {
-		t.Log("run `go test ./internal/txn -rewrite` to accept the new output")
-	}
+	tracefmt.RunScripts(t, *rewrite, "./internal/txn", func(t *testing.T) func(string) string {
+		h := newHarness()
+		return func(cmd string) string { return h.run(t, cmd) }
+	})
 }
 
 type fakeTopics map[string]int32
