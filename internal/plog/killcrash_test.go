@@ -99,27 +99,7 @@ func TestKillDuringForcedAppends(t *testing.T) {
 	nextKey := int64(0)
 	for round := 0; round < 6; round++ {
 		wp := WritePath(round % 2)
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,%d", killChildEnv, dir, wp, nextKey))
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := make(chan string, 1024)
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
-		if first := <-lines; first != "ready" {
-			t.Fatalf("child: %q", first)
-		}
+		cmd, lines := startKillChild(t, fmt.Sprintf("%s=%s,%d,%d", killChildEnv, dir, wp, nextKey))
 		kill := time.After(time.Duration(20+rng.IntN(300)) * time.Millisecond)
 		roundAcks := 0
 	read:
@@ -184,4 +164,33 @@ func recordAck(t *testing.T, line string, acked map[int64]int64) int {
 	}
 	acked[key] = off
 	return 1
+}
+
+// startKillChild starts this test binary as a child with env added (which
+// makes it the writing child, not a test run), streams its stdout lines,
+// and returns once the child has printed "ready".
+func startKillChild(t *testing.T, env string) (*exec.Cmd, <-chan string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1024)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	if first := <-lines; first != "ready" {
+		t.Fatalf("child: %q", first)
+	}
+	return cmd, lines
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,27 +83,7 @@ func TestKillDuringTransactions(t *testing.T) {
 	nextKey := int64(1)
 	for round := range 4 {
 		wp := WritePath(round % 2)
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,%d", killTxnChildEnv, dir, wp, nextKey))
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := make(chan string, 1024)
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
-		if first := <-lines; first != "ready" {
-			t.Fatalf("child: %q", first)
-		}
+		cmd, lines := startKillChild(t, fmt.Sprintf("%s=%s,%d,%d", killTxnChildEnv, dir, wp, nextKey))
 		kill := time.After(time.Duration(50+rng.IntN(300)) * time.Millisecond)
 		roundMarkers := 0
 	read:
