@@ -29,6 +29,8 @@ type conn struct {
 	id  uint64
 	ip  string // key of the per-IP limit
 	log *slog.Logger
+	// session is the connection's security state (Request.Session).
+	session *Session
 
 	// ctx is the handlers' context: it ends when the connection is aborted,
 	// when the reader sees the client go (EOF, a read error, a limit), or
@@ -78,6 +80,7 @@ func newConn(s *Server, nc net.Conn, id uint64, ip string) *conn {
 		readCtx:  readCtx,
 		stopRead: stopRead,
 		queue:    make(chan *slot, s.cfg.MaxInFlight),
+		session:  NewSession(Plaintext.String(), Plaintext, nc.LocalAddr()),
 	}
 	c.lastWriteNanos.Store(time.Now().UnixNano())
 	return c
@@ -184,6 +187,7 @@ func (c *conn) serve() {
 		req.Remote = c.nc.RemoteAddr()
 		req.frame, req.reserved, req.budget = frame, reserved, c.s.budget
 		req.ConnID = c.id
+		req.Session = c.session
 		if releaseBodyFromFrame(req) {
 			// Nothing refers to the frame any more: a request that waits
 			// (long-poll fetch) holds no request bytes while it waits.

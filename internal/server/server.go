@@ -86,6 +86,9 @@ type Request struct {
 	Remote net.Addr
 	// ConnID identifies the connection within this server.
 	ConnID uint64
+	// Session is the connection's security state (listener, protocol,
+	// principal), the same for every request of the connection.
+	Session *Session
 
 	// orderDone, for a request of an Ordered key, lets the next ordered
 	// request of the connection start (see Sequenced).
