@@ -10,16 +10,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sushka-io/sushka/internal/clock"
+	"github.com/sushka-io/sushka/internal/coordloop"
 	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
-
-// maxDrain bounds how many queued requests one round takes: they share one
-// append and one fsync (group commit).
-const maxDrain = 256
-
-// inboxDepth bounds the requests queued for the driver.
-const inboxDepth = 1024
 
 // ErrClosed is returned by Do after Close.
 var ErrClosed = errors.New("group: coordinator closed")
@@ -42,38 +36,40 @@ type ServiceConfig struct {
 	OffsetsMaxBatchBytes int
 }
 
-// Service is the driver: the one goroutine that owns a Coordinator and the
-// __consumer_offsets Store. It feeds requests and ticks to the state
-// machine, persists each Ready's records (AckForced) and only then releases
-// its responses.
+// Service is the driver: the one goroutine (a coordloop.Loop) that owns a
+// Coordinator and the __consumer_offsets Store. It feeds requests and ticks
+// to the state machine, persists each Ready's records (AckForced) and only
+// then releases its responses.
 type Service struct {
 	cfg   ServiceConfig
 	log   *slog.Logger
 	clock clock.Clock
 	store *Store
+	loop  *coordloop.Loop[Request, kmsg.Response]
 
-	inbox chan op
-	stop  chan struct{}
-	done  chan struct{}
-
-	// Owned by the run goroutine.
-	c       *Coordinator
-	nextID  uint64
-	pending map[uint64]*call
+	// Owned by the loop's goroutine.
+	c *Coordinator
 	// retryAt is when retryBroken next reopens the broken partitions
 	// (zero: none is broken).
 	retryAt time.Time
 }
 
-type call struct {
-	req   Request
-	reply chan kmsg.Response // buffered 1: the driver never blocks on it
-}
+// machine is the Service as its loop drives it (coordloop.Machine).
+type machine struct{ s *Service }
 
-// op is a request or a function to run on the driver goroutine.
-type op struct {
-	call *call
-	fn   func(*Coordinator)
+func (m machine) Handle(id uint64, now time.Time, req Request) Request {
+	req.ID, req.Now = id, now
+	m.s.c.Handle(req)
+	return req
+}
+func (m machine) Tick(now time.Time) { m.s.c.Tick(now) }
+func (m machine) Retry(time.Time)    { m.s.retryBroken() }
+func (m machine) Flush()             { m.s.flush() }
+func (m machine) NextDeadline() time.Time {
+	return coordloop.Earliest(m.s.c.NextDeadline(), m.s.retryAt)
+}
+func (m machine) Stopped(req Request) kmsg.Response {
+	return ErrorResponse(req.Body, kerr.CoordinatorNotAvailable.Code)
 }
 
 // Start opens the store, replays it into a new coordinator and starts the
@@ -109,18 +105,15 @@ func Start(cfg ServiceConfig) (*Service, error) {
 	}
 	c.Loaded(cfg.Clock.Now())
 	s := &Service{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		clock:   cfg.Clock,
-		store:   store,
-		c:       c,
-		inbox:   make(chan op, inboxDepth),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
-		pending: make(map[uint64]*call),
+		cfg:   cfg,
+		log:   cfg.Logger,
+		clock: cfg.Clock,
+		store: store,
+		c:     c,
 	}
+	s.loop = coordloop.New[Request, kmsg.Response](machine{s}, cfg.Clock, idleTick, ErrClosed)
 	s.log.Info("group coordinator loaded", "records", len(records), "groups", len(c.groups), "took", time.Since(started).Round(time.Millisecond))
-	go s.run()
+	s.loop.Start()
 	return s, nil
 }
 
@@ -131,47 +124,13 @@ func (s *Service) Store() *Store { return s.store }
 // (a JoinGroup waits for the rebalance). ctx ending (the connection closed)
 // abandons the wait; the coordinator still answers into the void.
 func (s *Service) Do(ctx context.Context, clientID, clientHost string, body kmsg.Request) (kmsg.Response, error) {
-	c := &call{
-		req:   Request{ClientID: clientID, ClientHost: clientHost, Body: body},
-		reply: make(chan kmsg.Response, 1),
-	}
-	select {
-	case s.inbox <- op{call: c}:
-	case <-s.done:
-		return nil, ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	select {
-	case resp := <-c.reply:
-		return resp, nil
-	case <-s.done:
-		select {
-		case resp := <-c.reply:
-			return resp, nil
-		default:
-		}
-		return nil, ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return s.loop.Call(ctx, Request{ClientID: clientID, ClientHost: clientHost, Body: body})
 }
 
 // Inspect runs fn on the driver goroutine with the coordinator (admin,
 // tests) and waits for it.
 func (s *Service) Inspect(fn func(*Coordinator)) error {
-	done := make(chan struct{})
-	select {
-	case s.inbox <- op{fn: func(c *Coordinator) { fn(c); close(done) }}:
-	case <-s.done:
-		return ErrClosed
-	}
-	select {
-	case <-done:
-		return nil
-	case <-s.done:
-		return ErrClosed
-	}
+	return s.loop.Do(func() { fn(s.c) })
 }
 
 // SetAddress changes the address FindCoordinator answers.
@@ -182,81 +141,13 @@ func (s *Service) SetAddress(host string, port int32) {
 // Close stops the driver, answers the requests still waiting with
 // COORDINATOR_NOT_AVAILABLE and closes the store.
 func (s *Service) Close() error {
-	select {
-	case <-s.stop:
-	default:
-		close(s.stop)
-	}
-	<-s.done
+	s.loop.Stop()
 	return s.store.Close()
-}
-
-func (s *Service) run() {
-	defer close(s.done)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		s.resetTimer(timer)
-		select {
-		case <-s.stop:
-			for id, c := range s.pending {
-				c.reply <- ErrorResponse(c.req.Body, kerr.CoordinatorNotAvailable.Code)
-				delete(s.pending, id)
-			}
-			return
-		case o := <-s.inbox:
-			s.retryBroken()
-			s.take(o)
-		drain:
-			for i := 1; i < maxDrain; i++ {
-				select {
-				case o := <-s.inbox:
-					s.take(o)
-				default:
-					break drain
-				}
-			}
-		case <-timer.C:
-			s.retryBroken()
-			s.c.Tick(s.clock.Now())
-		}
-		s.flush()
-	}
 }
 
 // idleTick is the longest the driver goes without a Tick: Kafka's
 // offsets.retention.check.interval.ms, so expired offsets go on time.
 const idleTick = 10 * time.Minute
-
-func (s *Service) resetTimer(t *time.Timer) {
-	if !t.Stop() {
-		select {
-		case <-t.C:
-		default:
-		}
-	}
-	d := idleTick
-	if next := s.c.NextDeadline(); !next.IsZero() && next.Sub(s.clock.Now()) < d {
-		d = max(next.Sub(s.clock.Now()), time.Millisecond)
-	}
-	if !s.retryAt.IsZero() && s.retryAt.Sub(s.clock.Now()) < d {
-		d = max(s.retryAt.Sub(s.clock.Now()), time.Millisecond)
-	}
-	t.Reset(d)
-}
-
-func (s *Service) take(o op) {
-	if o.fn != nil {
-		o.fn(s.c)
-		return
-	}
-	c := o.call
-	s.nextID++
-	c.req.ID = s.nextID
-	c.req.Now = s.clock.Now()
-	s.pending[c.req.ID] = c
-	s.c.Handle(c.req)
-}
 
 // flush persists the Ready's records, then releases its responses. What
 // could not be persisted fails alone (see reload.go): a record too large
@@ -310,26 +201,20 @@ func (s *Service) flush() {
 		rd.Responses = append(rd.Responses, s.c.Ready().Responses...)
 	}
 	for _, r := range rd.Responses {
-		c := s.pending[r.ID]
-		if c == nil {
-			continue
-		}
-		delete(s.pending, r.ID)
-		body := r.Body
-		if wm, ok := c.req.Body.(*kmsg.WriteTxnMarkersRequest); ok && markersFailed(wm, failedParts) {
-			body = ErrorResponse(c.req.Body, kerr.NotCoordinator.Code)
-		}
-		for _, name := range requestGroups(c.req.Body) {
-			if failedParts[s.c.partitionFor(name)] {
-				body = ErrorResponse(c.req.Body, kerr.NotCoordinator.Code)
-				break
+		s.loop.Answer(r.ID, func(req Request) kmsg.Response {
+			if wm, ok := req.Body.(*kmsg.WriteTxnMarkersRequest); ok && markersFailed(wm, failedParts) {
+				return ErrorResponse(req.Body, kerr.NotCoordinator.Code)
 			}
-			if failedByTooLarge(c.req.Body, tooLarge[name]) {
-				body = ErrorResponse(c.req.Body, tooLargeCode(c.req.Body))
-				break
+			for _, name := range requestGroups(req.Body) {
+				if failedParts[s.c.partitionFor(name)] {
+					return ErrorResponse(req.Body, kerr.NotCoordinator.Code)
+				}
+				if failedByTooLarge(req.Body, tooLarge[name]) {
+					return ErrorResponse(req.Body, tooLargeCode(req.Body))
+				}
 			}
-		}
-		c.reply <- body
+			return r.Body
+		})
 	}
 	if len(rd.Records) > 0 {
 		// After the responses: compaction's appends delay no one's ack.

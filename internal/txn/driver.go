@@ -11,17 +11,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sushka-io/sushka/internal/clock"
+	"github.com/sushka-io/sushka/internal/coordloop"
 	"github.com/sushka-io/sushka/internal/kvlog"
 	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
-
-// maxDrain bounds how many queued requests one round takes: they share one
-// append and one fsync.
-const maxDrain = 256
-
-// inboxDepth bounds the requests queued for the driver.
-const inboxDepth = 1024
 
 // reopenInterval is how often a broken __transaction_state partition is
 // reopened.
@@ -56,39 +50,43 @@ type ServiceConfig struct {
 	SegmentBytes      int64
 }
 
-// Service is the driver: the one goroutine that owns a Coordinator and the
-// __transaction_state store. It persists each Ready's records (AckForced),
-// then starts its marker jobs (each in a goroutine of its own, reporting
-// back through the inbox) and releases its responses.
+// Service is the driver: the one goroutine (a coordloop.Loop) that owns a
+// Coordinator and the __transaction_state store. It persists each Ready's
+// records (AckForced), then starts its marker jobs (each in a goroutine of
+// its own, reporting back through the loop) and releases its responses.
 type Service struct {
 	cfg   ServiceConfig
 	log   *slog.Logger
 	clock clock.Clock
 	store *kvlog.Store
-
-	inbox chan op
-	stop  chan struct{}
-	done  chan struct{}
+	loop  *coordloop.Loop[Request, Response]
 	// jobsCtx ends at Close: marker jobs in flight give up.
 	jobsCtx    context.Context
 	cancelJobs context.CancelFunc
 
-	// Owned by the run goroutine.
-	c       *Coordinator
-	nextID  uint64
-	pending map[uint64]*call
+	// Owned by the loop's goroutine.
+	c *Coordinator
+	// retryAt is when retryBroken next reopens the broken partitions
+	// (zero: none is broken).
 	retryAt time.Time
 }
 
-type call struct {
-	req   Request
-	reply chan Response // buffered 1
-}
+// machine is the Service as its loop drives it (coordloop.Machine).
+type machine struct{ s *Service }
 
-type op struct {
-	call    *call
-	fn      func(*Coordinator)
-	markers *MarkerResult
+func (m machine) Handle(id uint64, now time.Time, req Request) Request {
+	req.ID, req.Now = id, now
+	m.s.c.Handle(req)
+	return req
+}
+func (m machine) Tick(now time.Time) { m.s.c.Tick(now) }
+func (m machine) Retry(time.Time)    { m.s.retryBroken() }
+func (m machine) Flush()             { m.s.flush() }
+func (m machine) NextDeadline() time.Time {
+	return coordloop.Earliest(m.s.c.NextDeadline(), m.s.retryAt)
+}
+func (m machine) Stopped(req Request) Response {
+	return errorResponse(req, kerr.CoordinatorNotAvailable.Code)
 }
 
 // Start opens the store, replays it into a new coordinator and starts the
@@ -121,20 +119,17 @@ func Start(cfg ServiceConfig) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		clock:   cfg.Clock,
-		store:   store,
-		c:       c,
-		inbox:   make(chan op, inboxDepth),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
-		pending: make(map[uint64]*call),
+		cfg:   cfg,
+		log:   cfg.Logger,
+		clock: cfg.Clock,
+		store: store,
+		c:     c,
 	}
+	s.loop = coordloop.New[Request, Response](machine{s}, cfg.Clock, idleTick, ErrClosed)
 	s.jobsCtx, s.cancelJobs = context.WithCancel(context.Background())
 	c.Loaded(cfg.Clock.Now()) // prepared transactions ask for their markers again
 	s.log.Info("transaction coordinator loaded", "records", len(records), "transactional_ids", len(c.txns))
-	go s.run()
+	s.loop.Start()
 	return s, nil
 }
 
@@ -142,27 +137,7 @@ func Start(cfg ServiceConfig) (*Service, error) {
 func (s *Service) Store() *kvlog.Store { return s.store }
 
 func (s *Service) do(ctx context.Context, req Request) (Response, error) {
-	c := &call{req: req, reply: make(chan Response, 1)}
-	select {
-	case s.inbox <- op{call: c}:
-	case <-s.done:
-		return Response{}, ErrClosed
-	case <-ctx.Done():
-		return Response{}, ctx.Err()
-	}
-	select {
-	case resp := <-c.reply:
-		return resp, nil
-	case <-s.done:
-		select {
-		case resp := <-c.reply:
-			return resp, nil
-		default:
-		}
-		return Response{}, ErrClosed
-	case <-ctx.Done():
-		return Response{}, ctx.Err()
-	}
+	return s.loop.Call(ctx, req)
 }
 
 // Do hands one transaction request to the coordinator and waits for its
@@ -186,18 +161,7 @@ func (s *Service) Verify(ctx context.Context, v Verify) int16 {
 // Inspect runs fn on the driver goroutine with the coordinator and waits
 // for it.
 func (s *Service) Inspect(fn func(*Coordinator)) error {
-	done := make(chan struct{})
-	select {
-	case s.inbox <- op{fn: func(c *Coordinator) { fn(c); close(done) }}:
-	case <-s.done:
-		return ErrClosed
-	}
-	select {
-	case <-done:
-		return nil
-	case <-s.done:
-		return ErrClosed
-	}
+	return s.loop.Do(func() { fn(s.c) })
 }
 
 // SetAddress changes the address FindCoordinator answers.
@@ -209,87 +173,15 @@ func (s *Service) SetAddress(host string, port int32) {
 // waiting with COORDINATOR_NOT_AVAILABLE and closes the store. Prepared
 // transactions stay prepared on disk: the next start writes their markers.
 func (s *Service) Close() error {
-	select {
-	case <-s.stop:
-	default:
-		close(s.stop)
-	}
 	s.cancelJobs()
-	<-s.done
+	s.loop.Stop()
 	return s.store.Close()
-}
-
-func (s *Service) run() {
-	defer close(s.done)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		s.resetTimer(timer)
-		select {
-		case <-s.stop:
-			for id, c := range s.pending {
-				c.reply <- s.errorResponse(c.req, kerr.CoordinatorNotAvailable.Code)
-				delete(s.pending, id)
-			}
-			return
-		case o := <-s.inbox:
-			s.retryBroken()
-			s.take(o)
-		drain:
-			for i := 1; i < maxDrain; i++ {
-				select {
-				case o := <-s.inbox:
-					s.take(o)
-				default:
-					break drain
-				}
-			}
-		case <-timer.C:
-			s.retryBroken()
-			s.c.Tick(s.clock.Now())
-		}
-		s.flush()
-	}
 }
 
 // idleTick is the longest the driver goes without a Tick.
 const idleTick = time.Minute
 
-func (s *Service) resetTimer(t *time.Timer) {
-	if !t.Stop() {
-		select {
-		case <-t.C:
-		default:
-		}
-	}
-	d := idleTick
-	now := s.clock.Now()
-	if next := s.c.NextDeadline(); !next.IsZero() && next.Sub(now) < d {
-		d = max(next.Sub(now), time.Millisecond)
-	}
-	if !s.retryAt.IsZero() && s.retryAt.Sub(now) < d {
-		d = max(s.retryAt.Sub(now), time.Millisecond)
-	}
-	t.Reset(d)
-}
-
-func (s *Service) take(o op) {
-	switch {
-	case o.fn != nil:
-		o.fn(s.c)
-	case o.markers != nil:
-		s.c.MarkersWritten(*o.markers, s.clock.Now())
-	default:
-		c := o.call
-		s.nextID++
-		c.req.ID = s.nextID
-		c.req.Now = s.clock.Now()
-		s.pending[c.req.ID] = c
-		s.c.Handle(c.req)
-	}
-}
-
-func (s *Service) errorResponse(req Request, code int16) Response {
+func errorResponse(req Request, code int16) Response {
 	if req.Verify != nil {
 		return Response{ID: req.ID, Code: code}
 	}
@@ -326,15 +218,12 @@ func (s *Service) flush() {
 		go s.writeMarkers(job)
 	}
 	for _, r := range rd.Responses {
-		c := s.pending[r.ID]
-		if c == nil {
-			continue
-		}
-		delete(s.pending, r.ID)
-		if id := requestID(c.req); id != "" && failed[s.c.partitionFor(id)] != nil {
-			r = s.errorResponse(c.req, kerr.NotCoordinator.Code)
-		}
-		c.reply <- r
+		s.loop.Answer(r.ID, func(req Request) Response {
+			if id := requestID(req); id != "" && failed[s.c.partitionFor(id)] != nil {
+				return errorResponse(req, kerr.NotCoordinator.Code)
+			}
+			return r
+		})
 	}
 	// The completions after the answers (see Ready), before the next
 	// round: later records of the same ids come after them in the log.
@@ -418,10 +307,7 @@ func (s *Service) writeMarkers(job MarkerJob) {
 			res.Failed = append(res.Failed, tp)
 		}
 	}
-	select {
-	case s.inbox <- op{markers: &res}:
-	case <-s.done:
-	}
+	s.loop.Post(func() { s.c.MarkersWritten(res, s.clock.Now()) })
 }
 
 // retryBroken reopens the broken partitions, at most every
