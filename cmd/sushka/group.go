@@ -69,13 +69,10 @@ func newGroupDescribeCmd(cf *clientFlags) *cobra.Command {
 				return cf.explain("describe groups", err)
 			}
 			w := cmd.OutOrStdout()
-			for i, name := range args {
-				if i > 0 {
-					fmt.Fprintln(w)
-				}
-				l, ok := lags[name]
-				if !ok {
-					return fmt.Errorf("group %s: no answer from the broker", name)
+			return describeEach(w, args, func(name string) error {
+				l, err := answerFor(lags, "group", name)
+				if err != nil {
+					return err
 				}
 				if err := l.Error(); err != nil {
 					return cf.explain("describe group "+name, err)
@@ -110,8 +107,8 @@ func newGroupDescribeCmd(cf *clientFlags) *cobra.Command {
 					}
 					fmt.Fprintf(w, "member %s (%s, %s): no partitions assigned\n", m.MemberID, m.ClientID, m.ClientHost)
 				}
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 }

@@ -4,6 +4,7 @@ package main
 // empty cell, and STATUS cells that remember the first failure.
 
 import (
+	"fmt"
 	"io"
 	"text/tabwriter"
 )
@@ -29,4 +30,28 @@ func statusCell(err error, first *error) string {
 		*first = err
 	}
 	return describeErr(err, "")
+}
+
+// describeEach shows each name in turn, a blank line between, and stops at
+// the first error: the shape of every `describe NAME...` command.
+func describeEach(w io.Writer, names []string, show func(name string) error) error {
+	for i, name := range names {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		if err := show(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// answerFor is the broker's answer about name in a per-name result, or an
+// error saying the broker gave none (what names the kind: "group").
+func answerFor[T any](answers map[string]T, what, name string) (T, error) {
+	a, ok := answers[name]
+	if !ok {
+		return a, fmt.Errorf("%s %s: no answer from the broker", what, name)
+	}
+	return a, nil
 }

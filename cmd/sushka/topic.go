@@ -164,15 +164,9 @@ func newTopicDescribeCmd(cf *clientFlags) *cobra.Command {
 				return err
 			}
 			defer cl.Close()
-			for i, t := range args {
-				if i > 0 {
-					fmt.Fprintln(cmd.OutOrStdout())
-				}
-				if err := describeTopic(cmd.Context(), cmd.OutOrStdout(), cf, adm, t); err != nil {
-					return err
-				}
-			}
-			return nil
+			return describeEach(cmd.OutOrStdout(), args, func(t string) error {
+				return describeTopic(cmd.Context(), cmd.OutOrStdout(), cf, adm, t)
+			})
 		},
 	}
 	return cmd

@@ -70,13 +70,10 @@ func newTxnDescribeCmd(cf *clientFlags) *cobra.Command {
 				return cf.explain("describe transactions", err)
 			}
 			w := cmd.OutOrStdout()
-			for i, id := range args {
-				if i > 0 {
-					fmt.Fprintln(w)
-				}
-				t, ok := described[id]
-				if !ok {
-					return fmt.Errorf("transactional id %s: no answer from the broker", id)
+			return describeEach(w, args, func(id string) error {
+				t, err := answerFor(described, "transactional id", id)
+				if err != nil {
+					return err
 				}
 				if t.Err != nil {
 					return cf.explain("describe transaction "+id, t.Err)
@@ -93,8 +90,8 @@ func newTxnDescribeCmd(cf *clientFlags) *cobra.Command {
 				}
 				fmt.Fprintf(w, "TRANSACTIONAL-ID  %s\nSTATE             %s\nPRODUCER-ID       %d\nPRODUCER-EPOCH    %d\nTIMEOUT           %s\nSTARTED           %s\nCOORDINATOR       %d\nPARTITIONS        %s\n",
 					t.TxnID, t.State, t.ProducerID, t.ProducerEpoch, time.Duration(t.TimeoutMillis)*time.Millisecond, started, t.Coordinator, orDash(strings.Join(partitions, " ")))
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 }
