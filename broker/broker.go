@@ -181,8 +181,8 @@ type Broker struct {
 	// when ServeListener starts each.
 	listeners []ListenerInfo
 	shutdown  bool
-	stopBG     chan struct{}
-	bgDone     chan struct{}
+	stopBG    chan struct{}
+	bgDone    chan struct{}
 }
 
 // Bool returns a pointer to b, for Config.AutoCreateTopics.

@@ -17,12 +17,12 @@
 package api
 
 import (
-	"slices"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
