@@ -191,7 +191,8 @@ func listenerBanner(b *broker.Broker, f serveFlags) string {
 		if name != ln.Protocol.String() {
 			name += " (" + ln.Protocol.String() + ")"
 		}
-		fmt.Fprintf(&sb, "  kafka listener   %s on %s (advertised %s)", name, ln.Addr, ln.Advertised)
+		// The address first: tools read it from "kafka listener ADDR".
+		fmt.Fprintf(&sb, "  kafka listener   %s %s (advertised %s)", ln.Addr, name, ln.Advertised)
 		if ln.Protocol.TLS() {
 			fmt.Fprintf(&sb, ", TLS 1.2+ with %s, client certificates %s", f.tlsCertFile, f.tlsClientAuth)
 		}
