@@ -239,3 +239,55 @@ func (c *conn) handshake(tc *tls.Conn) bool {
 func looksLikeTLS(prefix [4]byte) bool {
 	return prefix[0] == 0x16 && prefix[1] == 0x03 && prefix[2] <= 0x04
 }
+
+// recordBatcher sits between a TLS connection and its socket. crypto/tls
+// writes each record (at most 16 KiB) with a write(2) of its own; while the
+// writer sends a piece of a response (progressWriter.Write), the batcher
+// collects that piece's records in a pooled buffer and sends them with
+// one write, four times fewer system calls on the fetch path. Outside a
+// piece (the handshake, alerts, a key update from the reader goroutine)
+// writes pass straight through.
+type recordBatcher struct {
+	net.Conn
+
+	mu  sync.Mutex
+	buf *[]byte // non-nil while a piece is being written
+}
+
+// batchBufPool holds the buffers of pieces being written: a piece of
+// copyChunkBytes and its records' headers, MACs and padding.
+var batchBufPool = sync.Pool{New: func() any { b := make([]byte, 0, copyChunkBytes+8<<10); return &b }}
+
+func (b *recordBatcher) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	if b.buf != nil {
+		*b.buf = append(*b.buf, p...)
+		b.mu.Unlock()
+		return len(p), nil
+	}
+	b.mu.Unlock()
+	return b.Conn.Write(p)
+}
+
+// start begins collecting records.
+func (b *recordBatcher) start() {
+	b.mu.Lock()
+	b.buf = batchBufPool.Get().(*[]byte)
+	b.mu.Unlock()
+}
+
+// flush sends what was collected since start (under the write deadline
+// already armed) and writes straight through again.
+func (b *recordBatcher) flush() error {
+	b.mu.Lock()
+	bp := b.buf
+	b.buf = nil
+	b.mu.Unlock()
+	if bp == nil {
+		return nil
+	}
+	_, err := b.Conn.Write(*bp)
+	*bp = (*bp)[:0]
+	batchBufPool.Put(bp)
+	return err
+}
