@@ -265,6 +265,16 @@ func runServe(ctx context.Context, f serveFlags) error {
 			l.Close()
 		}
 	}()
+	// The admin socket opens with the Kafka ones, so a client that sees
+	// the Kafka port up finds the admin port listening too (its requests
+	// wait in the backlog until the broker has recovered and serves them).
+	var al net.Listener
+	if f.adminListen != "" {
+		if al, err = net.Listen("tcp", f.adminListen); err != nil {
+			return fmt.Errorf("admin listener on %s: %w (choose another --admin-listen, or \"\" to disable)", f.adminListen, err)
+		}
+		defer al.Close()
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -321,12 +331,7 @@ func runServe(ctx context.Context, f serveFlags) error {
 
 	var adminSrv *http.Server
 	adminAddr := "disabled"
-	if f.adminListen != "" {
-		al, err := net.Listen("tcp", f.adminListen)
-		if err != nil {
-			shutdown()
-			return fmt.Errorf("admin listener on %s: %w (choose another --admin-listen, or \"\" to disable)", f.adminListen, err)
-		}
+	if al != nil {
 		adminAddr = al.Addr().String() + ", " + adminAuth.describe()
 		if f.adminPprof {
 			adminAddr += ", with /debug/pprof/"
