@@ -35,8 +35,8 @@ type conn struct {
 	// piece's TLS records with one write.
 	batcher *recordBatcher
 	id      uint64
-	ip      string // key of the per-IP limit
-	log     *slog.Logger
+	ip  string // key of the per-IP limit
+	log *slog.Logger
 	// session is the connection's security state (Request.Session).
 	session *Session
 
