@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -456,64 +455,6 @@ type countingConn struct {
 func (c *countingConn) Write(p []byte) (int, error) {
 	c.n++
 	return c.Conn.Write(p)
-}
-
-// BenchmarkTLSWriteFrame writes a fetch-like frame (a 1 MiB file range)
-// over a loopback TLS connection, its records batched per piece or one
-// write per record (the client decrypting in the same process).
-func BenchmarkTLSWriteFrame(b *testing.B) {
-	fx := newTLSFixture(&testing.T{}, ClientAuthNone)
-	srvCfg, err := NewTLSConfig(fx.files, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	f, err := vfs.Default.Create(filepath.Join(b.TempDir(), "seg"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.Write(bytes.Repeat([]byte("0123456789abcdef"), 1<<16)); err != nil {
-		b.Fatal(err)
-	}
-	frame := &Frame{Pieces: []Piece{{Bytes: make([]byte, 60)}, {File: f, Pos: 0, Len: 1 << 20}}}
-	for _, batched := range []bool{false, true} {
-		b.Run(fmt.Sprintf("batched=%v", batched), func(b *testing.B) {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer l.Close()
-			go func() {
-				c, err := tls.Dial("tcp", l.Addr().String(), fx.clientConfig(nil))
-				if err != nil {
-					return
-				}
-				io.Copy(io.Discard, c)
-				c.Close()
-			}()
-			raw, err := l.Accept()
-			if err != nil {
-				b.Fatal(err)
-			}
-			batcher := &recordBatcher{Conn: raw}
-			tc := tls.Server(batcher, srvCfg)
-			defer tc.Close()
-			if err := tc.Handshake(); err != nil {
-				b.Fatal(err)
-			}
-			w := progressWriter{nc: tc, copying: true, timeout: 10 * time.Second}
-			if batched {
-				w.batcher = batcher
-			}
-			b.SetBytes(frame.Len())
-			b.ResetTimer()
-			for range b.N {
-				if err := writeFrame(w, nil, frame); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
 }
 
 // BenchmarkTLSWriteFrame writes a fetch-like frame (a 1 MiB file range)
