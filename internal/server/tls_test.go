@@ -506,3 +506,41 @@ func BenchmarkTLSWriteFrame(b *testing.B) {
 		}
 	}
 }
+
+// TestTLSHandshakeCountsTowardConnectionLimits: a connection that has not
+// finished its handshake holds its connection slot (the handshake runs in
+// the connection's goroutine, after accept counted it) until the
+// handshake deadline frees it.
+func TestTLSHandshakeCountsTowardConnectionLimits(t *testing.T) {
+	fx := newTLSFixture(t, ClientAuthNone)
+	_, tlsAddr, _ := startTLSServer(t, &stubHandler{}, SSL, fx.files, Config{MaxConnections: 1, FrameReadTimeout: 500 * time.Millisecond})
+	stalled, err := net.Dial("tcp", tlsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	time.Sleep(100 * time.Millisecond) // accepted and counted
+	c, err := tls.Dial("tcp", tlsAddr, fx.clientConfig(nil))
+	if err == nil {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+		c.Close()
+	}
+	if err == nil {
+		t.Fatal("a second connection was served beside a stalled handshake with MaxConnections 1")
+	}
+	expectClosed(t, stalled) // the handshake deadline
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := tls.Dial("tcp", tlsAddr, fx.clientConfig(nil))
+		if err == nil {
+			roundTrip(t, c, 1)
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot was not freed: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
