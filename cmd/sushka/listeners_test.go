@@ -13,6 +13,7 @@ import (
 
 	"github.com/sushka-io/sushka/internal/certs"
 	"github.com/sushka-io/sushka/internal/server"
+	"github.com/sushka-io/sushka/test/testbroker"
 )
 
 // TestParseListeners: Kafka's listeners, advertised.listeners and
@@ -60,16 +61,6 @@ func TestParseListeners(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // TestTLSInitServeAndConnect is the quick start: `sushka tls init`, then
 // `sushka serve` with a PLAINTEXT and an SSL listener requiring client
 // certificates, then the CLI over each; the wrong way round fails with a
@@ -104,7 +95,7 @@ func TestTLSInitServeAndConnect(t *testing.T) {
 		t.Fatal("tls init overwrote an existing CA")
 	}
 
-	plain, ssl := "127.0.0.1:"+strconv.Itoa(freePort(t)), "127.0.0.1:"+strconv.Itoa(freePort(t))
+	plain, ssl := "127.0.0.1:"+strconv.Itoa(testbroker.FreePort(t)), "127.0.0.1:"+strconv.Itoa(testbroker.FreePort(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	serveCmd := newServeCmd()
 	serveCmd.SetArgs([]string{"--data-dir", t.TempDir(), "--admin-listen", "", "--log-level", "error",
