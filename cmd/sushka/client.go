@@ -245,7 +245,7 @@ type clientTLSFlags struct {
 func (f *clientTLSFlags) register(fs *pflag.FlagSet) {
 	f.fs = fs
 	enabled, _ := strconv.ParseBool(os.Getenv("SUSHKA_TLS"))
-	fs.BoolVar(&f.enabled, "tls", enabled, "connect with TLS (listeners SSL and SASL_SSL; implied by the other --tls-* flags; env SUSHKA_TLS)")
+	fs.BoolVar(&f.enabled, "tls", enabled, "connect with TLS (listeners SSL and SASL_SSL; implied by --tls-ca-file, or a client certificate given as a flag; env SUSHKA_TLS)")
 	fs.StringVar(&f.caFile, "tls-ca-file", os.Getenv("SUSHKA_TLS_CA_FILE"), "PEM CA to verify the broker's certificate with (default: the system's; env SUSHKA_TLS_CA_FILE)")
 	fs.StringVar(&f.certFile, "tls-cert-file", os.Getenv("SUSHKA_TLS_CERT_FILE"), "PEM client certificate, for listeners that ask for one (env SUSHKA_TLS_CERT_FILE)")
 	fs.StringVar(&f.keyFile, "tls-key-file", os.Getenv("SUSHKA_TLS_KEY_FILE"), "PEM private key of --tls-cert-file (env SUSHKA_TLS_KEY_FILE)")
