@@ -339,7 +339,8 @@ func runServe(ctx context.Context, f serveFlags) error {
 		if adminRemote {
 			adminAddr += ", reachable from other hosts"
 		}
-		adminSrv = &http.Server{Handler: adminAuth.wrap(adminMux(b, reg, dataDir, storageDesc, f.adminPprof)), ReadHeaderTimeout: 10 * time.Second, TLSConfig: adminAuth.tls}
+		adminSrv = &http.Server{Handler: adminAuth.wrap(adminMux(b, reg, dataDir, storageDesc, f.adminPprof)), ReadHeaderTimeout: 10 * time.Second, TLSConfig: adminAuth.tls,
+			ErrorLog: slog.NewLogLogger(logger.With("component", "admin").Handler(), slog.LevelWarn)}
 		if adminAuth.tls != nil {
 			go adminSrv.ServeTLS(al, "", "")
 		} else {
