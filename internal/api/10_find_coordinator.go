@@ -28,8 +28,10 @@ func init() { regKey(10, 0, 6, (*Handler).handleFindCoordinator) }
 const coordinatorTypeTransaction = 1
 
 func (h *Handler) handleFindCoordinator(ctx context.Context, creq *server.Request, req *kmsg.FindCoordinatorRequest) server.Response {
-	if req.CoordinatorType == coordinatorTypeTransaction {
-		return h.handleTxn(ctx, req)
-	}
-	return h.handleGroup(ctx, creq)
+	return h.authorizedCoordinated(creq, func() server.Response {
+		if req.CoordinatorType == coordinatorTypeTransaction {
+			return h.handleTxn(ctx, req)
+		}
+		return h.handleGroup(ctx, creq)
+	})
 }
