@@ -2,6 +2,9 @@ package api
 
 import (
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/acl"
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // DescribeCluster: v0-2
@@ -14,14 +17,22 @@ import (
 // Version notes:
 // * v1: EndpointType; v2: IncludeFencedBrokers, IsFenced
 
-func init() { regKey(60, 0, 2, replying((*Handler).handleDescribeCluster)) }
+func init() { regKey(60, 0, 2, replyingFor((*Handler).handleDescribeCluster)) }
 
-func (h *Handler) handleDescribeCluster(req *kmsg.DescribeClusterRequest) kmsg.Response {
+func (h *Handler) handleDescribeCluster(creq *server.Request, req *kmsg.DescribeClusterRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeClusterResponse)
 	resp.ClusterID = h.cfg.Catalog.ClusterID()
 	resp.ControllerID = h.cfg.NodeID
 	resp.EndpointType = req.EndpointType
 	resp.ClusterAuthorizedOperations = -2147483648
+	if req.IncludeClusterAuthorizedOperations {
+		// KIP-430, as Kafka: the operations only to who may describe the
+		// cluster (0 to others); the brokers to everyone.
+		resp.ClusterAuthorizedOperations = 0
+		if h.allowedCluster(creq, acl.Describe) {
+			resp.ClusterAuthorizedOperations = h.authorizedOperations(creq, acl.Cluster, acl.ClusterName)
+		}
+	}
 	b := kmsg.NewDescribeClusterResponseBroker()
 	b.NodeID = h.cfg.NodeID
 	b.Host, b.Port = h.advertisedAddr()
