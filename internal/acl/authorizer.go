@@ -85,7 +85,7 @@ func (a *Authorizer) Authorize(principalType, principalName string, host netip.A
 	if a == nil || !a.cfg.Enabled {
 		return true
 	}
-	if a.super[principalKey{principalType, principalName}] {
+	if len(a.super) > 0 && a.super[principalKey{principalType, principalName}] {
 		return true
 	}
 	ti := a.idx.Load().types[indexOf(rt)]
@@ -96,7 +96,7 @@ func (a *Authorizer) Authorize(principalType, principalName string, host netip.A
 	// Deny wins wherever it is found, so every section is checked for a
 	// deny before an allow is believed (as Kafka's findAclRule).
 	q.check(ti.literal[name])
-	q.check(ti.literal[Wildcard])
+	q.check(ti.wildcard)
 	for _, n := range ti.prefixLens {
 		if n > len(name) {
 			break
@@ -249,6 +249,7 @@ func indexOf(rt ResourceType) int {
 // number of bindings.
 type typeIndex struct {
 	literal    map[string][]entry
+	wildcard   []entry // literal["*"], kept apart: every check reads it
 	prefixed   map[string][]entry
 	prefixLens []int
 }
@@ -302,6 +303,7 @@ func buildIndex(bindings []Binding) *index {
 			ti.prefixLens = append(ti.prefixLens, n)
 		}
 		sort.Ints(ti.prefixLens)
+		ti.wildcard = ti.literal[Wildcard]
 	}
 	return ix
 }

@@ -231,6 +231,15 @@ func TestAuthorizeAllocatesNothing(t *testing.T) {
 }
 
 func BenchmarkAuthorize(b *testing.B) {
+	off := New(Config{})
+	b.Run("off", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if !off.Authorize("User", "bench", clientIP, Topic, "bench.orders", Write) {
+				b.Fatal("denied")
+			}
+		}
+	})
 	for _, n := range []int{10, 10_000} {
 		a := enabled(manyBindings(n)...)
 		b.Run(fmt.Sprintf("acls=%d/allowed", n), func(b *testing.B) {
