@@ -517,6 +517,11 @@ func (h *Handler) Handle(ctx context.Context, req *server.Request) server.Respon
 		h.log.Error("closing connection: no handler", "key", req.Key, "client", req.Remote)
 		return server.Response{None: true, Close: true}
 	}
+	if k.authz.gate != nil {
+		if refused := k.authz.gate(h, req); refused != nil {
+			return reply(refused) // authz.go: refused whole, before the handler
+		}
+	}
 	return k.handle(h, ctx, req)
 }
 

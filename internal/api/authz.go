@@ -72,6 +72,15 @@ var authzRules = map[int16]authzRule{
 	66: filtering(on(acl.TransactionalID, acl.Describe)).note("the transactions the principal may describe"),
 	68: needs(kerr.GroupAuthorizationFailed, on(acl.Group, acl.Read), on(acl.Topic, acl.Describe)).note("DESCRIBE on every subscribed topic name, else TOPIC_AUTHORIZATION_FAILED"),
 	69: needs(kerr.GroupAuthorizationFailed, on(acl.Group, acl.Describe)).note("per group; KIP-430 authorized operations"),
+
+	// The security keys of the sibling parts (sasl: 17, 36, 50, 51; quota:
+	// 48, 49): a rule for a key not registered is unused until it is.
+	17: noAuthz("SASL authenticates the connection: served before it, as Kafka"),
+	36: noAuthz("SASL authenticates the connection: served before it, as Kafka"),
+	48: gatedOnCluster(acl.DescribeConfigs, refuseDescribeClientQuotas),
+	49: gatedOnCluster(acl.AlterConfigs, refuseAlterClientQuotas),
+	50: gatedOnCluster(acl.Describe, refuseDescribeUserSCRAM),
+	51: gatedOnCluster(acl.Alter, refuseAlterUserSCRAM),
 }
 
 // authzRule is what one API key needs: every need must hold, each by one of
@@ -84,6 +93,9 @@ type authzRule struct {
 	none      bool   // the key needs nothing (ApiVersions, SASL)
 	notes     string // how and where the key answers a denial
 	specified bool   // set by the constructors: the zero rule is no rule
+	// gate, if set, is checked by Handle before the key's handler: a
+	// refusal for the whole request, or nil (gatedOnCluster).
+	gate func(h *Handler, creq *server.Request) kmsg.Response
 }
 
 // need is one requirement, met by any of its grants.
@@ -108,6 +120,66 @@ func on(rt acl.ResourceType, op acl.Operation) need { return need{{rt, op}} }
 func anyOf(gs ...grant) need { return need(gs) }
 
 func (r authzRule) note(s string) authzRule { r.notes = s; return r }
+
+// gatedOnCluster is the rule of a cluster-wide admin key that Kafka
+// refuses whole without op on the cluster: Handle checks it before the
+// handler, and refuse builds the key's answer with the error.
+func gatedOnCluster(op acl.Operation, refuse func(req kmsg.Request, code int16) kmsg.Response) authzRule {
+	r := needs(kerr.ClusterAuthorizationFailed, on(acl.Cluster, op)).note("the whole request, before the handler")
+	r.gate = func(h *Handler, creq *server.Request) kmsg.Response {
+		if h.allowedCluster(creq, op) {
+			return nil
+		}
+		return refuse(creq.Body, kerr.ClusterAuthorizationFailed.Code)
+	}
+	return r
+}
+
+// The refusals of the gated keys, each as Kafka's getErrorResponse.
+
+func refuseDescribeClientQuotas(req kmsg.Request, code int16) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.DescribeClientQuotasResponse)
+	resp.ErrorCode = code
+	return resp
+}
+
+func refuseAlterClientQuotas(req kmsg.Request, code int16) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.AlterClientQuotasResponse)
+	for _, e := range req.(*kmsg.AlterClientQuotasRequest).Entries {
+		re := kmsg.NewAlterClientQuotasResponseEntry()
+		re.ErrorCode = code
+		for _, p := range e.Entity {
+			re.Entity = append(re.Entity, kmsg.AlterClientQuotasResponseEntryEntity{Type: p.Type, Name: p.Name})
+		}
+		resp.Entries = append(resp.Entries, re)
+	}
+	return resp
+}
+
+func refuseDescribeUserSCRAM(req kmsg.Request, code int16) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.DescribeUserSCRAMCredentialsResponse)
+	resp.ErrorCode = code
+	return resp
+}
+
+func refuseAlterUserSCRAM(req kmsg.Request, code int16) kmsg.Response {
+	r := req.(*kmsg.AlterUserSCRAMCredentialsRequest)
+	resp := req.ResponseKind().(*kmsg.AlterUserSCRAMCredentialsResponse)
+	seen := map[string]bool{}
+	add := func(user string) {
+		if !seen[user] {
+			seen[user] = true
+			resp.Results = append(resp.Results, kmsg.AlterUserSCRAMCredentialsResponseResult{User: user, ErrorCode: code})
+		}
+	}
+	for _, d := range r.Deletions {
+		add(d.Name)
+	}
+	for _, u := range r.Upsertions {
+		add(u.Name)
+	}
+	return resp
+}
 
 // ruleFor returns key's rule; regKey panics on a key without one.
 func ruleFor(key int16) authzRule {

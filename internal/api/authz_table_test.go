@@ -285,6 +285,30 @@ var authzCases = map[int16]authzCase{
 		r.Groups = []string{authzGroup}
 		return r
 	}},
+
+	// The sibling parts' keys (served once they merge).
+	17: {request: func() kmsg.Request {
+		r := kmsg.NewPtrSASLHandshakeRequest()
+		r.Mechanism = "PLAIN"
+		return r
+	}},
+	36: {request: func() kmsg.Request { return kmsg.NewPtrSASLAuthenticateRequest() }},
+	48: {request: func() kmsg.Request { return kmsg.NewPtrDescribeClientQuotasRequest() }},
+	49: {request: func() kmsg.Request {
+		r := kmsg.NewPtrAlterClientQuotasRequest()
+		r.ValidateOnly = true
+		r.Entries = []kmsg.AlterClientQuotasRequestEntry{{
+			Entity: []kmsg.AlterClientQuotasRequestEntryEntity{{Type: "user", Name: str("authz-user")}},
+			Ops:    []kmsg.AlterClientQuotasRequestEntryOp{{Key: "producer_byte_rate", Value: 1 << 20}},
+		}}
+		return r
+	}},
+	50: {request: func() kmsg.Request { return kmsg.NewPtrDescribeUserSCRAMCredentialsRequest() }},
+	51: {request: func() kmsg.Request {
+		r := kmsg.NewPtrAlterUserSCRAMCredentialsRequest()
+		r.Deletions = []kmsg.AlterUserSCRAMCredentialsRequestDeletion{{Name: "authz-user", Mechanism: 1}}
+		return r
+	}},
 }
 
 // authzCodes are the authorization errors.
