@@ -4,8 +4,8 @@ package main
 // DeleteACLs) with kadm, in the manner of kafka-acls.sh.
 
 import (
+	"context"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -201,11 +201,33 @@ func (f *aclFilterFlags) builder() (*kadm.ACLBuilder, error) {
 	return b, b.ValidateFilter()
 }
 
-func printACLs(tw io.Writer, rows [][]string) {
+// aclRow is one ACL as list and delete print it.
+func aclRow(principal, host string, op kadm.ACLOperation, perm kmsg.ACLPermissionType, rt kmsg.ACLResourceType, name string, pattern kadm.ACLPattern) []string {
+	return []string{principal, host, op.String(), perm.String(), rt.String(), name, pattern.String()}
+}
+
+// runACLFilter is list's and delete's body: the filters' builder, the
+// request (call returns the rows of its answer), the table.
+func runACLFilter(cmd *cobra.Command, cf *clientFlags, f *aclFilterFlags, what string, call func(ctx context.Context, adm *kadm.Client, b *kadm.ACLBuilder) ([][]string, error)) error {
+	b, err := f.builder()
+	if err != nil {
+		return err
+	}
+	ctx, adm, done, err := cf.adminRequest(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer done()
+	rows, err := call(ctx, adm, b)
+	if err != nil {
+		return cf.explain(what, err)
+	}
+	tw := newTabWriter(cmd.OutOrStdout())
 	fmt.Fprintln(tw, "PRINCIPAL\tHOST\tOPERATION\tPERMISSION\tRESOURCE-TYPE\tRESOURCE-NAME\tPATTERN")
 	for _, r := range rows {
 		fmt.Fprintln(tw, strings.Join(r, "\t"))
 	}
+	return tw.Flush()
 }
 
 func newACLListCmd(cf *clientFlags) *cobra.Command {
@@ -216,36 +238,27 @@ func newACLListCmd(cf *clientFlags) *cobra.Command {
 		Short:   "List ACLs (all, or those the filters select)",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := f.builder()
-			if err != nil {
-				return err
-			}
-			ctx, adm, done, err := cf.adminRequest(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			results, err := adm.DescribeACLs(ctx, b)
-			if err != nil {
-				return cf.explain("list ACLs", err)
-			}
-			var rows [][]string
-			seen := map[string]bool{} // filters may overlap
-			for _, r := range results {
-				if r.Err != nil {
-					return cf.explain("list ACLs", r.Err)
+			return runACLFilter(cmd, cf, &f, "list ACLs", func(ctx context.Context, adm *kadm.Client, b *kadm.ACLBuilder) ([][]string, error) {
+				results, err := adm.DescribeACLs(ctx, b)
+				if err != nil {
+					return nil, err
 				}
-				for _, d := range r.Described {
-					row := []string{d.Principal, d.Host, d.Operation.String(), d.Permission.String(), d.Type.String(), d.Name, d.Pattern.String()}
-					if k := strings.Join(row, "\x00"); !seen[k] {
-						seen[k] = true
-						rows = append(rows, row)
+				var rows [][]string
+				seen := map[string]bool{} // filters may overlap
+				for _, r := range results {
+					if r.Err != nil {
+						return nil, r.Err
+					}
+					for _, d := range r.Described {
+						row := aclRow(d.Principal, d.Host, d.Operation, d.Permission, d.Type, d.Name, d.Pattern)
+						if k := strings.Join(row, "\x00"); !seen[k] {
+							seen[k] = true
+							rows = append(rows, row)
+						}
 					}
 				}
-			}
-			tw := newTabWriter(cmd.OutOrStdout())
-			printACLs(tw, rows)
-			return tw.Flush()
+				return rows, nil
+			})
 		},
 	}
 	f.register(cmd.Flags())
@@ -263,31 +276,22 @@ func newACLDeleteCmd(cf *clientFlags) *cobra.Command {
 			if !f.any() && !all {
 				return fmt.Errorf("give a filter (--topic, --group, --principal, ...), or --all to delete every ACL")
 			}
-			b, err := f.builder()
-			if err != nil {
-				return err
-			}
-			ctx, adm, done, err := cf.adminRequest(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			results, err := adm.DeleteACLs(ctx, b)
-			if err != nil {
-				return cf.explain("delete ACLs", err)
-			}
-			var rows [][]string
-			for _, r := range results {
-				if r.Err != nil {
-					return cf.explain("delete ACLs", r.Err)
+			return runACLFilter(cmd, cf, &f, "delete ACLs", func(ctx context.Context, adm *kadm.Client, b *kadm.ACLBuilder) ([][]string, error) {
+				results, err := adm.DeleteACLs(ctx, b)
+				if err != nil {
+					return nil, err
 				}
-				for _, d := range r.Deleted {
-					rows = append(rows, []string{d.Principal, d.Host, d.Operation.String(), d.Permission.String(), d.Type.String(), d.Name, d.Pattern.String()})
+				var rows [][]string
+				for _, r := range results {
+					if r.Err != nil {
+						return nil, r.Err
+					}
+					for _, d := range r.Deleted {
+						rows = append(rows, aclRow(d.Principal, d.Host, d.Operation, d.Permission, d.Type, d.Name, d.Pattern))
+					}
 				}
-			}
-			tw := newTabWriter(cmd.OutOrStdout())
-			printACLs(tw, rows)
-			return tw.Flush()
+				return rows, nil
+			})
 		},
 	}
 	f.register(cmd.Flags())

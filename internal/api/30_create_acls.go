@@ -43,34 +43,24 @@ const (
 func (h *Handler) handleCreateACLs(creq *server.Request, req *kmsg.CreateACLsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.CreateACLsResponse)
 	resp.Results = make([]kmsg.CreateACLsResponseResult, len(req.Creations))
-	failAll := func(code int16, msg string) kmsg.Response {
-		for i := range resp.Results {
-			resp.Results[i].ErrorCode, resp.Results[i].ErrorMessage = code, &msg
-		}
-		return resp
+	fail := func(i int, code int16, msg *string) {
+		resp.Results[i].ErrorCode, resp.Results[i].ErrorMessage = code, msg
 	}
-	if code, msg := h.aclAdminRefused(creq, acl.Alter); code != 0 {
-		return failAll(code, msg)
-	}
-	if len(req.Creations) > maxACLsPerRequest {
-		return failAll(kerr.InvalidRequest.Code, fmt.Sprintf("%d ACL creations in one request, at most %d", len(req.Creations), maxACLsPerRequest))
-	}
-	var valid []acl.Binding
-	var at []int
-	for i, c := range req.Creations {
-		b := acl.Binding{ResourceType: c.ResourceType, ResourceName: c.ResourceName, PatternType: c.ResourcePatternType,
+	valid, at, ok := aclAdminItems(h, creq, req.Creations, "ACL creations", func(c kmsg.CreateACLsRequestCreation) acl.Binding {
+		return acl.Binding{ResourceType: c.ResourceType, ResourceName: c.ResourceName, PatternType: c.ResourcePatternType,
 			Principal: c.Principal, Host: c.Host, Operation: c.Operation, Permission: c.PermissionType}
-		if err := b.Validate(); err != nil {
-			resp.Results[i].ErrorCode, resp.Results[i].ErrorMessage = kerr.InvalidRequest.Code, errMessage(err)
-			continue
-		}
-		valid = append(valid, b)
-		at = append(at, i)
+	}, acl.Binding.Validate, fail)
+	if !ok {
+		return resp
 	}
 	h.aclMu.Lock()
 	defer h.aclMu.Unlock()
 	if n := h.authz.Len() + len(valid); n > maxACLs {
-		return failAll(kerr.InvalidRequest.Code, fmt.Sprintf("the broker would hold %d ACLs, at most %d", n, maxACLs))
+		msg := fmt.Sprintf("the broker would hold %d ACLs, at most %d", n, maxACLs)
+		for i := range resp.Results {
+			fail(i, kerr.InvalidRequest.Code, &msg)
+		}
+		return resp
 	}
 	errs := h.cfg.Catalog.CreateACLs(valid)
 	h.reloadACLsLocked()
@@ -84,4 +74,36 @@ func (h *Handler) handleCreateACLs(creq *server.Request, req *kmsg.CreateACLsReq
 		h.log.Info("ACL created", "acl", valid[j].String(), "by", creq.Principal().String())
 	}
 	return resp
+}
+
+// aclAdminItems is what CreateACLs and DeleteACLs do first: refuse the
+// whole request (every item's error) without ALTER on the cluster or with
+// more than maxACLsPerRequest items, else convert each item and validate
+// it (INVALID_REQUEST for that item alone). It returns the valid items and
+// their indexes in the request; ok is false when the request was refused.
+func aclAdminItems[In, Out any](h *Handler, creq *server.Request, items []In, what string, convert func(In) Out, validate func(Out) error,
+	fail func(i int, code int16, msg *string)) (valid []Out, at []int, ok bool) {
+	refuseAll := func(code int16, msg string) {
+		for i := range items {
+			fail(i, code, &msg)
+		}
+	}
+	if code, msg := h.aclAdminRefused(creq, acl.Alter); code != 0 {
+		refuseAll(code, msg)
+		return nil, nil, false
+	}
+	if len(items) > maxACLsPerRequest {
+		refuseAll(kerr.InvalidRequest.Code, fmt.Sprintf("%d %s in one request, at most %d", len(items), what, maxACLsPerRequest))
+		return nil, nil, false
+	}
+	for i, it := range items {
+		v := convert(it)
+		if err := validate(v); err != nil {
+			fail(i, kerr.InvalidRequest.Code, errMessage(err))
+			continue
+		}
+		valid = append(valid, v)
+		at = append(at, i)
+	}
+	return valid, at, true
 }

@@ -1,8 +1,6 @@
 package api
 
 import (
-	"fmt"
-
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -31,29 +29,14 @@ func init() { regKey(31, 0, 3, replyingFor((*Handler).handleDeleteACLs)) }
 func (h *Handler) handleDeleteACLs(creq *server.Request, req *kmsg.DeleteACLsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DeleteACLsResponse)
 	resp.Results = make([]kmsg.DeleteACLsResponseResult, len(req.Filters))
-	failAll := func(code int16, msg string) kmsg.Response {
-		for i := range resp.Results {
-			resp.Results[i].ErrorCode, resp.Results[i].ErrorMessage = code, &msg
-		}
-		return resp
-	}
-	if code, msg := h.aclAdminRefused(creq, acl.Alter); code != 0 {
-		return failAll(code, msg)
-	}
-	if len(req.Filters) > maxACLsPerRequest {
-		return failAll(kerr.InvalidRequest.Code, fmt.Sprintf("%d ACL filters in one request, at most %d", len(req.Filters), maxACLsPerRequest))
-	}
-	var valid []acl.Filter
-	var at []int
-	for i, rf := range req.Filters {
-		f := acl.Filter{ResourceType: rf.ResourceType, ResourceName: rf.ResourceName, PatternType: rf.ResourcePatternType,
+	valid, at, ok := aclAdminItems(h, creq, req.Filters, "ACL filters", func(rf kmsg.DeleteACLsRequestFilter) acl.Filter {
+		return acl.Filter{ResourceType: rf.ResourceType, ResourceName: rf.ResourceName, PatternType: rf.ResourcePatternType,
 			Principal: rf.Principal, Host: rf.Host, Operation: rf.Operation, Permission: rf.PermissionType}
-		if err := f.Validate(); err != nil {
-			resp.Results[i].ErrorCode, resp.Results[i].ErrorMessage = kerr.InvalidRequest.Code, errMessage(err)
-			continue
-		}
-		valid = append(valid, f)
-		at = append(at, i)
+	}, acl.Filter.Validate, func(i int, code int16, msg *string) {
+		resp.Results[i].ErrorCode, resp.Results[i].ErrorMessage = code, msg
+	})
+	if !ok {
+		return resp
 	}
 	h.aclMu.Lock()
 	defer h.aclMu.Unlock()

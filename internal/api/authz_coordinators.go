@@ -22,21 +22,10 @@ func (h *Handler) authorizeCoordinated(creq *server.Request) (refused kmsg.Respo
 		return nil, nil
 	}
 	groupDenied := func(id string, op acl.Operation) bool { return !h.allowed(creq, acl.Group, id, op) }
+	topicDenied := func(name string, op acl.Operation) bool { return !h.allowed(creq, acl.Topic, name, op) }
 	switch req := creq.Body.(type) {
-	case *kmsg.JoinGroupRequest:
-		if groupDenied(req.Group, acl.Read) {
-			return group.ErrorResponse(req, kerr.GroupAuthorizationFailed.Code), nil
-		}
-	case *kmsg.SyncGroupRequest:
-		if groupDenied(req.Group, acl.Read) {
-			return group.ErrorResponse(req, kerr.GroupAuthorizationFailed.Code), nil
-		}
-	case *kmsg.HeartbeatRequest:
-		if groupDenied(req.Group, acl.Read) {
-			return group.ErrorResponse(req, kerr.GroupAuthorizationFailed.Code), nil
-		}
-	case *kmsg.LeaveGroupRequest:
-		if groupDenied(req.Group, acl.Read) {
+	case *kmsg.JoinGroupRequest, *kmsg.SyncGroupRequest, *kmsg.HeartbeatRequest, *kmsg.LeaveGroupRequest:
+		if groupDenied(memberGroup(req), acl.Read) {
 			return group.ErrorResponse(req, kerr.GroupAuthorizationFailed.Code), nil
 		}
 	case *kmsg.OffsetCommitRequest:
@@ -44,20 +33,10 @@ func (h *Handler) authorizeCoordinated(creq *server.Request) (refused kmsg.Respo
 			return group.ErrorResponse(req, kerr.GroupAuthorizationFailed.Code), nil
 		}
 		var out []kmsg.OffsetCommitRequestTopic
-		req.Topics, out = splitDenied(req.Topics, func(t kmsg.OffsetCommitRequestTopic) bool {
-			return !h.allowed(creq, acl.Topic, t.Topic, acl.Read)
-		})
-		if len(out) == 0 {
-			return nil, nil
-		}
-		deniedResp := group.ErrorResponse(&kmsg.OffsetCommitRequest{Version: req.Version, Topics: out}, kerr.TopicAuthorizationFailed.Code).(*kmsg.OffsetCommitResponse)
-		if len(req.Topics) == 0 {
-			return deniedResp, nil
-		}
-		return nil, func(r kmsg.Response) {
-			resp := r.(*kmsg.OffsetCommitResponse)
-			resp.Topics = append(resp.Topics, deniedResp.Topics...)
-		}
+		req.Topics, out = splitDenied(req.Topics, func(t kmsg.OffsetCommitRequestTopic) bool { return topicDenied(t.Topic, acl.Read) })
+		return refuseTopics(len(req.Topics), out, func() *kmsg.OffsetCommitResponse {
+			return group.ErrorResponse(&kmsg.OffsetCommitRequest{Version: req.Version, Topics: out}, kerr.TopicAuthorizationFailed.Code).(*kmsg.OffsetCommitResponse)
+		}, func(resp, denied *kmsg.OffsetCommitResponse) { resp.Topics = append(resp.Topics, denied.Topics...) })
 	case *kmsg.TxnOffsetCommitRequest:
 		switch {
 		case !h.allowed(creq, acl.TransactionalID, req.TransactionalID, acl.Write):
@@ -66,20 +45,10 @@ func (h *Handler) authorizeCoordinated(creq *server.Request) (refused kmsg.Respo
 			return group.ErrorResponse(req, kerr.GroupAuthorizationFailed.Code), nil
 		}
 		var out []kmsg.TxnOffsetCommitRequestTopic
-		req.Topics, out = splitDenied(req.Topics, func(t kmsg.TxnOffsetCommitRequestTopic) bool {
-			return !h.allowed(creq, acl.Topic, t.Topic, acl.Read)
-		})
-		if len(out) == 0 {
-			return nil, nil
-		}
-		deniedResp := group.ErrorResponse(&kmsg.TxnOffsetCommitRequest{Version: req.Version, Topics: out}, kerr.TopicAuthorizationFailed.Code).(*kmsg.TxnOffsetCommitResponse)
-		if len(req.Topics) == 0 {
-			return deniedResp, nil
-		}
-		return nil, func(r kmsg.Response) {
-			resp := r.(*kmsg.TxnOffsetCommitResponse)
-			resp.Topics = append(resp.Topics, deniedResp.Topics...)
-		}
+		req.Topics, out = splitDenied(req.Topics, func(t kmsg.TxnOffsetCommitRequestTopic) bool { return topicDenied(t.Topic, acl.Read) })
+		return refuseTopics(len(req.Topics), out, func() *kmsg.TxnOffsetCommitResponse {
+			return group.ErrorResponse(&kmsg.TxnOffsetCommitRequest{Version: req.Version, Topics: out}, kerr.TopicAuthorizationFailed.Code).(*kmsg.TxnOffsetCommitResponse)
+		}, func(resp, denied *kmsg.TxnOffsetCommitResponse) { resp.Topics = append(resp.Topics, denied.Topics...) })
 	case *kmsg.OffsetFetchRequest:
 		return h.authorizeOffsetFetch(creq, req)
 	case *kmsg.DescribeGroupsRequest:
@@ -208,6 +177,36 @@ func (h *Handler) authorizeCoordinated(creq *server.Request) (refused kmsg.Respo
 		return h.authorizeFindCoordinator(creq, req)
 	}
 	return nil, nil
+}
+
+// memberGroup is the group of a classic member's request.
+func memberGroup(req kmsg.Request) string {
+	switch req := req.(type) {
+	case *kmsg.JoinGroupRequest:
+		return req.Group
+	case *kmsg.SyncGroupRequest:
+		return req.Group
+	case *kmsg.HeartbeatRequest:
+		return req.Group
+	case *kmsg.LeaveGroupRequest:
+		return req.Group
+	}
+	return ""
+}
+
+// refuseTopics answers the denied topics of a commit (out, taken out of the
+// request, kept of them left): nothing to do when none was denied, the
+// refusal alone when none is left to hand over, else a finish that appends
+// the refusal to the coordinator's answer.
+func refuseTopics[T any, R kmsg.Response](kept int, out []T, refusal func() R, merge func(resp, denied R)) (kmsg.Response, func(kmsg.Response)) {
+	if len(out) == 0 {
+		return nil, nil
+	}
+	denied := refusal()
+	if kept == 0 {
+		return denied, nil
+	}
+	return nil, func(r kmsg.Response) { merge(r.(R), denied) }
 }
 
 // splitDenied splits items into those kept (in place, order kept) and
