@@ -273,3 +273,68 @@ func TestAuthorizeCheckAllocatesNothing(t *testing.T) {
 		t.Errorf("%.1f allocations per check", n)
 	}
 }
+
+// TestAuthorizeMoreRules: what the table test does not reach: KIP-430
+// topic authorized operations in Metadata, an idempotent producer's
+// InitProducerId (IDEMPOTENT_WRITE on the cluster or WRITE on any topic),
+// a replica's fetch (CLUSTER_ACTION, not READ), a DENY on a transactional
+// id refusing the whole produce, and a hostile filter's over-long name.
+func TestAuthorizeMoreRules(t *testing.T) {
+	h := authzBroker(t)
+	h.adminMu.Lock()
+	h.createTopicLocked("ops", 1, nil)
+	h.adminMu.Unlock()
+	createACLs(t, h, adminPrincipal,
+		binding(acl.Topic, "ops", acl.Literal, "User:reader", acl.Read, acl.Allow),
+		binding(acl.Topic, "ops", acl.Literal, "User:writer", acl.Write, acl.Allow),
+		binding(acl.TransactionalID, "tx", acl.Literal, "User:writer", acl.Write, acl.Deny))
+	reader, writer := server.User("reader"), server.User("writer")
+
+	md := kmsg.NewPtrMetadataRequest()
+	md.SetVersion(10)
+	md.Topics = []kmsg.MetadataRequestTopic{{Topic: str("ops")}}
+	md.IncludeTopicAuthorizedOperations = true
+	got := serveAs(t, h, reader, 3, md).(*kmsg.MetadataResponse).Topics[0].AuthorizedOperations
+	if want := int32(1<<uint(acl.Read) | 1<<uint(acl.Describe)); got != want {
+		t.Errorf("reader's authorized operations on ops %b, want READ|DESCRIBE %b", got, want)
+	}
+
+	idem := func(p server.Principal) int16 {
+		r := kmsg.NewPtrInitProducerIDRequest()
+		r.SetVersion(4)
+		return serveAs(t, h, p, 22, r).(*kmsg.InitProducerIDResponse).ErrorCode
+	}
+	if code := idem(writer); code != 0 {
+		t.Errorf("idempotent InitProducerId with WRITE on a topic: %v", kerr.ErrorForCode(code))
+	}
+	if code := idem(reader); code != kerr.ClusterAuthorizationFailed.Code {
+		t.Errorf("idempotent InitProducerId with READ only: %v", kerr.ErrorForCode(code))
+	}
+
+	fetch := authzCases[1].request().(*kmsg.FetchRequest)
+	fetch.SetVersion(12)
+	fetch.Topics[0].Topic = "ops"
+	fetch.ReplicaID = 1 // a follower's fetch
+	if codes := authzErrors(serveAs(t, h, reader, 1, fetch)); !codes[kerr.TopicAuthorizationFailed.Code] {
+		t.Errorf("a replica fetch by a principal with READ but no CLUSTER_ACTION: %v", codes)
+	}
+	fetch.ReplicaID = -1
+	if codes := authzErrors(serveAs(t, h, reader, 1, fetch)); len(codes) > 0 {
+		t.Errorf("a consumer fetch with READ: %v", codes)
+	}
+
+	produce := authzCases[0].request().(*kmsg.ProduceRequest)
+	produce.SetVersion(9)
+	produce.Topics[0].Topic = "ops"
+	produce.TransactionID = str("tx")
+	if codes := authzErrors(serveAs(t, h, writer, 0, produce)); !codes[kerr.TransactionalIDAuthorizationFailed.Code] || codes[kerr.TopicAuthorizationFailed.Code] {
+		t.Errorf("a transactional produce with the transactional id denied: %v", codes)
+	}
+
+	d := kmsg.NewPtrDescribeACLsRequest()
+	d.SetVersion(3)
+	d.ResourceType, d.ResourceName, d.ResourcePatternType, d.Operation, d.PermissionType = acl.Topic, str(strings.Repeat("n", 1<<20)), acl.Match, acl.AnyOperation, acl.AnyPermission
+	if code := serveAs(t, h, adminPrincipal, 29, d).(*kmsg.DescribeACLsResponse).ErrorCode; code != kerr.InvalidRequest.Code {
+		t.Errorf("a filter naming a 1 MiB resource: %v", kerr.ErrorForCode(code))
+	}
+}
