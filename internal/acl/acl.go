@@ -21,6 +21,7 @@
 package acl
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -111,6 +112,20 @@ type Binding struct {
 func (b Binding) String() string {
 	return fmt.Sprintf("(%s:%s:%s, %s from %s: %s %s)", b.ResourceType, b.PatternType, b.ResourceName,
 		b.Principal, b.Host, b.Permission, b.Operation)
+}
+
+// Compare orders bindings by resource (type, name, pattern), then entry
+// (principal, host, operation, permission): DescribeACLs groups them by
+// resource in this order.
+func Compare(a, b Binding) int {
+	return cmp.Or(
+		cmp.Compare(a.ResourceType, b.ResourceType),
+		strings.Compare(a.ResourceName, b.ResourceName),
+		cmp.Compare(a.PatternType, b.PatternType),
+		strings.Compare(a.Principal, b.Principal),
+		strings.Compare(a.Host, b.Host),
+		cmp.Compare(a.Operation, b.Operation),
+		cmp.Compare(a.Permission, b.Permission))
 }
 
 // ValidPrincipal reports whether p has Kafka's "Type:name" form

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"slices"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -46,7 +48,9 @@ func (h *Handler) handleDescribeACLs(creq *server.Request, req *kmsg.DescribeACL
 		pt   acl.PatternType
 	}
 	index := map[pattern]int{}
-	for _, b := range h.cfg.Catalog.ACLs() { // sorted: by resource pattern first
+	bindings := h.cfg.Catalog.ACLs()
+	slices.SortFunc(bindings, acl.Compare) // by resource pattern first
+	for _, b := range bindings {
 		if !f.Matches(b) {
 			continue
 		}

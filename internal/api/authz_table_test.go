@@ -440,7 +440,7 @@ func setACLs(t *testing.T, h *Handler, bs []acl.Binding) {
 
 // serveAs serves body in process through Handle, as the connection of
 // principal from 127.0.0.1 would, and returns the decoded answer.
-func serveAs(t *testing.T, h *Handler, p server.Principal, key int16, body kmsg.Request) kmsg.Response {
+func serveAs(t testing.TB, h *Handler, p server.Principal, key int16, body kmsg.Request) kmsg.Response {
 	t.Helper()
 	sess := server.NewSession("PLAINTEXT", server.Plaintext, nil)
 	sess.SetPrincipal(p)

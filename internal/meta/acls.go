@@ -3,6 +3,7 @@ package meta
 import (
 	"crypto/rand"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/sushka-io/sushka/internal/acl"
@@ -85,15 +86,15 @@ func (s *state) aclRecords() []AccessControlEntryRecord {
 	return out
 }
 
-// ACLs returns every binding, in a stable order (resource, then entry).
+// ACLs returns every binding, in no particular order (the authorizer
+// indexes them; DescribeACLs sorts what it answers).
 func (c *Catalog) ACLs() []acl.Binding {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	out := make([]acl.Binding, 0, len(c.st.acls))
 	for _, b := range c.st.acls {
 		out = append(out, b)
 	}
-	c.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
 	return out
 }
 
@@ -104,14 +105,18 @@ func (c *Catalog) ACLs() []acl.Binding {
 func (c *Catalog) CreateACLs(bs []acl.Binding) []error {
 	errs := make([]error, len(bs))
 	c.mu.Lock()
-	existing := make(map[acl.Binding]bool, len(c.st.acls))
-	for _, b := range c.st.acls {
-		existing[b] = true
+	// A few bindings are looked for by a scan; many, in a set built once.
+	var existing map[acl.Binding]bool
+	if len(bs) > 16 {
+		existing = make(map[acl.Binding]bool, len(c.st.acls))
+		for _, b := range c.st.acls {
+			existing[b] = true
+		}
 	}
 	var g *commitGroup
 	var queued []int
 	for i, b := range bs {
-		if existing[b] {
+		if existing[b] || existing == nil && c.hasACLLocked(b) {
 			continue
 		}
 		id, err := c.newACLIDLocked()
@@ -123,7 +128,9 @@ func (c *Catalog) CreateACLs(bs []acl.Binding) []error {
 			errs[i] = err
 			continue
 		}
-		existing[b] = true
+		if existing != nil {
+			existing[b] = true
+		}
 		queued = append(queued, i)
 	}
 	c.mu.Unlock()
@@ -147,7 +154,7 @@ func (c *Catalog) DeleteACLs(filters []acl.Filter) ([][]acl.Binding, error) {
 	for id := range c.st.acls {
 		ids = append(ids, id)
 	}
-	sort.Slice(ids, func(i, j int) bool { return c.st.acls[ids[i]].String() < c.st.acls[ids[j]].String() })
+	slices.SortFunc(ids, func(a, b topicID) int { return acl.Compare(c.st.acls[a], c.st.acls[b]) })
 	var g *commitGroup
 	for fi, f := range filters {
 		for _, id := range ids {
@@ -173,6 +180,17 @@ func (c *Catalog) DeleteACLs(filters []acl.Filter) ([][]acl.Binding, error) {
 		}
 	}
 	return out, nil
+}
+
+// hasACLLocked reports whether b exists: a scan, cheaper for one binding
+// than building (or keeping) a set of them all.
+func (c *Catalog) hasACLLocked(b acl.Binding) bool {
+	for _, e := range c.st.acls {
+		if e == b {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Catalog) newACLIDLocked() (topicID, error) {
