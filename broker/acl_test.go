@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -59,6 +60,23 @@ func TestACLsWithFranzGo(t *testing.T) {
 	}
 	if _, err := adm.FetchOffsets(ctx, "my-group"); err != nil {
 		t.Errorf("FetchOffsets of a group without ACLs: %v", err)
+	}
+
+	// A consumer in the other tenant's group: kgo reports the join's
+	// GROUP_AUTHORIZATION_FAILED from PollFetches.
+	consumer := tb.client(kgo.ConsumerGroup("their-group"), kgo.ConsumeTopics("mine"))
+	pollCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var groupErr error
+	for groupErr == nil && pollCtx.Err() == nil {
+		consumer.PollFetches(pollCtx).EachError(func(_ string, _ int32, err error) {
+			if errors.Is(err, kerr.GroupAuthorizationFailed) {
+				groupErr = err
+			}
+		})
+	}
+	if groupErr == nil {
+		t.Errorf("a consumer in another tenant's group saw no GROUP_AUTHORIZATION_FAILED")
 	}
 
 	// An ACL naming ANONYMOUS applies at once: now it may write there.
