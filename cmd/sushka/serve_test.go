@@ -1,8 +1,10 @@
 package main
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,5 +58,28 @@ func TestAdminListenLoopbackOnly(t *testing.T) {
 	}
 	if remote, err := checkAdminListen("", false); remote || err != nil {
 		t.Errorf("disabled admin listener: %v, %v", remote, err)
+	}
+}
+
+// TestServeAuthorizerFlags: --super-users takes Kafka's super.users form
+// and refuses a principal that is not Type:name before anything starts;
+// the banner line says what is in force.
+func TestServeAuthorizerFlags(t *testing.T) {
+	cmd := newServeCmd()
+	cmd.SetArgs([]string{"--authorizer", "--super-users", "User:admin;alice", "--data-dir", t.TempDir()})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), `"alice" is not of the form Type:name`) {
+		t.Fatalf("--super-users with a bare name: %v", err)
+	}
+	if got := superUsers(" User:admin ; User:ops;"); len(got) != 2 || got[0] != "User:admin" || got[1] != "User:ops" {
+		t.Errorf("superUsers: %q", got)
+	}
+	on := authorizationDesc(serveFlags{authorizer: true, superUsers: "User:admin"})
+	if !strings.Contains(on, "without ACLs: denied") || !strings.Contains(on, "User:admin") {
+		t.Errorf("banner with the authorizer: %q", on)
+	}
+	if off := authorizationDesc(serveFlags{}); !strings.HasPrefix(off, "off") {
+		t.Errorf("banner without it: %q", off)
 	}
 }
