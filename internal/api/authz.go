@@ -29,8 +29,6 @@ import (
 //   - ConsumerGroupDescribe checks DESCRIBE on the group only (Kafka also
 //     answers TOPIC_AUTHORIZATION_FAILED for a group whose assignment
 //     names topics the principal cannot describe).
-//   - DescribeTransactions lists every partition of a transaction it may
-//     describe (Kafka drops topics the principal cannot describe).
 var authzRules = map[int16]authzRule{
 	0:  needs(kerr.TopicAuthorizationFailed, on(acl.Topic, acl.Write)).note("per partition; a transactional produce also WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole request)"),
 	1:  needs(kerr.TopicAuthorizationFailed, on(acl.Topic, acl.Read)).note("per partition; a replica fetch needs CLUSTER_ACTION instead"),

@@ -163,6 +163,14 @@ func (h *Handler) authorizeCoordinated(creq *server.Request) (refused kmsg.Respo
 		})
 		return nil, func(r kmsg.Response) {
 			resp := r.(*kmsg.DescribeTransactionsResponse)
+			// The partitions of topics the principal may not describe are
+			// left out, as Kafka does.
+			for i := range resp.TransactionStates {
+				ts := &resp.TransactionStates[i]
+				ts.Topics, _ = splitDenied(ts.Topics, func(t kmsg.DescribeTransactionsResponseTransactionStateTopic) bool {
+					return topicDenied(t.Topic, acl.Describe)
+				})
+			}
 			denied := txn.ErrorResponse(&kmsg.DescribeTransactionsRequest{Version: req.Version, TransactionalIDs: out}, kerr.TransactionalIDAuthorizationFailed.Code)
 			resp.TransactionStates = append(resp.TransactionStates, denied.(*kmsg.DescribeTransactionsResponse).TransactionStates...)
 		}

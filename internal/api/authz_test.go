@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -366,5 +367,50 @@ func BenchmarkCreateACLWithMany(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestDescribeTransactionsHidesTopics: a principal that may describe a
+// transaction sees its partitions of the topics it may describe only.
+func TestDescribeTransactionsHidesTopics(t *testing.T) {
+	h := authzBroker(t)
+	for _, name := range []string{"seen", "hidden"} {
+		h.adminMu.Lock()
+		h.createTopicLocked(name, 1, nil)
+		h.adminMu.Unlock()
+	}
+	init := kmsg.NewPtrInitProducerIDRequest()
+	init.SetVersion(4)
+	init.TransactionalID, init.TransactionTimeoutMillis = str("tx-topics"), 60_000
+	ir := serveAs(t, h, adminPrincipal, 22, init).(*kmsg.InitProducerIDResponse)
+	if ir.ErrorCode != 0 {
+		t.Fatal(kerr.ErrorForCode(ir.ErrorCode))
+	}
+	add := kmsg.NewPtrAddPartitionsToTxnRequest()
+	add.SetVersion(3)
+	add.TransactionalID, add.ProducerID, add.ProducerEpoch = "tx-topics", ir.ProducerID, ir.ProducerEpoch
+	add.Topics = []kmsg.AddPartitionsToTxnRequestTopic{{Topic: "seen", Partitions: []int32{0}}, {Topic: "hidden", Partitions: []int32{0}}}
+	if codes := responseErrorCodes(serveAs(t, h, adminPrincipal, 24, add)); len(codes) > 0 {
+		t.Fatalf("AddPartitionsToTxn: %v", codes)
+	}
+	createACLs(t, h, adminPrincipal,
+		binding(acl.TransactionalID, "tx-topics", acl.Literal, "User:auditor", acl.Describe, acl.Allow),
+		binding(acl.Topic, "seen", acl.Literal, "User:auditor", acl.Describe, acl.Allow))
+	d := kmsg.NewPtrDescribeTransactionsRequest()
+	d.TransactionalIDs = []string{"tx-topics"}
+	for _, p := range []server.Principal{adminPrincipal, server.User("auditor")} {
+		st := serveAs(t, h, p, 65, d).(*kmsg.DescribeTransactionsResponse).TransactionStates[0]
+		var names []string
+		for _, tp := range st.Topics {
+			names = append(names, tp.Topic)
+		}
+		want := "hidden,seen"
+		if p != adminPrincipal {
+			want = "seen"
+		}
+		sort.Strings(names)
+		if strings.Join(names, ",") != want || st.ErrorCode != 0 {
+			t.Errorf("%s sees topics %v (%v), want %s", p, names, kerr.ErrorForCode(st.ErrorCode), want)
+		}
 	}
 }
