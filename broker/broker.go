@@ -29,6 +29,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/api"
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/plog"
@@ -132,6 +133,18 @@ type Config struct {
 	// acks=all append starts at least this long after the previous one.
 	// Default DefaultSyncInterval; negative: no pacing.
 	SyncInterval time.Duration
+
+	// Authorizer turns ACL authorization on (--authorizer; Kafka's
+	// authorizer.class.name): every request is checked against the ACLs
+	// (CreateACLs, `sushka acl`), and nothing is allowed without one.
+	// Off (the default), everything is allowed.
+	Authorizer bool
+	// SuperUsers are principals allowed everything, in Kafka's form
+	// ("User:admin"; super.users).
+	SuperUsers []string
+	// AllowEveryoneIfNoACLFound allows requests on resources no ACL names
+	// (allow.everyone.if.no.acl.found). Default false.
+	AllowEveryoneIfNoACLFound bool
 }
 
 // Listener is one of the broker's Kafka listeners.
@@ -224,6 +237,11 @@ func New(cfg Config) (*Broker, error) {
 	if err := validateListeners(&cfg); err != nil {
 		return nil, err
 	}
+	for _, p := range cfg.SuperUsers {
+		if err := acl.ValidPrincipal(p); err != nil {
+			return nil, fmt.Errorf("broker: super user: %w", err)
+		}
+	}
 	if err := cfg.FS.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("broker: creating data directory: %w", err)
 	}
@@ -261,6 +279,8 @@ func New(cfg Config) (*Broker, error) {
 		ProducerIDExpiration:  cfg.ProducerIDExpiration,
 		MaxFetchWait:          cfg.MaxFetchWait,
 		SyncInterval:          cfg.SyncInterval,
+		Authorizer: acl.Config{Enabled: cfg.Authorizer, SuperUsers: cfg.SuperUsers,
+			AllowIfNoACL: cfg.AllowEveryoneIfNoACLFound},
 	})
 	if err != nil {
 		catalog.Close()

@@ -26,6 +26,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sushka-io/sushka/broker"
+	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/diskprobe"
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/server"
@@ -79,6 +80,10 @@ type serveFlags struct {
 	tlsClientAuth       string
 	adminToken          string
 	adminClientCAFile   string
+	// Authorization (ACLs).
+	authorizer           bool
+	superUsers           string
+	allowEveryoneIfNoACL bool
 }
 
 func newServeCmd() *cobra.Command {
@@ -121,6 +126,9 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 			}
 			if f.maxFetchWait < time.Millisecond {
 				return fmt.Errorf("--max-fetch-wait %s: must be at least 1ms", f.maxFetchWait)
+			}
+			if _, err := acl.ParseSuperUsers(f.superUsers); err != nil {
+				return fmt.Errorf("--super-users %q: %w", f.superUsers, err)
 			}
 			return runServe(cmd.Context(), f)
 		},
@@ -165,6 +173,9 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.DurationVar(&f.producerIDExpiration, "producer-id-expiration", broker.DefaultProducerIDExpiration, "forget an idempotent producer's sequence state in a partition after it has not produced there for this long (producer.id.expiration.ms)")
 	fl.DurationVar(&f.syncInterval, "sync-interval", broker.DefaultSyncInterval, "least time between a partition's fsyncs when no acks=all append waits (acks=0/1 records become visible up to this much later; 0: fsync back to back)")
 	fl.DurationVar(&f.maxFetchWait, "max-fetch-wait", broker.DefaultMaxFetchWait, "longest a fetch may wait for data (caps the client's MaxWaitMs)")
+	fl.BoolVar(&f.authorizer, "authorizer", false, "check every request against the ACLs (sushka acl); without an ACL nothing is allowed but to super users (Kafka's authorizer.class.name; off: everything allowed)")
+	fl.StringVar(&f.superUsers, "super-users", "", `principals allowed everything, separated by ";" ("User:admin;User:ops"; Kafka's super.users)`)
+	fl.BoolVar(&f.allowEveryoneIfNoACL, "allow-everyone-if-no-acl-found", false, "with --authorizer, allow requests on resources no ACL names (allow.everyone.if.no.acl.found)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take before connections are dropped")
 	return cmd
 }
@@ -280,29 +291,32 @@ func runServe(ctx context.Context, f serveFlags) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	start := time.Now()
 	b, err := broker.New(broker.Config{
-		DataDir:               dataDir,
-		Listeners:             listeners,
-		AutoCreateTopics:      broker.Bool(f.autoCreateTopics),
-		DefaultPartitions:     f.defaultPartitions,
-		NodeID:                f.nodeID,
-		MaxPartitionsPerTopic: f.maxPartitions,
-		MaxPartitions:         f.maxAllPartitions,
-		MaxRequestBytes:       f.maxRequestBytes,
-		MaxRequestMemory:      f.maxRequestMemory,
-		MaxConnections:        f.maxConnections,
-		MaxConnectionsPerIP:   f.maxConnsPerIP,
-		IdleTimeout:           f.idleTimeout,
-		FrameReadTimeout:      f.frameReadTimeout,
-		WriteTimeout:          f.writeTimeout,
-		Logger:                logger,
-		Registry:              reg,
-		RetentionTime:         f.retentionSet,
-		RetentionBytes:        f.retentionBytesSet,
-		SegmentBytes:          f.segmentBytesSet,
-		MaxOpenSegmentFiles:   f.maxOpenSegmentFiles,
-		ProducerIDExpiration:  f.producerIDExpiration,
-		MaxFetchWait:          f.maxFetchWait,
-		SyncInterval:          syncIntervalConfig(f.syncInterval),
+		DataDir:                   dataDir,
+		Listeners:                 listeners,
+		AutoCreateTopics:          broker.Bool(f.autoCreateTopics),
+		DefaultPartitions:         f.defaultPartitions,
+		NodeID:                    f.nodeID,
+		MaxPartitionsPerTopic:     f.maxPartitions,
+		MaxPartitions:             f.maxAllPartitions,
+		MaxRequestBytes:           f.maxRequestBytes,
+		MaxRequestMemory:          f.maxRequestMemory,
+		MaxConnections:            f.maxConnections,
+		MaxConnectionsPerIP:       f.maxConnsPerIP,
+		IdleTimeout:               f.idleTimeout,
+		FrameReadTimeout:          f.frameReadTimeout,
+		WriteTimeout:              f.writeTimeout,
+		Logger:                    logger,
+		Registry:                  reg,
+		RetentionTime:             f.retentionSet,
+		RetentionBytes:            f.retentionBytesSet,
+		SegmentBytes:              f.segmentBytesSet,
+		MaxOpenSegmentFiles:       f.maxOpenSegmentFiles,
+		ProducerIDExpiration:      f.producerIDExpiration,
+		MaxFetchWait:              f.maxFetchWait,
+		SyncInterval:              syncIntervalConfig(f.syncInterval),
+		Authorizer:                f.authorizer,
+		SuperUsers:                superUsers(f.superUsers),
+		AllowEveryoneIfNoACLFound: f.allowEveryoneIfNoACL,
 	})
 	if err != nil {
 		return err
@@ -359,6 +373,7 @@ func runServe(ctx context.Context, f serveFlags) error {
 		humanBytes(f.maxRequestMemory), humanBytes(int64(f.maxRequestBytes)), f.maxConnections, f.maxConnsPerIP,
 		f.idleTimeout, f.frameReadTimeout, f.writeTimeout, openFiles,
 		b.ClusterID(), f.nodeID, recovered.Round(time.Millisecond))
+	fmt.Fprintf(os.Stderr, "  authorization    %s\n", authorizationDesc(f))
 	if storage.Volatile {
 		logger.Warn("the data directory is on a volatile filesystem: acknowledged data is lost at reboot", "storage", storageDesc)
 	}
@@ -482,4 +497,26 @@ func syncIntervalConfig(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// superUsers is --super-users as a list (validated in RunE).
+func superUsers(s string) []string {
+	users, _ := acl.ParseSuperUsers(s)
+	return users
+}
+
+// authorizationDesc is the banner's authorization line.
+func authorizationDesc(f serveFlags) string {
+	if !f.authorizer {
+		return "off: every client may do everything (--authorizer turns ACLs on)"
+	}
+	noACL := "denied"
+	if f.allowEveryoneIfNoACL {
+		noACL = "allowed"
+	}
+	supers := strings.Join(superUsers(f.superUsers), ", ")
+	if supers == "" {
+		supers = "none"
+	}
+	return fmt.Sprintf("ACLs (sushka acl); a resource without ACLs: %s; super users: %s", noACL, supers)
 }

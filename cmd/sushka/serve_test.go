@@ -3,9 +3,11 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,5 +124,28 @@ func TestAdminTokenAndClientCertificates(t *testing.T) {
 	}
 	if code, err := get(false, "Bearer s3cret"); err == nil {
 		t.Fatalf("no client certificate: served %d", code)
+	}
+}
+
+// TestServeAuthorizerFlags: --super-users takes Kafka's super.users form
+// and refuses a principal that is not Type:name before anything starts;
+// the banner line says what is in force.
+func TestServeAuthorizerFlags(t *testing.T) {
+	cmd := newServeCmd()
+	cmd.SetArgs([]string{"--authorizer", "--super-users", "User:admin;alice", "--data-dir", t.TempDir()})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), `"alice" is not of the form Type:name`) {
+		t.Fatalf("--super-users with a bare name: %v", err)
+	}
+	if got := superUsers(" User:admin ; User:ops;"); len(got) != 2 || got[0] != "User:admin" || got[1] != "User:ops" {
+		t.Errorf("superUsers: %q", got)
+	}
+	on := authorizationDesc(serveFlags{authorizer: true, superUsers: "User:admin"})
+	if !strings.Contains(on, "without ACLs: denied") || !strings.Contains(on, "User:admin") {
+		t.Errorf("banner with the authorizer: %q", on)
+	}
+	if off := authorizationDesc(serveFlags{}); !strings.HasPrefix(off, "off") {
+		t.Errorf("banner without it: %q", off)
 	}
 }

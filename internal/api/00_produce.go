@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/server"
@@ -106,6 +107,10 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 		return refused
 	}
 
+	// A transactional produce needs WRITE on its transactional id, for the
+	// whole request, before anything else (Kafka's order).
+	txnDenied := req.TransactionID != nil && !h.allowed(creq, acl.TransactionalID, *req.TransactionID, acl.Write)
+
 	// With repeats, the same walk again numbers the entries as
 	// repeatedPartitions did, to answer each partition once.
 	var answered requestPartitions
@@ -126,6 +131,7 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 		} else {
 			t = h.lookup(rt.Topic)
 		}
+		denied := h.topicDenied(creq, t, rt.Topic, acl.Write)
 		if repeated == nil {
 			// The usual request: every entry is a distinct partition.
 			st.Partitions = make([]kmsg.ProduceResponseTopicPartition, 0, len(rt.Partitions))
@@ -158,8 +164,12 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 				// Not TRANSACTIONAL_ID_AUTHORIZATION_FAILED: nothing is
 				// wrong with the client's rights, the feature is absent.
 				fail(kerr.InvalidRequest.Code, "transactions are not supported: this broker has no transaction coordinator")
+			case txnDenied:
+				fail(kerr.TransactionalIDAuthorizationFailed.Code, "")
 			case repeated[entry]:
 				fail(kerr.InvalidRequest.Code, "partition named more than once in the request: none of its batches was appended")
+			case denied:
+				fail(kerr.TopicAuthorizationFailed.Code, "")
 			case l == nil && t == nil && req.Version >= 13:
 				fail(kerr.UnknownTopicID.Code, "")
 			case l == nil:

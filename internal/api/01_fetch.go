@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/server"
 )
@@ -112,7 +113,7 @@ func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *km
 		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
 		return server.Response{Body: resp}
 	}
-	topics, parts, missing, distinctPartitions := h.fetchParts(req)
+	topics, parts, missing, distinctPartitions := h.fetchParts(creq, req)
 	if refused, ok := h.tooManyPartitions(creq, distinctPartitions); ok {
 		return refused // nothing read yet: nothing to release
 	}
@@ -146,8 +147,12 @@ func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *km
 // max bytes (Kafka's behaviour) and adds nothing. Partitions that do not
 // exist go to their topic's missing list (missing reports any). A topic
 // entry left with no partitions is dropped.
-func (h *Handler) fetchParts(req *kmsg.FetchRequest) (topics []fetchTopic, parts []*fetchPart, missing bool, distinct int) {
+func (h *Handler) fetchParts(creq *server.Request, req *kmsg.FetchRequest) (topics []fetchTopic, parts []*fetchPart, missing bool, distinct int) {
 	byID := req.Version >= 13 // topics are named by ID, not by name
+	// A replica's fetch needs CLUSTER_ACTION, a consumer's READ on each
+	// topic; a partition denied is answered TOPIC_AUTHORIZATION_FAILED.
+	replica := req.ReplicaID >= 0 || req.ReplicaState.ID >= 0
+	replicaDenied := replica && !h.allowedCluster(creq, acl.ClusterAction)
 	n := 0
 	for _, rt := range req.Topics {
 		n += len(rt.Partitions)
@@ -169,13 +174,16 @@ func (h *Handler) fetchParts(req *kmsg.FetchRequest) (topics []fetchTopic, parts
 		}
 		topicIndex := seen.topic(tk)
 		ft := fetchTopic{name: rt.Topic, id: rt.TopicID}
+		denied := replicaDenied || !replica && h.topicDenied(creq, t, rt.Topic, acl.Read)
 		for _, rp := range rt.Partitions {
 			l := t.partition(rp.Partition)
-			if l == nil {
+			if l == nil || denied {
 				if _, repeated := seen.partition(topicIndex, rp.Partition, -1); !repeated {
 					if ft.missing == nil {
 						ft.missing = &missingPartitions{code: kerr.UnknownTopicOrPartition.Code}
-						if byID && t == nil {
+						if denied {
+							ft.missing.code = kerr.TopicAuthorizationFailed.Code
+						} else if byID && t == nil {
 							ft.missing.code = kerr.UnknownTopicID.Code
 						}
 					}

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/server"
 )
 
@@ -51,6 +52,7 @@ func (h *Handler) handleListOffsets(ctx context.Context, creq *server.Request, r
 		st := kmsg.NewListOffsetsResponseTopic()
 		st.Topic = rt.Topic
 		t := h.lookup(rt.Topic)
+		denied := h.topicDenied(creq, t, rt.Topic, acl.Describe)
 		for _, rp := range rt.Partitions {
 			entry, again := answered.partition(ti, rp.Partition, distinct)
 			if again {
@@ -68,6 +70,8 @@ func (h *Handler) handleListOffsets(ctx context.Context, creq *server.Request, r
 			switch ts := rp.Timestamp; {
 			case repeated[entry]:
 				sp.ErrorCode = kerr.InvalidRequest.Code
+			case denied:
+				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code
 			case l == nil:
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			case ts == -1 && committed:

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/server"
 )
@@ -35,7 +36,12 @@ import (
 // * v4: AllowAutoTopicCreation
 // * v5: OfflineReplicas
 // * v7: LeaderEpoch
-// * v8-10: authorized operations (we report -2147483648: not requested)
+// * v8-10: authorized operations (KIP-430: -2147483648 when not requested;
+//   the cluster's only with DESCRIBE on it)
+// * Authorization (authz.go): a request for all topics lists those the
+//   principal may DESCRIBE; a named topic it may not is
+//   TOPIC_AUTHORIZATION_FAILED (whether it exists or not); auto-creation
+//   needs CREATE on the cluster or the topic.
 // * v9: flexible versions
 // * v10: TopicID
 // * v13: top-level ErrorCode
@@ -53,15 +59,34 @@ func (h *Handler) handleMetadata(_ context.Context, creq *server.Request, req *k
 	resp.ClusterID = &clusterID
 	resp.ControllerID = h.cfg.NodeID
 
+	// KIP-430 (v8+): the cluster's authorized operations, when asked for
+	// and the principal may describe the cluster (v8-10 only: v11 dropped
+	// the field for DescribeCluster's).
+	if req.Version >= 8 && req.IncludeClusterAuthorizedOperations && h.allowedCluster(creq, acl.Describe) {
+		resp.AuthorizedOperations = h.authorizedOperations(creq, acl.Cluster, acl.ClusterName)
+	}
+	// describe is a topic in the answer, with its authorized operations
+	// when asked for; a principal sees only topics it may describe.
+	describe := func(st kmsg.MetadataResponseTopic) {
+		if req.Version >= 8 && req.IncludeTopicAuthorizedOperations && st.Topic != nil {
+			st.AuthorizedOperations = h.authorizedOperations(creq, acl.Topic, *st.Topic)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+
 	all := req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0)
 	if all {
 		for _, t := range h.sortedTopics() {
-			resp.Topics = append(resp.Topics, h.metadataTopic(t))
+			if h.allowed(creq, acl.Topic, t.meta.Name, acl.Describe) {
+				describe(h.metadataTopic(t))
+			}
 		}
 		names, _ := h.internalTopics()
 		for _, name := range names {
-			st, _ := h.internalTopicMetadata(name)
-			resp.Topics = append(resp.Topics, st)
+			if h.allowed(creq, acl.Topic, name, acl.Describe) {
+				st, _ := h.internalTopicMetadata(name)
+				describe(st)
+			}
 		}
 		return reply(resp)
 	}
@@ -80,14 +105,24 @@ func (h *Handler) handleMetadata(_ context.Context, creq *server.Request, req *k
 		}
 		var t *topic
 		if rt.Topic == nil {
-			// v10+: by topic ID.
-			if t = h.lookupID(rt.TopicID); t == nil {
+			// v10+: by topic ID. Kafka answers an ID the principal may
+			// not describe TOPIC_AUTHORIZATION_FAILED (IDs are not
+			// secret), without the name.
+			if t = h.lookupID(rt.TopicID); t == nil || h.topicDenied(creq, t, "", acl.Describe) {
 				st := kmsg.NewMetadataResponseTopic()
 				st.TopicID = rt.TopicID
 				st.ErrorCode = kerr.UnknownTopicID.Code
+				if t != nil {
+					st.ErrorCode = kerr.TopicAuthorizationFailed.Code
+				}
 				resp.Topics = append(resp.Topics, st)
 				continue
 			}
+		} else if !h.allowed(creq, acl.Topic, *rt.Topic, acl.Describe) {
+			st := kmsg.NewMetadataResponseTopic()
+			st.Topic, st.ErrorCode = rt.Topic, kerr.TopicAuthorizationFailed.Code
+			resp.Topics = append(resp.Topics, st)
+			continue
 		} else if meta.IsInternalTopic(*rt.Topic) {
 			// Never auto-created: its coordinator opens it at start-up.
 			st, ok := h.internalTopicMetadata(*rt.Topic)
@@ -95,11 +130,14 @@ func (h *Handler) handleMetadata(_ context.Context, creq *server.Request, req *k
 				st = kmsg.NewMetadataResponseTopic()
 				st.Topic, st.ErrorCode = rt.Topic, kerr.UnknownTopicOrPartition.Code
 			}
-			resp.Topics = append(resp.Topics, st)
+			describe(st)
 			continue
 		} else if t = h.lookup(*rt.Topic); t == nil {
 			code := kerr.UnknownTopicOrPartition.Code
-			if allowCreate {
+			switch {
+			case allowCreate && !h.allowedCluster(creq, acl.Create) && !h.allowed(creq, acl.Topic, *rt.Topic, acl.Create):
+				code = kerr.TopicAuthorizationFailed.Code
+			case allowCreate:
 				t, code = h.autoCreate(*rt.Topic)
 			}
 			if t == nil {
@@ -110,7 +148,7 @@ func (h *Handler) handleMetadata(_ context.Context, creq *server.Request, req *k
 				continue
 			}
 		}
-		resp.Topics = append(resp.Topics, h.metadataTopic(t))
+		describe(h.metadataTopic(t))
 	}
 	return reply(resp)
 }

@@ -31,12 +31,12 @@ func init() { regKey(10, 0, 6, (*Handler).handleFindCoordinator) }
 const coordinatorTypeTransaction = 1
 
 func (h *Handler) handleFindCoordinator(ctx context.Context, creq *server.Request, req *kmsg.FindCoordinatorRequest) server.Response {
-	var resp server.Response
-	if req.CoordinatorType == coordinatorTypeTransaction {
-		resp = h.handleTxn(ctx, req)
-	} else {
-		resp = h.handleGroup(ctx, creq)
-	}
+	resp := h.authorizedCoordinated(creq, func() server.Response {
+		if req.CoordinatorType == coordinatorTypeTransaction {
+			return h.handleTxn(ctx, req)
+		}
+		return h.handleGroup(ctx, creq)
+	})
 	if fc, ok := resp.Body.(*kmsg.FindCoordinatorResponse); ok {
 		h.listenerCoordinators(creq, fc)
 	}

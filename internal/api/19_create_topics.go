@@ -6,7 +6,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/meta"
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // CreateTopics: v0-7
@@ -28,10 +30,11 @@ import (
 //   factor and the resulting configs
 // * v7: TopicID in the response
 
-func init() { regKey(19, 0, 7, replying((*Handler).handleCreateTopics)) }
+func init() { regKey(19, 0, 7, replyingFor((*Handler).handleCreateTopics)) }
 
-func (h *Handler) handleCreateTopics(req *kmsg.CreateTopicsRequest) kmsg.Response {
+func (h *Handler) handleCreateTopics(creq *server.Request, req *kmsg.CreateTopicsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
+	clusterCreate := h.allowedCluster(creq, acl.Create)
 	twice := topicsNamedTwice(req.Topics, func(rt kmsg.CreateTopicsRequestTopic) string { return rt.Topic })
 	h.adminMu.Lock()
 	defer h.adminMu.Unlock()
@@ -48,6 +51,10 @@ func (h *Handler) handleCreateTopics(req *kmsg.CreateTopicsRequest) kmsg.Respons
 		}
 		if twice[rt.Topic] {
 			fail(kerr.InvalidRequest.Code, errNamedTwice(rt.Topic))
+			continue
+		}
+		if !clusterCreate && !h.allowed(creq, acl.Topic, rt.Topic, acl.Create) {
+			fail(kerr.TopicAuthorizationFailed.Code, fmt.Errorf("%s may not create topic %s: it needs CREATE on the cluster or the topic", creq.Principal(), rt.Topic))
 			continue
 		}
 		partitions, rf := rt.NumPartitions, rt.ReplicationFactor
@@ -113,6 +120,12 @@ func (h *Handler) handleCreateTopics(req *kmsg.CreateTopicsRequest) kmsg.Respons
 		st.TopicID = mt.ID
 		st.NumPartitions = partitions
 		st.ReplicationFactor = 1
+		if !h.allowed(creq, acl.Topic, rt.Topic, acl.DescribeConfigs) {
+			// Created, but its configs are not the principal's to see.
+			st.ConfigErrorCode = kerr.TopicAuthorizationFailed.Code
+			resp.Topics = append(resp.Topics, st)
+			continue
+		}
 		for _, e := range h.topicConfigEntries(mt, nil) {
 			c := kmsg.NewCreateTopicsResponseTopicConfig()
 			c.Name, c.Value, c.ReadOnly, c.Source, c.IsSensitive = e.name, &e.value, e.readOnly, e.source, false

@@ -12,8 +12,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/plog"
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // DeleteTopics: v0-6
@@ -33,9 +35,9 @@ import (
 // * v1: ThrottleMillis; v4: flexible versions; v5: ErrorMessage
 // * v6: topics by name or ID (KIP-516)
 
-func init() { regKey(20, 0, 6, replying((*Handler).handleDeleteTopics)) }
+func init() { regKey(20, 0, 6, replyingFor((*Handler).handleDeleteTopics)) }
 
-func (h *Handler) handleDeleteTopics(req *kmsg.DeleteTopicsRequest) kmsg.Response {
+func (h *Handler) handleDeleteTopics(creq *server.Request, req *kmsg.DeleteTopicsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DeleteTopicsResponse)
 	type target struct {
 		name *string
@@ -63,6 +65,15 @@ func (h *Handler) handleDeleteTopics(req *kmsg.DeleteTopicsRequest) kmsg.Respons
 		} else {
 			t = h.lookupID(tg.id)
 		}
+		name := ""
+		if tg.name != nil {
+			name = *tg.name
+		}
+		if h.topicDenied(creq, t, name, acl.Delete) {
+			st.ErrorCode = kerr.TopicAuthorizationFailed.Code
+			resp.Topics = append(resp.Topics, st)
+			continue
+		}
 		if t == nil {
 			st.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			if tg.name == nil {
@@ -71,7 +82,7 @@ func (h *Handler) handleDeleteTopics(req *kmsg.DeleteTopicsRequest) kmsg.Respons
 			resp.Topics = append(resp.Topics, st)
 			continue
 		}
-		name := t.meta.Name
+		name = t.meta.Name
 		st.Topic, st.TopicID = &name, t.meta.ID
 		if err := h.deleteTopicLocked(t); err != nil {
 			st.ErrorCode = errorCode(err)

@@ -4,7 +4,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/meta"
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // DeleteRecords: v0-2
@@ -19,19 +21,25 @@ import (
 // Version notes:
 // * v1: no change; v2: flexible versions
 
-func init() { regKey(21, 0, 2, replying((*Handler).handleDeleteRecords)) }
+func init() { regKey(21, 0, 2, replyingFor((*Handler).handleDeleteRecords)) }
 
-func (h *Handler) handleDeleteRecords(req *kmsg.DeleteRecordsRequest) kmsg.Response {
+func (h *Handler) handleDeleteRecords(creq *server.Request, req *kmsg.DeleteRecordsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DeleteRecordsResponse)
 	for _, rt := range req.Topics {
 		st := kmsg.NewDeleteRecordsResponseTopic()
 		st.Topic = rt.Topic
 		t := h.lookup(rt.Topic)
+		denied := h.topicDenied(creq, t, rt.Topic, acl.Delete)
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewDeleteRecordsResponseTopicPartition()
 			sp.Partition = rp.Partition
 			sp.LowWatermark = -1
 			l := t.partition(rp.Partition)
+			if denied {
+				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+				st.Partitions = append(st.Partitions, sp)
+				continue
+			}
 			if l == nil {
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				st.Partitions = append(st.Partitions, sp)

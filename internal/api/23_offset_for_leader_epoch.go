@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/server"
 )
 
@@ -36,12 +37,16 @@ func (h *Handler) handleOffsetForLeaderEpoch(_ context.Context, creq *server.Req
 	if refused, ok := h.tooManyPartitions(creq, distinctPartitions); ok {
 		return refused
 	}
+	// A replica's request (CLUSTER_ACTION) may ask of every topic, anyone
+	// else of the topics it may describe.
+	replica := h.allowedCluster(creq, acl.ClusterAction)
 	var seen requestPartitions
 	for _, rt := range req.Topics {
 		st := kmsg.NewOffsetForLeaderEpochResponseTopic()
 		st.Topic = rt.Topic
 		t := h.lookup(rt.Topic)
 		ti := seen.topic(topicKey{name: rt.Topic})
+		denied := !replica && h.topicDenied(creq, t, rt.Topic, acl.Describe)
 		for _, rp := range rt.Partitions {
 			if _, again := seen.partition(ti, rp.Partition, 0); again {
 				continue
@@ -51,6 +56,8 @@ func (h *Handler) handleOffsetForLeaderEpoch(_ context.Context, creq *server.Req
 			sp.LeaderEpoch, sp.EndOffset = -1, -1
 			l := t.partition(rp.Partition)
 			switch {
+			case denied:
+				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code
 			case l == nil:
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			case req.Version >= 2 && rp.CurrentLeaderEpoch > LeaderEpoch:

@@ -3,8 +3,11 @@ package api
 import (
 	"context"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/acl"
+	"github.com/sushka-io/sushka/internal/group"
 	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/server"
 )
@@ -25,7 +28,10 @@ import (
 
 func init() { regKey(27, 0, 2, (*Handler).handleWriteTxnMarkers) }
 
-func (h *Handler) handleWriteTxnMarkers(ctx context.Context, _ *server.Request, req *kmsg.WriteTxnMarkersRequest) server.Response {
+func (h *Handler) handleWriteTxnMarkers(ctx context.Context, creq *server.Request, req *kmsg.WriteTxnMarkersRequest) server.Response {
+	if !h.allowedCluster(creq, acl.ClusterAction) && !h.allowedCluster(creq, acl.Alter) {
+		return reply(group.ErrorResponse(req, kerr.ClusterAuthorizationFailed.Code))
+	}
 	resp := req.ResponseKind().(*kmsg.WriteTxnMarkersResponse)
 	w := txnMarkers{h}
 	for _, m := range req.Markers {

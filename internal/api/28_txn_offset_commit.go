@@ -31,6 +31,10 @@ import (
 func init() { regKey(28, 0, 5, (*Handler).handleTxnOffsetCommit) }
 
 func (h *Handler) handleTxnOffsetCommit(ctx context.Context, creq *server.Request, req *kmsg.TxnOffsetCommitRequest) server.Response {
+	return h.authorizedCoordinated(creq, func() server.Response { return h.txnOffsetCommit(ctx, creq, req) })
+}
+
+func (h *Handler) txnOffsetCommit(ctx context.Context, creq *server.Request, req *kmsg.TxnOffsetCommitRequest) server.Response {
 	if h.txns == nil {
 		return reply(group.ErrorResponse(req, kerr.CoordinatorNotAvailable.Code))
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/server"
 )
 
@@ -52,10 +53,13 @@ func (h *Handler) handleDescribeConfigs(_ context.Context, creq *server.Request,
 		sr.ResourceType, sr.ResourceName = rr.ResourceType, rr.ResourceName
 		var entries []configEntry
 		var err error
+		denied, deniedErr := h.configDenied(creq, rr.ResourceType, rr.ResourceName, acl.DescribeConfigs)
 		switch {
 		case repeated[entry]:
 			sr.ErrorCode = kerr.InvalidRequest.Code
 			err = fmt.Errorf("resource %s named more than once in the request", rr.ResourceName)
+		case denied != 0:
+			sr.ErrorCode, err = denied, deniedErr
 		case rr.ResourceType == resourceTopic:
 			if t := h.lookup(rr.ResourceName); t == nil {
 				sr.ErrorCode = kerr.UnknownTopicOrPartition.Code

@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/server"
 )
 
@@ -50,11 +51,14 @@ func (h *Handler) handleAlterConfigs(_ context.Context, creq *server.Request, re
 		sr := kmsg.NewAlterConfigsResponseResource()
 		sr.ResourceType, sr.ResourceName = rr.ResourceType, rr.ResourceName
 		var err error
+		denied, deniedErr := h.configDenied(creq, rr.ResourceType, rr.ResourceName, acl.AlterConfigs)
 		switch {
 		case repeated[entry]:
 			// Kafka: "Each resource must appear at most once."
 			sr.ErrorCode = kerr.InvalidRequest.Code
 			err = fmt.Errorf("resource %s named more than once in the request: not altered", rr.ResourceName)
+		case denied != 0:
+			sr.ErrorCode, err = denied, deniedErr
 		case rr.ResourceType == resourceTopic:
 			configs := map[string]string{}
 			for _, c := range rr.Configs {

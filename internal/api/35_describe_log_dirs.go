@@ -5,7 +5,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/acl"
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // DescribeLogDirs: v0-5
@@ -23,10 +27,14 @@ import (
 // * v1: no change; v2: flexible versions; v3: top-level ErrorCode
 // * v4: TotalBytes, UsableBytes; v5: IsCordoned (never)
 
-func init() { regKey(35, 0, 5, replying((*Handler).handleDescribeLogDirs)) }
+func init() { regKey(35, 0, 5, replyingFor((*Handler).handleDescribeLogDirs)) }
 
-func (h *Handler) handleDescribeLogDirs(req *kmsg.DescribeLogDirsRequest) kmsg.Response {
+func (h *Handler) handleDescribeLogDirs(creq *server.Request, req *kmsg.DescribeLogDirsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeLogDirsResponse)
+	if !h.allowedCluster(creq, acl.Describe) {
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code // v3+; before, no dirs
+		return resp
+	}
 	dir := kmsg.NewDescribeLogDirsResponseDir()
 	dir.Dir, _ = filepath.Abs(h.cfg.DataDir)
 	dir.TotalBytes, dir.UsableBytes = -1, -1

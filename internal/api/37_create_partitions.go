@@ -6,7 +6,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/plog"
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // CreatePartitions: v0-3
@@ -20,9 +22,9 @@ import (
 // Version notes:
 // * v1: no change; v2: flexible versions; v3: no change
 
-func init() { regKey(37, 0, 3, replying((*Handler).handleCreatePartitions)) }
+func init() { regKey(37, 0, 3, replyingFor((*Handler).handleCreatePartitions)) }
 
-func (h *Handler) handleCreatePartitions(req *kmsg.CreatePartitionsRequest) kmsg.Response {
+func (h *Handler) handleCreatePartitions(creq *server.Request, req *kmsg.CreatePartitionsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.CreatePartitionsResponse)
 	twice := topicsNamedTwice(req.Topics, func(rt kmsg.CreatePartitionsRequestTopic) string { return rt.Topic })
 	h.adminMu.Lock()
@@ -34,6 +36,10 @@ func (h *Handler) handleCreatePartitions(req *kmsg.CreatePartitionsRequest) kmsg
 			if twice[rt.Topic] {
 				st.ErrorCode = kerr.InvalidRequest.Code
 				return errNamedTwice(rt.Topic)
+			}
+			if !h.allowed(creq, acl.Topic, rt.Topic, acl.Alter) {
+				st.ErrorCode = kerr.TopicAuthorizationFailed.Code
+				return fmt.Errorf("%s may not alter topic %s", creq.Principal(), rt.Topic)
 			}
 			for _, a := range rt.Assignment {
 				if len(a.Replicas) != 1 || a.Replicas[0] != h.cfg.NodeID {

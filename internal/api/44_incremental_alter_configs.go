@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/server"
 )
 
@@ -47,11 +48,14 @@ func (h *Handler) handleIncrementalAlterConfigs(_ context.Context, creq *server.
 		sr := kmsg.NewIncrementalAlterConfigsResponseResource()
 		sr.ResourceType, sr.ResourceName = rr.ResourceType, rr.ResourceName
 		var err error
+		denied, deniedErr := h.configDenied(creq, rr.ResourceType, rr.ResourceName, acl.AlterConfigs)
 		switch {
 		case repeated[entry]:
 			// Kafka: "Each resource must appear at most once."
 			sr.ErrorCode = kerr.InvalidRequest.Code
 			err = fmt.Errorf("resource %s named more than once in the request: not altered", rr.ResourceName)
+		case denied != 0:
+			sr.ErrorCode, err = denied, deniedErr
 		case rr.ResourceType == resourceTopic:
 			t := h.lookup(rr.ResourceName)
 			if t == nil {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/server"
 )
 
@@ -27,6 +28,14 @@ func (h *Handler) handleDescribeCluster(_ context.Context, creq *server.Request,
 	resp.ControllerID = h.cfg.NodeID
 	resp.EndpointType = req.EndpointType
 	resp.ClusterAuthorizedOperations = -2147483648
+	if req.IncludeClusterAuthorizedOperations {
+		// KIP-430, as Kafka: the operations only to who may describe the
+		// cluster (0 to others); the brokers to everyone.
+		resp.ClusterAuthorizedOperations = 0
+		if h.allowedCluster(creq, acl.Describe) {
+			resp.ClusterAuthorizedOperations = h.authorizedOperations(creq, acl.Cluster, acl.ClusterName)
+		}
+	}
 	b := kmsg.NewDescribeClusterResponseBroker()
 	b.NodeID = h.cfg.NodeID
 	b.Host, b.Port = h.advertisedAddr(creq)

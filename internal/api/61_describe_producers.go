@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/server"
 )
 
@@ -42,6 +43,7 @@ func (h *Handler) handleDescribeProducers(ctx context.Context, creq *server.Requ
 		st := kmsg.NewDescribeProducersResponseTopic()
 		st.Topic = rt.Topic
 		t := h.lookup(rt.Topic)
+		denied := h.topicDenied(creq, t, rt.Topic, acl.Read)
 		ti := seen.topic(topicKey{name: rt.Topic})
 		for _, p := range rt.Partitions {
 			if _, again := seen.partition(ti, p, 0); again {
@@ -53,6 +55,11 @@ func (h *Handler) handleDescribeProducers(ctx context.Context, creq *server.Requ
 			sp := kmsg.NewDescribeProducersResponseTopicPartition()
 			sp.Partition = p
 			l := t.partition(p)
+			if denied {
+				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+				st.Partitions = append(st.Partitions, sp)
+				continue
+			}
 			if l == nil {
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				st.Partitions = append(st.Partitions, sp)

@@ -31,6 +31,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/group"
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/plog"
@@ -103,6 +104,10 @@ type Config struct {
 	// FileCache bounds the open sealed-segment files of every partition
 	// (nil: plog.DefaultFileCache).
 	FileCache *plog.FileCache
+
+	// Authorizer configures ACL checks (authz.go); the zero value is off:
+	// everything allowed.
+	Authorizer acl.Config
 }
 
 // Handler serves the Kafka API keys; it implements server.Handler.
@@ -126,6 +131,11 @@ type Handler struct {
 	// txns is the transaction coordinator with __transaction_state
 	// (txns.go); set in New after groups, nil after Close.
 	txns *txn.Service
+
+	// authz checks every request (authz.go); its bindings are the
+	// catalogue's, reloaded under aclMu after each ACL change.
+	authz *acl.Authorizer
+	aclMu sync.Mutex
 }
 
 // topic is an open topic: its catalogue entry and one log per partition.
@@ -222,7 +232,9 @@ func New(cfg Config) (*Handler, error) {
 		log:    cfg.Logger,
 		topics: make(map[string]*topic),
 		byID:   make(map[[16]byte]*topic),
+		authz:  acl.New(cfg.Authorizer),
 	}
+	h.reloadACLsLocked()                        // no other goroutine has h yet
 	if err := h.finishDeletions(); err != nil { // 20_delete_topics.go
 		return nil, err
 	}
@@ -440,7 +452,9 @@ type apiKey struct {
 	// ordered: requests of this key on one connection are started in
 	// arrival order (see Handler.Ordered).
 	ordered bool
-	handle  func(h *Handler, ctx context.Context, req *server.Request) server.Response
+	// authz is what the key needs (authz.go's table).
+	authz  authzRule
+	handle func(h *Handler, ctx context.Context, req *server.Request) server.Response
 }
 
 // apiKeys is the registry, indexed by API key; nil for keys not served.
@@ -454,7 +468,8 @@ type keyHandler[Req kmsg.Request] func(h *Handler, ctx context.Context, creq *se
 // regKey registers API key with its version range and handler, and returns
 // the entry for options (ordered). It panics (at init, so at every start and
 // in every test) on a key registered twice, a handler for another request
-// type, or versions kmsg cannot decode.
+// type, versions kmsg cannot decode, or a key without its authorization
+// rule (authzRules).
 func regKey[Req kmsg.Request](key, minVersion, maxVersion int16, handle keyHandler[Req]) *apiKey {
 	if key < 0 || int(key) >= len(apiKeys) {
 		panic(fmt.Sprintf("api key %d outside kmsg's keys", key))
@@ -473,6 +488,7 @@ func regKey[Req kmsg.Request](key, minVersion, maxVersion int16, handle keyHandl
 	k := &apiKey{
 		minVersion: minVersion,
 		maxVersion: maxVersion,
+		authz:      ruleFor(key),
 		handle: func(h *Handler, ctx context.Context, req *server.Request) server.Response {
 			return handle(h, ctx, req, req.Body.(Req))
 		},
@@ -486,6 +502,15 @@ func regKey[Req kmsg.Request](key, minVersion, maxVersion int16, handle keyHandl
 func replying[Req kmsg.Request](handle func(h *Handler, req Req) kmsg.Response) keyHandler[Req] {
 	return func(h *Handler, _ context.Context, _ *server.Request, req Req) server.Response {
 		return reply(handle(h, req))
+	}
+}
+
+// replyingFor adapts a handler that needs the request (its principal, for
+// authorization) and the decoded body and always answers with one kmsg
+// response.
+func replyingFor[Req kmsg.Request](handle func(h *Handler, creq *server.Request, req Req) kmsg.Response) keyHandler[Req] {
+	return func(h *Handler, _ context.Context, creq *server.Request, req Req) server.Response {
+		return reply(handle(h, creq, req))
 	}
 }
 
@@ -522,6 +547,11 @@ func (h *Handler) Handle(ctx context.Context, req *server.Request) server.Respon
 		// The server decodes only keys Versions serves, so this is a bug.
 		h.log.Error("closing connection: no handler", "key", req.Key, "client", req.Remote)
 		return server.Response{None: true, Close: true}
+	}
+	if k.authz.gate != nil {
+		if refused := k.authz.gate(h, req); refused != nil {
+			return reply(refused) // authz.go: refused whole, before the handler
+		}
 	}
 	return k.handle(h, ctx, req)
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // materialize concatenates a frame's pieces as the server would send them.
-func materialize(t *testing.T, f *server.Frame) []byte {
+func materialize(t testing.TB, f *server.Frame) []byte {
 	t.Helper()
 	var out []byte
 	for _, p := range f.Pieces {

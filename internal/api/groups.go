@@ -105,7 +105,7 @@ func (g groupTopics) offsetsPartitions() int32 {
 // viaCoordinator is the handler registered by every group API key's file:
 // the coordinator decodes nothing more and answers each key itself.
 func viaCoordinator[Req kmsg.Request](h *Handler, ctx context.Context, creq *server.Request, _ Req) server.Response {
-	return h.handleGroup(ctx, creq)
+	return h.authorizedCoordinated(creq, func() server.Response { return h.handleGroup(ctx, creq) })
 }
 
 // handleGroup hands a group request to the coordinator and waits for its

@@ -111,7 +111,7 @@ func (h *Handler) endGroupTxn(ctx context.Context, partition int32, m plog.TxnMa
 // viaTxnCoordinator is the handler registered by the transaction API keys'
 // files.
 func viaTxnCoordinator[Req kmsg.Request](h *Handler, ctx context.Context, creq *server.Request, _ Req) server.Response {
-	return h.handleTxn(ctx, creq.Body)
+	return h.authorizedCoordinated(creq, func() server.Response { return h.handleTxn(ctx, creq.Body) })
 }
 
 // handleTxn hands a transaction request to the coordinator and waits for

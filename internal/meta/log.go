@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -48,6 +49,8 @@ type snapshotDoc struct {
 	ClusterID          string        `json:"cluster_id"`
 	ProducerIDBlockEnd int64         `json:"producer_id_block_end"`
 	Topics             []TopicRecord `json:"topics"`
+	// ACLs are the ACL bindings (acls.go); absent in older snapshots.
+	ACLs []AccessControlEntryRecord `json:"acls,omitempty"`
 }
 
 // open loads the snapshot (migrating a legacy catalogue, or creating the
@@ -227,6 +230,11 @@ func loadSnapshot(fs vfs.FS, path string, version int) (*state, int64, error) {
 			return nil, 0, fmt.Errorf("meta: %s: %w", path, err)
 		}
 	}
+	for i := range d.ACLs {
+		if err := st.apply(&d.ACLs[i]); err != nil {
+			return nil, 0, fmt.Errorf("meta: %s: %w", path, err)
+		}
+	}
 	return st, d.NextOffset, nil
 }
 
@@ -235,7 +243,7 @@ func loadSnapshot(fs vfs.FS, path string, version int) (*state, int64, error) {
 // snapshot's size.
 func writeSnapshot(fs vfs.FS, dir string, st *state, next int64) (int64, error) {
 	d := snapshotDoc{Version: snapshotVersion, NextOffset: next, ClusterID: st.clusterID,
-		ProducerIDBlockEnd: st.producerIDBlockEnd, Topics: make([]TopicRecord, 0, len(st.topics))}
+		ProducerIDBlockEnd: st.producerIDBlockEnd, Topics: make([]TopicRecord, 0, len(st.topics)), ACLs: st.aclRecords()}
 	for _, t := range st.topics {
 		d.Topics = append(d.Topics, TopicRecord{Name: t.Name, ID: t.ID, Partitions: t.Partitions, Configs: t.Configs})
 	}
@@ -431,6 +439,7 @@ func (s *state) copyTopics() *state {
 		out.topics[name] = &ct
 		out.byID[ct.ID] = &ct
 	}
+	out.acls = maps.Clone(s.acls) // bindings are values
 	return out
 }
 

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"maps"
 	"sort"
+
+	"github.com/sushka-io/sushka/internal/acl"
 )
 
 // The metadata log is a sequence of typed, versioned change records (in
@@ -119,6 +121,10 @@ func decodeRecord(key, value []byte) (record, error) {
 		r = &RemoveTopicRecord{}
 	case typeProducerIDs:
 		r = &ProducerIDsRecord{}
+	case typeACL:
+		r = &AccessControlEntryRecord{}
+	case typeRemoveACL:
+		r = &RemoveAccessControlEntryRecord{}
 	default:
 		return nil, fmt.Errorf("unknown record type %d", typ)
 	}
@@ -137,6 +143,7 @@ type state struct {
 	partitions         int64
 	producerIDBlockEnd int64
 	clusterID          string
+	acls               map[topicID]acl.Binding // by record ID (acls.go)
 }
 
 func newState() *state {
@@ -195,6 +202,8 @@ func (s *state) apply(r record) error {
 			return fmt.Errorf("%w: producer id block end %d below %d", errBadRecord, r.BlockEnd, s.producerIDBlockEnd)
 		}
 		s.producerIDBlockEnd = r.BlockEnd
+	case *AccessControlEntryRecord, *RemoveAccessControlEntryRecord:
+		return s.applyACL(r)
 	default:
 		return fmt.Errorf("%w: %T", errBadRecord, r)
 	}
