@@ -27,6 +27,7 @@ const (
 	typeConfigs     recordType = 3 // config overrides replaced (ConfigsRecord)
 	typeRemoveTopic recordType = 4 // a topic deleted (RemoveTopicRecord)
 	typeProducerIDs recordType = 5 // a producer-id block allocated (ProducerIDsRecord)
+	// 6, 7: SCRAM credentials; 8, 9: ACLs; 10: client quotas (quotas.go).
 )
 
 // recordVersion is the body version every record type is written with;
@@ -119,6 +120,8 @@ func decodeRecord(key, value []byte) (record, error) {
 		r = &RemoveTopicRecord{}
 	case typeProducerIDs:
 		r = &ProducerIDsRecord{}
+	case typeClientQuota:
+		r = &ClientQuotaRecord{}
 	default:
 		return nil, fmt.Errorf("unknown record type %d", typ)
 	}
@@ -137,6 +140,8 @@ type state struct {
 	partitions         int64
 	producerIDBlockEnd int64
 	clusterID          string
+	// quotas are the client quotas by entity key (quotas.go).
+	quotas map[string]*ClientQuota
 }
 
 func newState() *state {
@@ -195,6 +200,8 @@ func (s *state) apply(r record) error {
 			return fmt.Errorf("%w: producer id block end %d below %d", errBadRecord, r.BlockEnd, s.producerIDBlockEnd)
 		}
 		s.producerIDBlockEnd = r.BlockEnd
+	case *ClientQuotaRecord:
+		return s.applyQuota(r)
 	default:
 		return fmt.Errorf("%w: %T", errBadRecord, r)
 	}
