@@ -10,7 +10,7 @@ import (
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
-func quotaName(s string) *string { return &s }
+func quotaName(s string) *string    { return &s }
 func quotaValue(v float64) *float64 { return &v }
 
 // describeQuotas renders c's quotas as "entity:key=value,..." lines, sorted.
@@ -103,7 +103,9 @@ func TestClientQuotasValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	user := func(n string) []QuotaEntityPart { return []QuotaEntityPart{{Type: QuotaEntityUser, Name: quotaName(n)}} }
+	user := func(n string) []QuotaEntityPart {
+		return []QuotaEntityPart{{Type: QuotaEntityUser, Name: quotaName(n)}}
+	}
 	cases := []struct {
 		name string
 		alt  QuotaAlteration
