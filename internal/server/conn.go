@@ -53,6 +53,9 @@ type conn struct {
 	// connection.
 	inFlight       atomic.Int32
 	lastWriteNanos atomic.Int64
+	// mutedUntilNanos is when the connection's throttle ends (UnixNano; 0:
+	// none): set by handlers' responses, waited out by the reader.
+	mutedUntilNanos atomic.Int64
 
 	mu       sync.Mutex
 	stopping bool // graceful: stop reading, finish what was read
@@ -188,6 +191,7 @@ func (c *conn) serve() {
 		req.frame, req.reserved, req.budget = frame, reserved, c.s.budget
 		req.ConnID = c.id
 		req.Session = c.session
+		req.Size = size
 		if releaseBodyFromFrame(req) {
 			// Nothing refers to the frame any more: a request that waits
 			// (long-poll fetch) holds no request bytes while it waits.
@@ -198,6 +202,10 @@ func (c *conn) serve() {
 			c.s.cfg.OnRequest(req.Key)
 		}
 
+		if !c.waitMuted() { // a throttled connection starts nothing until its time is up
+			req.releaseFrame()
+			return
+		}
 		sl := &slot{req: req, done: make(chan struct{})}
 		c.inFlight.Add(1)
 		select {
@@ -300,6 +308,7 @@ func (c *conn) handle(sl *slot, prev, mine chan struct{}) {
 		}
 	}()
 	sl.resp = c.s.cfg.Handler.Handle(c.ctx, sl.req)
+	c.mute(sl.resp.ThrottleFor)
 }
 
 // writeLoop is the writer goroutine: it writes responses in request order.

@@ -1,0 +1,83 @@
+package server
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// throttlingHandler answers ApiVersions and throttles the connection for
+// throttle after the request with correlation id 0, recording when each
+// request's handler started and its Size.
+type throttlingHandler struct {
+	throttle time.Duration
+	mu       sync.Mutex
+	started  map[int32]time.Time
+	sizes    map[int32]int32
+}
+
+func (h *throttlingHandler) Versions(key int16) (int16, int16, bool) { return 0, 3, key == 18 }
+func (h *throttlingHandler) Ordered(int16) bool                      { return false }
+func (h *throttlingHandler) Handle(_ context.Context, req *Request) Response {
+	h.mu.Lock()
+	h.started[req.CorrelationID] = time.Now()
+	h.sizes[req.CorrelationID] = req.Size
+	h.mu.Unlock()
+	r := req.Body.ResponseKind()
+	r.SetVersion(req.Version)
+	resp := Response{Body: r}
+	if req.CorrelationID == 0 {
+		resp.ThrottleFor = h.throttle
+	}
+	return resp
+}
+
+// TestThrottleMutesConnection: a response with ThrottleFor is written at
+// once, the connection's next request is not started until the throttle
+// has passed, and other connections are not slowed. (A request the reader
+// had already started, pipelined before the throttle, is not recalled.)
+func TestThrottleMutesConnection(t *testing.T) {
+	h := &throttlingHandler{throttle: 400 * time.Millisecond, started: map[int32]time.Time{}, sizes: map[int32]int32{}}
+	_, addr := startServer(t, h)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := &kmsg.ApiVersionsRequest{Version: 0}
+	first := frameOf(req, 0)
+	sent := time.Now()
+	c.Write(first)
+	readCorr(t, c)
+	c.Write(frameOf(req, 1))
+	if took := time.Since(sent); took > 200*time.Millisecond {
+		t.Fatalf("the throttled response took %v: it must be written at once", took)
+	}
+	// Another connection is served meanwhile.
+	other, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	otherSent := time.Now()
+	other.Write(frameOf(req, 5))
+	readCorr(t, other)
+	if took := time.Since(otherSent); took > 200*time.Millisecond {
+		t.Fatalf("another connection waited %v", took)
+	}
+	if corr := readCorr(t, c); corr != 1 {
+		t.Fatalf("second response %d", corr)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if gap := h.started[1].Sub(h.started[0]); gap < 400*time.Millisecond {
+		t.Fatalf("the next request started %v after the throttled one, want ≥ 400ms", gap)
+	}
+	if want := int32(len(first) - 4); h.sizes[0] != want {
+		t.Fatalf("Request.Size %d, want the frame's %d", h.sizes[0], want)
+	}
+}
