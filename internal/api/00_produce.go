@@ -200,6 +200,7 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 	// handler returns the records (which alias the request frame) are on
 	// disk or in the page cache and nothing refers to the frame.
 	creq.RecycleFrame()
+	waited := creq.Accounting.WaitStart() // the writer's and fsync's time is not the request's (throttle.go)
 	for i := range waits {
 		q := &waits[i]
 		res := plog.AppendResult{BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
@@ -210,6 +211,7 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 		sp := &resp.Topics[q.j.topicIndex].Partitions[q.j.partitionIndex]
 		h.finishProduce(req.Version, sp, q.j.topic, len(q.j.records), time.Since(q.start), res, err)
 	}
+	creq.Accounting.WaitEnd(waited)
 
 	if req.Acks == 0 {
 		for _, j := range jobs {

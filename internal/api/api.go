@@ -33,6 +33,7 @@ import (
 	"github.com/sushka-io/sushka/internal/group"
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/plog"
+	"github.com/sushka-io/sushka/internal/quota"
 	"github.com/sushka-io/sushka/internal/server"
 	"github.com/sushka-io/sushka/internal/txn"
 	"github.com/sushka-io/sushka/internal/vfs"
@@ -102,6 +103,9 @@ type Config struct {
 	// FileCache bounds the open sealed-segment files of every partition
 	// (nil: plog.DefaultFileCache).
 	FileCache *plog.FileCache
+	// Quotas measures clients against the catalogue's client quotas, which
+	// New loads into it (nil: a quota.Manager with Kafka's windows).
+	Quotas *quota.Manager
 }
 
 // Handler serves the Kafka API keys; it implements server.Handler.
@@ -125,6 +129,9 @@ type Handler struct {
 	// txns is the transaction coordinator with __transaction_state
 	// (txns.go); set in New after groups, nil after Close.
 	txns *txn.Service
+	// quotas enforces the catalogue's client quotas (throttle.go); set in
+	// New, updated by AlterClientQuotas.
+	quotas *quota.Manager
 }
 
 // topic is an open topic: its catalogue entry and one log per partition.
@@ -186,11 +193,16 @@ func New(cfg Config) (*Handler, error) {
 	case cfg.SyncInterval < 0:
 		cfg.SyncInterval = 0 // plog: no pacing
 	}
+	if cfg.Quotas == nil {
+		cfg.Quotas = quota.New(quota.Config{})
+	}
+	cfg.Quotas.SetQuotas(cfg.Catalog.ClientQuotas())
 	h := &Handler{
 		cfg:    cfg,
 		log:    cfg.Logger,
 		topics: make(map[string]*topic),
 		byID:   make(map[[16]byte]*topic),
+		quotas: cfg.Quotas,
 	}
 	if err := h.finishDeletions(); err != nil { // 20_delete_topics.go
 		return nil, err
@@ -491,6 +503,9 @@ func (h *Handler) Handle(ctx context.Context, req *server.Request) server.Respon
 		// The server decodes only keys Versions serves, so this is a bug.
 		h.log.Error("closing connection: no handler", "key", req.Key, "client", req.Remote)
 		return server.Response{None: true, Close: true}
+	}
+	if h.quotas.Enabled() {
+		return h.throttledHandle(ctx, k, req) // throttle.go
 	}
 	return k.handle(h, ctx, req)
 }
