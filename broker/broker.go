@@ -123,6 +123,12 @@ type Config struct {
 	// acks=all append starts at least this long after the previous one.
 	// Default DefaultSyncInterval; negative: no pacing.
 	SyncInterval time.Duration
+	// QuotaWindows and QuotaWindowSize are the window client quotas are
+	// measured over (Kafka's quota.window.num and
+	// quota.window.size.seconds; the quotas themselves are set with
+	// AlterClientQuotas). Defaults 11 and 1 s.
+	QuotaWindows    int
+	QuotaWindowSize time.Duration
 }
 
 // The defaults of Config's fields that come from the packages that use them.
@@ -205,6 +211,7 @@ func New(cfg Config) (*Broker, error) {
 	catalog.SetMaxPartitions(cfg.MaxPartitions)
 	b := &Broker{cfg: cfg, log: cfg.Logger, catalog: catalog, stopBG: make(chan struct{}), bgDone: make(chan struct{})}
 	b.metrics = newMetrics(cfg.Registry)
+	quotas, _ := newQuotaMetrics(cfg.Registry, cfg) // quotas.go
 	b.handler, err = api.New(api.Config{
 		FS:                    cfg.FS,
 		DataDir:               cfg.DataDir,
@@ -221,6 +228,7 @@ func New(cfg Config) (*Broker, error) {
 		ProducerIDExpiration:  cfg.ProducerIDExpiration,
 		MaxFetchWait:          cfg.MaxFetchWait,
 		SyncInterval:          cfg.SyncInterval,
+		Quotas:                quotas,
 	})
 	if err != nil {
 		catalog.Close()
