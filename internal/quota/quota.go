@@ -97,13 +97,37 @@ type Manager struct {
 
 // typeState is one quota type's quotas and sensors.
 type typeState struct {
-	// quotas is the bound of every entity with a quota of this type,
-	// replaced whole by SetQuotas (read without locks).
-	quotas atomic.Pointer[map[entity]float64]
+	// quotas are this type's quotas, replaced whole by SetQuotas (read
+	// without locks).
+	quotas atomic.Pointer[quotaTable]
 
 	mu        sync.Mutex
 	sensors   map[sensorKey]*sensor
 	lastSweep int64 // ms
+}
+
+// quotaTable is one type's quotas: the bound of every entity with one, and
+// which of the eight levels of precedence (resolve) have any, so that a
+// lookup tries only those.
+type quotaTable struct {
+	bounds map[entity]float64
+	levels [len(levels)]bool
+}
+
+// levels are the shapes of entity in Kafka's order of precedence (resolve).
+var levels = [...]struct{ user, client kind }{
+	{named, named}, {named, byDefault}, {named, absent},
+	{byDefault, named}, {byDefault, byDefault}, {byDefault, absent},
+	{absent, named}, {absent, byDefault},
+}
+
+func levelOf(e entity) int {
+	for i, l := range levels {
+		if l.user == e.userKind && l.client == e.clientKind {
+			return i
+		}
+	}
+	return -1 // no component: entityOf refuses it
 }
 
 // kind tells how an entity names one of its components.
@@ -146,8 +170,7 @@ func New(cfg Config) *Manager {
 	}
 	m := &Manager{cfg: cfg, w: window{windows: cfg.Windows, windowMs: cfg.WindowSize.Milliseconds()}}
 	for i := range m.types {
-		empty := map[entity]float64{}
-		m.types[i].quotas.Store(&empty)
+		m.types[i].quotas.Store(&quotaTable{bounds: map[entity]float64{}})
 		m.types[i].sensors = map[sensorKey]*sensor{}
 	}
 	return m
@@ -161,9 +184,9 @@ func (m *Manager) MaxThrottle() time.Duration {
 
 // SetQuotas replaces every quota by those of the catalogue.
 func (m *Manager) SetQuotas(quotas []meta.ClientQuota) {
-	var tables [numTypes]map[entity]float64
+	var tables [numTypes]*quotaTable
 	for i := range tables {
-		tables[i] = map[entity]float64{}
+		tables[i] = &quotaTable{bounds: map[entity]float64{}}
 	}
 	any := false
 	for _, q := range quotas {
@@ -173,13 +196,14 @@ func (m *Manager) SetQuotas(quotas []meta.ClientQuota) {
 		}
 		for t := Type(0); t < numTypes; t++ {
 			if v, ok := q.Values[t.Key()]; ok {
-				tables[t][e] = v
+				tables[t].bounds[e] = v
+				tables[t].levels[levelOf(e)] = true
 				any = true
 			}
 		}
 	}
 	for t := range tables {
-		m.types[t].quotas.Store(&tables[t])
+		m.types[t].quotas.Store(tables[t])
 	}
 	m.enabled.Store(any)
 }
@@ -224,27 +248,36 @@ func (m *Manager) Enabled() bool { return m.enabled.Load() }
 //  7. /config/clients/<client-id>
 //  8. /config/clients/<default>
 func (m *Manager) resolve(t Type, user, clientID string) (sensorKey, float64, bool) {
-	quotas := *m.types[t].quotas.Load()
-	if len(quotas) == 0 {
+	table := m.types[t].quotas.Load()
+	if len(table.bounds) == 0 {
 		return sensorKey{}, 0, false
 	}
-	both, userOnly, clientOnly := sensorKey{user, clientID}, sensorKey{user, ""}, sensorKey{"", clientID}
-	for _, c := range [...]struct {
-		e   entity
-		key sensorKey
-	}{
-		{entity{named, named, user, clientID}, both},
-		{entity{named, byDefault, user, ""}, both},
-		{entity{named, absent, user, ""}, userOnly},
-		{entity{byDefault, named, "", clientID}, both},
-		{entity{byDefault, byDefault, "", ""}, both},
-		{entity{byDefault, absent, "", ""}, userOnly},
-		{entity{absent, named, "", clientID}, clientOnly},
-		{entity{absent, byDefault, "", ""}, clientOnly},
-	} {
-		if bound, ok := quotas[c.e]; ok {
-			return c.key, bound, true
+	for i, l := range levels {
+		if !table.levels[i] {
+			continue
 		}
+		e := entity{userKind: l.user, clientKind: l.client}
+		if l.user == named {
+			e.user = user
+		}
+		if l.client == named {
+			e.clientID = clientID
+		}
+		bound, ok := table.bounds[e]
+		if !ok {
+			continue
+		}
+		// The metric tags: a named or <default> user's quota is measured
+		// per user, a client-id level per client id, as Kafka's
+		// quotaMetricTags.
+		key := sensorKey{user: user, clientID: clientID}
+		switch {
+		case l.client == absent:
+			key.clientID = ""
+		case l.user == absent:
+			key.user = ""
+		}
+		return key, bound, true
 	}
 	return sensorKey{}, 0, false
 }
@@ -365,7 +398,8 @@ func (m *Manager) Rates() []SensorRate {
 		ts.mu.Lock()
 		for k, s := range ts.sensors {
 			s.mu.Lock()
-			out = append(out, SensorRate{Type: t, User: k.user, ClientID: k.clientID, Rate: s.rate.measure(m.w, nowMs), Quota: s.bound})
+			perSecond, _ := s.rate.measure(m.w, nowMs)
+			out = append(out, SensorRate{Type: t, User: k.user, ClientID: k.clientID, Rate: perSecond, Quota: s.bound})
 			s.mu.Unlock()
 		}
 		ts.mu.Unlock()

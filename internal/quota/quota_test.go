@@ -235,3 +235,36 @@ func TestIdleSensorsDropped(t *testing.T) {
 		t.Fatalf("%d sensors after the window, want 1", n)
 	}
 }
+
+// BenchmarkAccounting is what a request pays for quotas: nothing set (the
+// Enabled check Handle makes), a quota set for another client (resolved,
+// nothing recorded), and its own quota (resolved, recorded, checked).
+func BenchmarkAccounting(b *testing.B) {
+	m := New(Config{})
+	b.Run("no-quota", func(b *testing.B) {
+		n := 0
+		for i := 0; i < b.N; i++ {
+			if m.Enabled() {
+				n++
+			}
+		}
+		if n != 0 {
+			b.Fatal(n)
+		}
+	})
+	m.SetQuotas([]meta.ClientQuota{quota(meta.ProducerByteRate, 1e15, client("own")), quota(meta.RequestPercentage, 1e9, client("own"))})
+	b.Run("other-client", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			m.RecordProduce("ANONYMOUS", "other", 1000)
+			m.RecordRequestTime("ANONYMOUS", "other", time.Microsecond)
+		}
+	})
+	b.Run("own-quota", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			m.RecordProduce("ANONYMOUS", "own", 1000)
+			m.RecordRequestTime("ANONYMOUS", "own", time.Microsecond)
+		}
+	})
+}

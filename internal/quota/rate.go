@@ -82,26 +82,26 @@ func (r *rate) windowMs(w window, nowMs int64) int64 {
 	return max(elapsed, 1)
 }
 
-// measure is the rate per second at nowMs (Rate.measure).
-func (r *rate) measure(w window, nowMs int64) float64 {
-	span := r.windowMs(w, nowMs) // purges first, as Kafka
+// measure is the rate per second at nowMs (Rate.measure), and the span it
+// is measured over.
+func (r *rate) measure(w window, nowMs int64) (perSecond float64, spanMs int64) {
+	spanMs = r.windowMs(w, nowMs) // purges first, as Kafka
 	total := 0.0
 	for _, s := range r.samples {
 		total += s.value
 	}
-	return total / (float64(span) / 1000)
+	return total / (float64(spanMs) / 1000), spanMs
 }
 
 // throttleMs is Kafka's throttle time for a rate over bound
 // (QuotaUtils.throttleTime): how long until the rate, with nothing more
 // recorded, falls back to bound: (rate - bound) / bound × window.
 func (r *rate) throttleMs(w window, bound float64, nowMs int64) int64 {
-	value := r.measure(w, nowMs)
+	value, spanMs := r.measure(w, nowMs)
 	if value <= bound {
 		return 0
 	}
-	span := r.windowMs(w, nowMs)
-	return int64((value-bound)/bound*float64(span) + 0.5)
+	return int64((value-bound)/bound*float64(spanMs) + 0.5)
 }
 
 // idle reports whether nothing was recorded in the monitored window: the
