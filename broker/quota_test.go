@@ -165,7 +165,7 @@ func TestProduceQuota(t *testing.T) {
 			t.Errorf("the limited producer was not told to back off after the response (throttles %d)", limitedHooks.n.Load())
 		}
 	}
-	if h := gatherHistogramCount(t, tb.Registry(), "sushka_quota_throttle_time_seconds", "produce"); h == 0 {
+	if _, n, _ := gatherMetric(t, tb.Registry(), "sushka_quota_throttle_time_seconds", "produce"); n == 0 {
 		t.Error("no produce throttle in sushka_quota_throttle_time_seconds")
 	}
 }
@@ -269,7 +269,7 @@ func TestRequestQuota(t *testing.T) {
 	go func() { defer wg.Done(); run("chatty", &chattyHooks, &chattyDone, ctx) }()
 	go func() { defer wg.Done(); run("other", &quietHooks, &quietDone, ctx) }()
 	time.Sleep(3 * time.Second)
-	measured := gatherGauge(t, tb.Registry(), "sushka_quota_rate", "request", "chatty")
+	measured, _, _ := gatherMetric(t, tb.Registry(), "sushka_quota_rate", "request", "chatty")
 	wg.Wait()
 	t.Logf("chatty: %d requests, %d throttles, handler time %.2f %%; other: %d requests, %d throttles",
 		chattyDone.Load(), chattyHooks.n.Load(), measured, quietDone.Load(), quietHooks.n.Load())
@@ -368,7 +368,9 @@ func TestQuotaAdmin(t *testing.T) {
 	check(describe(false), "{client-id=<default>}:producer_byte_rate=4096 {client-id=app, user=alice}:request_percentage=50 {user=alice}:producer_byte_rate=1024")
 }
 
-func gatherGauge(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+// gatherMetric returns the gauge value and histogram count of the first
+// sample of the metric name whose labels include every value of labels.
+func gatherMetric(t *testing.T, reg *prometheus.Registry, name string, labels ...string) (gauge float64, count uint64, ok bool) {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -383,37 +385,14 @@ func gatherGauge(t *testing.T, reg *prometheus.Registry, name string, labels ...
 			for _, want := range labels {
 				found := false
 				for _, l := range m.GetLabel() {
-					if l.GetValue() == want {
-						found = true
-					}
+					found = found || l.GetValue() == want
 				}
 				if !found {
 					continue metric
 				}
 			}
-			return m.GetGauge().GetValue()
+			return m.GetGauge().GetValue(), m.GetHistogram().GetSampleCount(), true
 		}
 	}
-	return -1
-}
-
-func gatherHistogramCount(t *testing.T, reg *prometheus.Registry, name, label string) uint64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetValue() == label {
-					return m.GetHistogram().GetSampleCount()
-				}
-			}
-		}
-	}
-	return 0
+	return 0, 0, false
 }

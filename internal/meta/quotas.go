@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -204,20 +205,10 @@ func (s *state) applyQuota(r *ClientQuotaRecord) error {
 
 // quotaRecords is the state's quotas as records, sorted, for a snapshot.
 func (s *state) quotaRecords() []ClientQuotaRecord {
-	keys := make([]string, 0, len(s.quotas))
-	for k := range s.quotas {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	var out []ClientQuotaRecord
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(s.quotas)) {
 		q := s.quotas[k]
-		names := make([]string, 0, len(q.Values))
-		for n := range q.Values {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
+		for _, n := range slices.Sorted(maps.Keys(q.Values)) {
 			out = append(out, ClientQuotaRecord{Entity: q.Entity, Key: n, Value: q.Values[n]})
 		}
 	}
@@ -228,13 +219,8 @@ func (s *state) quotaRecords() []ClientQuotaRecord {
 func (c *Catalog) ClientQuotas() []ClientQuota {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	keys := make([]string, 0, len(c.st.quotas))
-	for k := range c.st.quotas {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	out := make([]ClientQuota, 0, len(keys))
-	for _, k := range keys {
+	out := make([]ClientQuota, 0, len(c.st.quotas))
+	for _, k := range slices.Sorted(maps.Keys(c.st.quotas)) {
 		q := c.st.quotas[k]
 		out = append(out, ClientQuota{Entity: cloneQuotaEntity(q.Entity), Values: maps.Clone(q.Values)})
 	}
@@ -311,12 +297,7 @@ func (c *Catalog) AlterClientQuotas(alterations []QuotaAlteration, validateOnly 
 		if q := c.st.quotas[p.key]; q != nil {
 			current = q.Values
 		}
-		keys := make([]string, 0, len(p.ops))
-		for k := range p.ops {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(p.ops)) {
 			v := p.ops[k]
 			old, had := current[k]
 			switch {
