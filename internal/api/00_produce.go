@@ -195,6 +195,7 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 		waits[i] = queued{j: j, start: time.Now()}
 		waits[i].pending, waits[i].err = j.log.Enqueue(j.records, ack)
 	}
+	h.produceThrottle(creq) // throttle.go: before the next produce of the connection starts
 	creq.Sequenced()
 	// Every append below is waited for (acks=0 included), so once this
 	// handler returns the records (which alias the request frame) are on

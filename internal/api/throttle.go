@@ -13,8 +13,11 @@ import (
 // KafkaApis applies them:
 //   - every request but SASL's counts its handler time against
 //     request_percentage (acks=0 produce excepted, as Kafka);
-//   - Produce counts its request bytes against producer_byte_rate after the
-//     append;
+//   - Produce counts its request bytes against producer_byte_rate once its
+//     batches are queued to the logs, and over the quota mutes the
+//     connection then (produceThrottle), before the next pipelined produce
+//     of the connection starts: Kafka handles one request of a connection
+//     at a time, so its throttle holds the next one;
 //   - Fetch counts its response bytes against consumer_byte_rate before
 //     answering, its maximum bytes bounded by what the quota allows in the
 //     window; over either quota it answers an empty response instead (not
@@ -39,7 +42,7 @@ func (h *Handler) throttledHandle(ctx context.Context, k *apiKey, req *server.Re
 		// authenticator answers them, outside the quotas.
 		return resp
 	case 0:
-		throttle = h.quotas.RecordProduce(user, clientID, int64(req.Size))
+		throttle = req.Accounting.Throttle // produceThrottle
 		if body, ok := req.Body.(*kmsg.ProduceRequest); !ok || body.Acks != 0 {
 			throttle = max(throttle, h.quotas.RecordRequestTime(user, clientID, req.Accounting.Busy()))
 		}
@@ -53,6 +56,20 @@ func (h *Handler) throttledHandle(ctx context.Context, k *apiKey, req *server.Re
 		resp.ThrottleFor = throttle
 	}
 	return resp
+}
+
+// produceThrottle records a produce request's bytes against its
+// producer_byte_rate, its batches queued, and over the quota mutes the
+// connection at once (the response carries the throttle too).
+func (h *Handler) produceThrottle(creq *server.Request) {
+	if !h.quotas.Enabled() {
+		return
+	}
+	d := h.quotas.RecordProduce(creq.Principal().Name, creq.ClientID, int64(creq.Size))
+	if d > 0 {
+		creq.Accounting.Throttle = d
+		creq.MuteFor(d)
+	}
 }
 
 func throttleMillis(d time.Duration) int32 {

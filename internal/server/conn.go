@@ -191,7 +191,7 @@ func (c *conn) serve() {
 		req.frame, req.reserved, req.budget = frame, reserved, c.s.budget
 		req.ConnID = c.id
 		req.Session = c.session
-		req.Size = size
+		req.Size, req.mute = size, c.mute
 		if releaseBodyFromFrame(req) {
 			// Nothing refers to the frame any more: a request that waits
 			// (long-poll fetch) holds no request bytes while it waits.
@@ -202,7 +202,7 @@ func (c *conn) serve() {
 			c.s.cfg.OnRequest(req.Key)
 		}
 
-		if !c.waitMuted() { // a throttled connection starts nothing until its time is up
+		if !c.waitMuted(c.readCtx) { // a throttled connection reads nothing until its time is up
 			req.releaseFrame()
 			return
 		}
@@ -290,6 +290,7 @@ func (c *conn) handle(sl *slot, prev, mine chan struct{}) {
 	if prev != nil {
 		<-prev
 	}
+	c.waitMuted(c.ctx) // a request read before its connection's throttle began (throttle.go)
 	if mine != nil {
 		var once sync.Once
 		sl.req.orderDone = func() { once.Do(func() { close(mine) }) }

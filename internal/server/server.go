@@ -99,6 +99,8 @@ type Request struct {
 	// orderDone, for a request of an Ordered key, lets the next ordered
 	// request of the connection start (see Sequenced).
 	orderDone func()
+	// mute starts the connection's throttle (MuteFor); nil without one.
+	mute func(time.Duration)
 
 	frame    []byte // the request's frame, from the frame pool; nil once let go
 	recycle  bool   // the handler keeps no reference to frame after Handle

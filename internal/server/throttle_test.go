@@ -81,3 +81,47 @@ func TestThrottleMutesConnection(t *testing.T) {
 		t.Fatalf("Request.Size %d, want the frame's %d", h.sizes[0], want)
 	}
 }
+
+// orderedMuter is an Ordered handler that, like Produce, knows its
+// throttle early: request 0 mutes the connection (MuteFor), then lets the
+// next ordered request start (Sequenced).
+type orderedMuter struct {
+	throttlingHandler
+}
+
+func (h *orderedMuter) Ordered(int16) bool { return true }
+func (h *orderedMuter) Handle(_ context.Context, req *Request) Response {
+	h.mu.Lock()
+	h.started[req.CorrelationID] = time.Now()
+	h.mu.Unlock()
+	if req.CorrelationID == 0 {
+		req.MuteFor(h.throttle)
+	}
+	req.Sequenced()
+	r := req.Body.ResponseKind()
+	r.SetVersion(req.Version)
+	return Response{Body: r}
+}
+
+// TestThrottlePipelined: a request pipelined behind one that mutes the
+// connection (already read when the throttle began) does not start until
+// the throttle has passed, as in Kafka, which handles one request of a
+// connection at a time.
+func TestThrottlePipelined(t *testing.T) {
+	h := &orderedMuter{throttlingHandler{throttle: 400 * time.Millisecond, started: map[int32]time.Time{}, sizes: map[int32]int32{}}}
+	_, addr := startServer(t, h)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := &kmsg.ApiVersionsRequest{Version: 0}
+	c.Write(append(frameOf(req, 0), frameOf(req, 1)...))
+	readCorr(t, c)
+	readCorr(t, c)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if gap := h.started[1].Sub(h.started[0]); gap < 400*time.Millisecond {
+		t.Fatalf("the pipelined request started %v after the one that muted the connection, want ≥ 400ms", gap)
+	}
+}
