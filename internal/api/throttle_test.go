@@ -85,6 +85,12 @@ func TestFetchThrottledAnswersEmpty(t *testing.T) {
 	for range 20 {
 		appendOne(t, tp.parts[0])
 	}
+	// acks=1 appends are answered before they are visible (fsynced).
+	for deadline := time.Now().Add(10 * time.Second); tp.parts[0].HighWatermark() < 20; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("high watermark %d after 10 s", tp.parts[0].HighWatermark())
+		}
+	}
 	alterQuota(t, tb, "c", "consumer_byte_rate", 10)
 	fetch := func() server.Response {
 		req := fetchAll(tp, []int64{0}, 1, 0)

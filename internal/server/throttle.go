@@ -14,7 +14,9 @@ import (
 // mute holds the next one): the reader reads no more, and a request already
 // read (pipelined) waits before its handler starts, holding its frame's
 // budget within MaxInFlight. A client that does not back off is slowed all
-// the same; nothing is dropped.
+// the same; nothing is dropped. A throttle is bounded by the quota window
+// (11 s by default), so a graceful shutdown waits at most that much longer
+// for a muted connection's pipelined requests.
 
 // mute extends the connection's throttle to d from now.
 func (c *conn) mute(d time.Duration) {
