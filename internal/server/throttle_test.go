@@ -20,6 +20,23 @@ type throttlingHandler struct {
 	sizes    map[int32]int32
 }
 
+func newThrottlingHandler(throttle time.Duration) *throttlingHandler {
+	return &throttlingHandler{throttle: throttle, started: map[int32]time.Time{}, sizes: map[int32]int32{}}
+}
+
+// dialServer starts a server with h and returns its address and a
+// connection to it, closed at the end of the test.
+func dialServer(t *testing.T, h Handler) (string, net.Conn) {
+	t.Helper()
+	_, addr := startServer(t, h)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return addr, c
+}
+
 func (h *throttlingHandler) Versions(key int16) (int16, int16, bool) { return 0, 3, key == 18 }
 func (h *throttlingHandler) Ordered(int16) bool                      { return false }
 func (h *throttlingHandler) Handle(_ context.Context, req *Request) Response {
@@ -41,13 +58,8 @@ func (h *throttlingHandler) Handle(_ context.Context, req *Request) Response {
 // has passed, and other connections are not slowed. (A request the reader
 // had already started, pipelined before the throttle, is not recalled.)
 func TestThrottleMutesConnection(t *testing.T) {
-	h := &throttlingHandler{throttle: 400 * time.Millisecond, started: map[int32]time.Time{}, sizes: map[int32]int32{}}
-	_, addr := startServer(t, h)
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	h := newThrottlingHandler(400 * time.Millisecond)
+	addr, c := dialServer(t, h)
 	req := &kmsg.ApiVersionsRequest{Version: 0}
 	first := frameOf(req, 0)
 	sent := time.Now()
@@ -108,13 +120,8 @@ func (h *orderedMuter) Handle(_ context.Context, req *Request) Response {
 // the throttle has passed, as in Kafka, which handles one request of a
 // connection at a time.
 func TestThrottlePipelined(t *testing.T) {
-	h := &orderedMuter{throttlingHandler{throttle: 400 * time.Millisecond, started: map[int32]time.Time{}, sizes: map[int32]int32{}}}
-	_, addr := startServer(t, h)
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	h := &orderedMuter{*newThrottlingHandler(400 * time.Millisecond)}
+	_, c := dialServer(t, h)
 	req := &kmsg.ApiVersionsRequest{Version: 0}
 	c.Write(append(frameOf(req, 0), frameOf(req, 1)...))
 	readCorr(t, c)
