@@ -149,3 +149,55 @@ func BenchmarkProduceQuota(b *testing.B) {
 		})
 	}
 }
+
+// TestUserQuotaFollowsPrincipal: a user quota applies to the request's
+// authenticated principal (the session's, as SASL sets it), a <default>
+// user quota to ANONYMOUS too, and not to another user.
+func TestUserQuotaFollowsPrincipal(t *testing.T) {
+	tb := startTestBroker(t, Config{})
+	alice := "alice"
+	for _, name := range []*string{&alice, nil} {
+		req := kmsg.NewPtrAlterClientQuotasRequest()
+		e := kmsg.NewAlterClientQuotasRequestEntry()
+		e.Entity = []kmsg.AlterClientQuotasRequestEntryEntity{{Type: "user", Name: name}}
+		value := 1e-9
+		if name == nil {
+			value = 1e9 // the <default>: everyone else, unthrottled
+		}
+		e.Ops = []kmsg.AlterClientQuotasRequestEntryOp{{Key: "request_percentage", Value: value}}
+		req.Entries = append(req.Entries, e)
+		tb.Handle(context.Background(), &server.Request{Key: 49, Version: 1, Body: req})
+	}
+	call := func(user string) time.Duration {
+		s := server.NewSession("SASL_PLAINTEXT", server.SASLPlaintext, nil)
+		if user != "" {
+			s.SetPrincipal(server.User(user))
+		}
+		var d time.Duration
+		for range 2 {
+			body := kmsg.NewPtrMetadataRequest()
+			body.Version = 12
+			d = tb.Handle(context.Background(), &server.Request{Key: 3, Version: 12, ClientID: "same-client", Session: s, Body: body}).ThrottleFor
+		}
+		return d
+	}
+	if d := call("alice"); d <= 0 {
+		t.Fatal("alice over her request_percentage not throttled")
+	}
+	if d := call("bob"); d != 0 {
+		t.Fatalf("bob throttled %v under the <default> user quota", d)
+	}
+	if d := call(""); d != 0 {
+		t.Fatalf("ANONYMOUS throttled %v under the <default> user quota", d)
+	}
+	// The default user quota is the one ANONYMOUS gets: lower it.
+	req := kmsg.NewPtrAlterClientQuotasRequest()
+	e := kmsg.NewAlterClientQuotasRequestEntry()
+	e.Entity = []kmsg.AlterClientQuotasRequestEntryEntity{{Type: "user"}}
+	e.Ops = []kmsg.AlterClientQuotasRequestEntryOp{{Key: "request_percentage", Value: 1e-9}}
+	req.Entries = append(req.Entries, e)
+	tb.Handle(context.Background(), &server.Request{Key: 49, Version: 1, Body: req})
+	if d := call(""); d <= 0 {
+		t.Fatal("ANONYMOUS not held to the <default> user quota")
+	}
+}

@@ -159,3 +159,51 @@ func TestClientQuotasValidation(t *testing.T) {
 		t.Fatalf("duplicate entity applied: %s", got)
 	}
 }
+
+// TestClientQuotasAllOrNothing: the records of one alteration are one
+// batch: the log cut anywhere in it brings back none of them, and the
+// quotas before it all.
+func TestClientQuotasAllOrNothing(t *testing.T) {
+	fs := vfs.NewMem()
+	opts := options{minCompactBytes: 1 << 30}
+	c, err := open(fs, "/meta", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := func(n string) []QuotaEntityPart { return []QuotaEntityPart{{Type: QuotaEntityUser, Name: quotaName(n)}} }
+	if errs := c.AlterClientQuotas([]QuotaAlteration{{user("first"), []QuotaOp{{ProducerByteRate, quotaValue(1)}}}}, false); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	before := c.logSize
+	errs := c.AlterClientQuotas([]QuotaAlteration{
+		{user("a"), []QuotaOp{{ProducerByteRate, quotaValue(10)}, {ConsumerByteRate, quotaValue(20)}}},
+		{user("b"), []QuotaOp{{RequestPercentage, quotaValue(30)}}},
+	}, false)
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	after := c.logSize
+	c.Close()
+	for cut := before; cut < after; cut += max(1, (after-before)/40) {
+		disk := fs.Crash(nil)
+		f, _ := disk.OpenReadWrite("/meta/" + logFile)
+		f.Truncate(cut)
+		f.Close()
+		c, err := open(disk, "/meta", opts)
+		if err != nil {
+			t.Fatalf("cut at %d: %v", cut, err)
+		}
+		if got := describeQuotas(c); got != "user=first:producer_byte_rate=1" {
+			t.Fatalf("cut at %d of [%d, %d): %s", cut, before, after, got)
+		}
+		c.Close()
+	}
+	c, err = open(fs.Crash(nil), "/meta", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got, want := describeQuotas(c), "user=a:consumer_byte_rate=20,producer_byte_rate=10 user=b:request_percentage=30 user=first:producer_byte_rate=1"; got != want {
+		t.Fatalf("whole log: %s, want %s", got, want)
+	}
+}
