@@ -170,7 +170,9 @@ func TestClientQuotasAllOrNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	user := func(n string) []QuotaEntityPart { return []QuotaEntityPart{{Type: QuotaEntityUser, Name: quotaName(n)}} }
+	user := func(n string) []QuotaEntityPart {
+		return []QuotaEntityPart{{Type: QuotaEntityUser, Name: quotaName(n)}}
+	}
 	if errs := c.AlterClientQuotas([]QuotaAlteration{{user("first"), []QuotaOp{{ProducerByteRate, quotaValue(1)}}}}, false); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
