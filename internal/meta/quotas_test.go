@@ -13,6 +13,10 @@ import (
 func quotaName(s string) *string    { return &s }
 func quotaValue(v float64) *float64 { return &v }
 
+func user(n string) []QuotaEntityPart {
+	return []QuotaEntityPart{{Type: QuotaEntityUser, Name: quotaName(n)}}
+}
+
 // describeQuotas renders c's quotas as "entity:key=value,..." lines, sorted.
 func describeQuotas(c *Catalog) string {
 	var lines []string
@@ -103,9 +107,6 @@ func TestClientQuotasValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	user := func(n string) []QuotaEntityPart {
-		return []QuotaEntityPart{{Type: QuotaEntityUser, Name: quotaName(n)}}
-	}
 	cases := []struct {
 		name string
 		alt  QuotaAlteration
@@ -169,9 +170,6 @@ func TestClientQuotasAllOrNothing(t *testing.T) {
 	c, err := open(fs, "/meta", opts)
 	if err != nil {
 		t.Fatal(err)
-	}
-	user := func(n string) []QuotaEntityPart {
-		return []QuotaEntityPart{{Type: QuotaEntityUser, Name: quotaName(n)}}
 	}
 	if errs := c.AlterClientQuotas([]QuotaAlteration{{user("first"), []QuotaOp{{ProducerByteRate, quotaValue(1)}}}}, false); errs[0] != nil {
 		t.Fatal(errs[0])
