@@ -72,7 +72,10 @@ func pacedProducer(ctx context.Context, t *testing.T, cl *kgo.Client, topic stri
 			cl.Produce(ctx, &kgo.Record{Topic: topic, Value: value}, func(r *kgo.Record, err error) {
 				if err == nil {
 					acked.Add(int64(len(r.Value)))
-				} else if !errors.Is(err, context.Canceled) {
+				} else if !errors.Is(err, context.Canceled) && !errors.Is(err, kgo.ErrClientClosed) {
+					// (Records still buffered when the test closes the
+					// client fail with ErrClientClosed: not acknowledged,
+					// not counted.)
 					t.Errorf("produce: %v", err)
 				}
 			})
@@ -279,8 +282,12 @@ func TestRequestQuota(t *testing.T) {
 	if quietHooks.n.Load() != 0 {
 		t.Errorf("the client without a quota was throttled %d times", quietHooks.n.Load())
 	}
-	if measured <= 0 || measured > 1.5 {
-		t.Errorf("measured handler time of the throttled client %.2f %%, want at most about its 1 %%", measured)
+	// The gauge is the rate over the last window (1.1 s here), which a
+	// single request preempted on a loaded machine can fill (wall time, not
+	// CPU time: internal/quota's doc): only a bound of the order of the
+	// quota is asserted; the throughput ratio below is the real check.
+	if measured <= 0 || measured > 10 {
+		t.Errorf("measured handler time of the throttled client %.2f %%, want of the order of its 1 %%", measured)
 	}
 	if chattyDone.Load()*3 > quietDone.Load() {
 		t.Errorf("throttled client got %d requests through, the other only %d", chattyDone.Load(), quietDone.Load())
