@@ -145,6 +145,12 @@ type Config struct {
 	// AllowEveryoneIfNoACLFound allows requests on resources no ACL names
 	// (allow.everyone.if.no.acl.found). Default false.
 	AllowEveryoneIfNoACLFound bool
+	// QuotaWindows and QuotaWindowSize are the window client quotas are
+	// measured over (Kafka's quota.window.num and
+	// quota.window.size.seconds; the quotas themselves are set with
+	// AlterClientQuotas). Defaults 11 and 1 s.
+	QuotaWindows    int
+	QuotaWindowSize time.Duration
 }
 
 // Listener is one of the broker's Kafka listeners.
@@ -263,6 +269,7 @@ func New(cfg Config) (*Broker, error) {
 		b.listeners = append(b.listeners, ListenerInfo{Name: ln.Name, Protocol: ln.Protocol})
 	}
 	b.metrics = newMetrics(cfg.Registry)
+	quotas, _ := newQuotaMetrics(cfg.Registry, cfg) // quotas.go
 	b.handler, err = api.New(api.Config{
 		FS:                    cfg.FS,
 		DataDir:               cfg.DataDir,
@@ -281,6 +288,7 @@ func New(cfg Config) (*Broker, error) {
 		SyncInterval:          cfg.SyncInterval,
 		Authorizer: acl.Config{Enabled: cfg.Authorizer, SuperUsers: cfg.SuperUsers,
 			AllowIfNoACL: cfg.AllowEveryoneIfNoACLFound},
+		Quotas: quotas,
 	})
 	if err != nil {
 		catalog.Close()

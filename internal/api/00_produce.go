@@ -205,11 +205,13 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 		waits[i] = queued{j: j, start: time.Now()}
 		waits[i].pending, waits[i].err = j.log.Enqueue(j.records, ack)
 	}
+	h.produceThrottle(creq) // throttle.go: before the next produce of the connection starts
 	creq.Sequenced()
 	// Every append below is waited for (acks=0 included), so once this
 	// handler returns the records (which alias the request frame) are on
 	// disk or in the page cache and nothing refers to the frame.
 	creq.RecycleFrame()
+	waited := creq.Accounting.WaitStart() // the writer's and fsync's time is not the request's (throttle.go)
 	for i := range waits {
 		q := &waits[i]
 		res := plog.AppendResult{BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
@@ -220,6 +222,7 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 		sp := &resp.Topics[q.j.topicIndex].Partitions[q.j.partitionIndex]
 		h.finishProduce(req.Version, sp, q.j.topic, len(q.j.records), time.Since(q.start), res, err)
 	}
+	creq.Accounting.WaitEnd(waited)
 
 	if req.Acks == 0 {
 		for _, j := range jobs {

@@ -117,13 +117,15 @@ func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *km
 	if refused, ok := h.tooManyPartitions(creq, distinctPartitions); ok {
 		return refused // nothing read yet: nothing to release
 	}
-	maxBytes := int64(req.MaxBytes)
+	maxBytes := h.fetchMaxBytes(creq, int64(req.MaxBytes)) // throttle.go
 	total, anyError := h.readFetch(parts, maxBytes)
 	anyError = anyError || missing
 	maxWait := min(time.Duration(req.MaxWaitMillis)*time.Millisecond, h.cfg.MaxFetchWait)
 	// Kafka answers at once a fetch that asks for no partition.
 	if total < int64(req.MinBytes) && !anyError && maxWait > 0 && len(parts) > 0 {
+		waited := creq.Accounting.WaitStart()
 		h.longPollFetch(ctx, parts, int64(req.MinBytes), maxBytes, maxWait)
+		creq.Accounting.WaitEnd(waited)
 	}
 
 	if m := h.cfg.Metrics; m != nil {
@@ -138,6 +140,10 @@ func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *km
 		}
 	}
 	frame := encodeFetch(req.Version, topics)
+	if throttled, ok := h.fetchThrottle(creq, req.Version, frame); ok { // throttle.go
+		releaseFetch(parts)
+		return throttled
+	}
 	frame.Release = func() { releaseFetch(parts) }
 	return server.Response{Frame: frame}
 }

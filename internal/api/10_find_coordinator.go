@@ -33,7 +33,7 @@ const coordinatorTypeTransaction = 1
 func (h *Handler) handleFindCoordinator(ctx context.Context, creq *server.Request, req *kmsg.FindCoordinatorRequest) server.Response {
 	resp := h.authorizedCoordinated(creq, func() server.Response {
 		if req.CoordinatorType == coordinatorTypeTransaction {
-			return h.handleTxn(ctx, req)
+			return h.handleTxn(ctx, creq)
 		}
 		return h.handleGroup(ctx, creq)
 	})

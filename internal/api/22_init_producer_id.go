@@ -32,12 +32,12 @@ import (
 func init() { regKey(22, 0, 5, (*Handler).handleInitProducerID) }
 
 func (h *Handler) handleInitProducerID(ctx context.Context, creq *server.Request, req *kmsg.InitProducerIDRequest) server.Response {
-	return h.authorizedCoordinated(creq, func() server.Response { return h.initProducerID(ctx, req) })
+	return h.authorizedCoordinated(creq, func() server.Response { return h.initProducerID(ctx, creq, req) })
 }
 
-func (h *Handler) initProducerID(ctx context.Context, req *kmsg.InitProducerIDRequest) server.Response {
+func (h *Handler) initProducerID(ctx context.Context, creq *server.Request, req *kmsg.InitProducerIDRequest) server.Response {
 	if req.TransactionalID != nil {
-		return h.handleTxn(ctx, req)
+		return h.handleTxn(ctx, creq)
 	}
 	resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1

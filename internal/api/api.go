@@ -35,6 +35,7 @@ import (
 	"github.com/sushka-io/sushka/internal/group"
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/plog"
+	"github.com/sushka-io/sushka/internal/quota"
 	"github.com/sushka-io/sushka/internal/server"
 	"github.com/sushka-io/sushka/internal/txn"
 	"github.com/sushka-io/sushka/internal/vfs"
@@ -108,6 +109,9 @@ type Config struct {
 	// Authorizer configures ACL checks (authz.go); the zero value is off:
 	// everything allowed.
 	Authorizer acl.Config
+	// Quotas measures clients against the catalogue's client quotas, which
+	// New loads into it (nil: a quota.Manager with Kafka's windows).
+	Quotas *quota.Manager
 }
 
 // Handler serves the Kafka API keys; it implements server.Handler.
@@ -136,6 +140,9 @@ type Handler struct {
 	// catalogue's, reloaded under aclMu after each ACL change.
 	authz *acl.Authorizer
 	aclMu sync.Mutex
+	// quotas enforces the catalogue's client quotas (throttle.go); set in
+	// New, updated by AlterClientQuotas.
+	quotas *quota.Manager
 }
 
 // topic is an open topic: its catalogue entry and one log per partition.
@@ -227,12 +234,17 @@ func New(cfg Config) (*Handler, error) {
 	case cfg.SyncInterval < 0:
 		cfg.SyncInterval = 0 // plog: no pacing
 	}
+	if cfg.Quotas == nil {
+		cfg.Quotas = quota.New(quota.Config{})
+	}
+	cfg.Quotas.SetQuotas(cfg.Catalog.ClientQuotas())
 	h := &Handler{
 		cfg:    cfg,
 		log:    cfg.Logger,
 		topics: make(map[string]*topic),
 		byID:   make(map[[16]byte]*topic),
 		authz:  acl.New(cfg.Authorizer),
+		quotas: cfg.Quotas,
 	}
 	h.reloadACLsLocked()                        // no other goroutine has h yet
 	if err := h.finishDeletions(); err != nil { // 20_delete_topics.go
@@ -552,6 +564,9 @@ func (h *Handler) Handle(ctx context.Context, req *server.Request) server.Respon
 		if refused := k.authz.gate(h, req); refused != nil {
 			return reply(refused) // authz.go: refused whole, before the handler
 		}
+	}
+	if h.quotas.Enabled() {
+		return h.throttledHandle(ctx, k, req) // throttle.go
 	}
 	return k.handle(h, ctx, req)
 }

@@ -23,6 +23,8 @@ var errorCodes = []struct {
 	{meta.ErrUnknownTopic, kerr.UnknownTopicOrPartition.Code},
 	{meta.ErrInvalidTopic, kerr.InvalidTopicException.Code},
 	{meta.ErrBadPartitions, kerr.InvalidPartitions.Code},
+	{meta.ErrInvalidQuota, kerr.InvalidRequest.Code},
+	{meta.ErrUnsupportedQuotaEntity, kerr.UnsupportedVersion.Code},
 
 	{plog.ErrBatchTooLarge, kerr.MessageTooLarge.Code},
 	{batch.ErrInvalidRecord, kerr.InvalidRecord.Code},

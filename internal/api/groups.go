@@ -123,7 +123,9 @@ func (h *Handler) handleGroup(ctx context.Context, req *server.Request) server.R
 	if svc == nil {
 		return reply(group.ErrorResponse(req.Body, kerr.CoordinatorNotAvailable.Code))
 	}
+	waited := req.Accounting.WaitStart() // the driver's time, not the request's (throttle.go)
 	resp, err := svc.Do(ctx, req.ClientID, host, req.Body)
+	req.Accounting.WaitEnd(waited)
 	if err != nil {
 		if errors.Is(err, group.ErrClosed) {
 			return reply(group.ErrorResponse(req.Body, kerr.CoordinatorNotAvailable.Code))

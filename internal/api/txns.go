@@ -111,17 +111,20 @@ func (h *Handler) endGroupTxn(ctx context.Context, partition int32, m plog.TxnMa
 // viaTxnCoordinator is the handler registered by the transaction API keys'
 // files.
 func viaTxnCoordinator[Req kmsg.Request](h *Handler, ctx context.Context, creq *server.Request, _ Req) server.Response {
-	return h.authorizedCoordinated(creq, func() server.Response { return h.handleTxn(ctx, creq.Body) })
+	return h.authorizedCoordinated(creq, func() server.Response { return h.handleTxn(ctx, creq) })
 }
 
 // handleTxn hands a transaction request to the coordinator and waits for
 // its response. A connection that closes abandons the wait.
-func (h *Handler) handleTxn(ctx context.Context, body kmsg.Request) server.Response {
+func (h *Handler) handleTxn(ctx context.Context, creq *server.Request) server.Response {
+	body := creq.Body
 	svc := h.txns
 	if svc == nil {
 		return reply(txn.ErrorResponse(body, kerr.CoordinatorNotAvailable.Code))
 	}
+	waited := creq.Accounting.WaitStart() // the driver's time, not the request's (throttle.go)
 	resp, err := svc.Do(ctx, body)
+	creq.Accounting.WaitEnd(waited)
 	if err != nil {
 		if errors.Is(err, txn.ErrClosed) {
 			return reply(txn.ErrorResponse(body, kerr.CoordinatorNotAvailable.Code))

@@ -51,6 +51,8 @@ type snapshotDoc struct {
 	Topics             []TopicRecord `json:"topics"`
 	// ACLs are the ACL bindings (acls.go); absent in older snapshots.
 	ACLs []AccessControlEntryRecord `json:"acls,omitempty"`
+	// ClientQuotas (quotas.go) are absent from snapshots without any.
+	ClientQuotas []ClientQuotaRecord `json:"client_quotas,omitempty"`
 }
 
 // open loads the snapshot (migrating a legacy catalogue, or creating the
@@ -235,6 +237,11 @@ func loadSnapshot(fs vfs.FS, path string, version int) (*state, int64, error) {
 			return nil, 0, fmt.Errorf("meta: %s: %w", path, err)
 		}
 	}
+	for i := range d.ClientQuotas {
+		if err := st.apply(&d.ClientQuotas[i]); err != nil {
+			return nil, 0, fmt.Errorf("meta: %s: %w", path, err)
+		}
+	}
 	return st, d.NextOffset, nil
 }
 
@@ -249,6 +256,7 @@ func writeSnapshot(fs vfs.FS, dir string, st *state, next int64) (int64, error) 
 	}
 	// Sorted, so the same state always gives the same bytes.
 	sortTopicRecords(d.Topics)
+	d.ClientQuotas = st.quotaRecords()
 	raw, err := json.Marshal(d)
 	if err != nil {
 		return 0, err
@@ -283,15 +291,32 @@ func writeSnapshot(fs vfs.FS, dir string, st *state, next int64) (int64, error) 
 // record in the open commit group, which it returns: the caller commits it
 // (after releasing mu) and reports the change only once that succeeded.
 func (c *Catalog) changeLocked(r record) (*commitGroup, error) {
+	return c.changeAllLocked([]record{r})
+}
+
+// changeAllLocked is changeLocked for records that take effect together:
+// they are one batch, so a torn tail keeps all of them or none, and they
+// are applied to a copy of the state first, so a record that does not
+// apply refuses them all and changes nothing.
+func (c *Catalog) changeAllLocked(rs []record) (*commitGroup, error) {
 	if c.failed != nil {
 		return nil, c.failed
 	}
-	if err := c.st.apply(r); err != nil {
-		return nil, err
+	st := c.st
+	if len(rs) > 1 {
+		st = c.st.copyTopics()
 	}
-	key, value := encodeRecord(r)
-	c.pending = append(c.pending, batch.BuildRecords([]batch.KeyValue{{Key: key, Value: value}}, c.nextOffset, time.Now().UnixMilli())...)
-	c.nextOffset++
+	kvs := make([]batch.KeyValue, 0, len(rs))
+	for _, r := range rs {
+		if err := st.apply(r); err != nil {
+			return nil, err
+		}
+		key, value := encodeRecord(r)
+		kvs = append(kvs, batch.KeyValue{Key: key, Value: value})
+	}
+	c.st = st
+	c.pending = append(c.pending, batch.BuildRecords(kvs, c.nextOffset, time.Now().UnixMilli())...)
+	c.nextOffset += int64(len(rs))
 	return c.cur, nil
 }
 
@@ -433,7 +458,8 @@ func (c *Catalog) maybeSnapshotCommitLocked() {
 // the copy's topics are copied too.
 func (s *state) copyTopics() *state {
 	out := &state{topics: make(map[string]*Topic, len(s.topics)), byID: make(map[[16]byte]*Topic, len(s.byID)),
-		partitions: s.partitions, producerIDBlockEnd: s.producerIDBlockEnd, clusterID: s.clusterID}
+		partitions: s.partitions, producerIDBlockEnd: s.producerIDBlockEnd, clusterID: s.clusterID,
+		quotas: maps.Clone(s.quotas)} // quota entries are replaced, never mutated
 	for name, t := range s.topics {
 		ct := *t // Configs maps are replaced, never mutated, by apply
 		out.topics[name] = &ct

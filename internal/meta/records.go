@@ -29,6 +29,7 @@ const (
 	typeConfigs     recordType = 3 // config overrides replaced (ConfigsRecord)
 	typeRemoveTopic recordType = 4 // a topic deleted (RemoveTopicRecord)
 	typeProducerIDs recordType = 5 // a producer-id block allocated (ProducerIDsRecord)
+	// 6, 7: SCRAM credentials; 8, 9: ACLs; 10: client quotas (quotas.go).
 )
 
 // recordVersion is the body version every record type is written with;
@@ -125,6 +126,8 @@ func decodeRecord(key, value []byte) (record, error) {
 		r = &AccessControlEntryRecord{}
 	case typeRemoveACL:
 		r = &RemoveAccessControlEntryRecord{}
+	case typeClientQuota:
+		r = &ClientQuotaRecord{}
 	default:
 		return nil, fmt.Errorf("unknown record type %d", typ)
 	}
@@ -144,6 +147,8 @@ type state struct {
 	producerIDBlockEnd int64
 	clusterID          string
 	acls               map[topicID]acl.Binding // by record ID (acls.go)
+	// quotas are the client quotas by entity key (quotas.go).
+	quotas map[string]*ClientQuota
 }
 
 func newState() *state {
@@ -204,6 +209,8 @@ func (s *state) apply(r record) error {
 		s.producerIDBlockEnd = r.BlockEnd
 	case *AccessControlEntryRecord, *RemoveAccessControlEntryRecord:
 		return s.applyACL(r)
+	case *ClientQuotaRecord:
+		return s.applyQuota(r)
 	default:
 		return fmt.Errorf("%w: %T", errBadRecord, r)
 	}

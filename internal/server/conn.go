@@ -58,6 +58,9 @@ type conn struct {
 	// connection.
 	inFlight       atomic.Int32
 	lastWriteNanos atomic.Int64
+	// mutedUntilNanos is when the connection's throttle ends (UnixNano; 0:
+	// none): set by handlers' responses, waited out by the reader.
+	mutedUntilNanos atomic.Int64
 
 	mu       sync.Mutex
 	stopping bool // graceful: stop reading, finish what was read
@@ -207,6 +210,7 @@ func (c *conn) serve() {
 		req.frame, req.reserved, req.budget = frame, reserved, c.s.budget
 		req.ConnID = c.id
 		req.Session = c.session
+		req.Size, req.mute = size, c.mute
 		if releaseBodyFromFrame(req) {
 			// Nothing refers to the frame any more: a request that waits
 			// (long-poll fetch) holds no request bytes while it waits.
@@ -217,6 +221,10 @@ func (c *conn) serve() {
 			c.s.cfg.OnRequest(req.Key)
 		}
 
+		if !c.waitMuted(c.readCtx) { // a throttled connection reads nothing until its time is up
+			req.releaseFrame()
+			return
+		}
 		sl := &slot{req: req, done: make(chan struct{})}
 		c.inFlight.Add(1)
 		select {
@@ -301,6 +309,7 @@ func (c *conn) handle(sl *slot, prev, mine chan struct{}) {
 	if prev != nil {
 		<-prev
 	}
+	c.waitMuted(c.ctx) // a request read before its connection's throttle began (throttle.go)
 	if mine != nil {
 		var once sync.Once
 		sl.req.orderDone = func() { once.Do(func() { close(mine) }) }
@@ -319,6 +328,7 @@ func (c *conn) handle(sl *slot, prev, mine chan struct{}) {
 		}
 	}()
 	sl.resp = c.s.cfg.Handler.Handle(c.ctx, sl.req)
+	c.mute(sl.resp.ThrottleFor)
 }
 
 // writeLoop is the writer goroutine: it writes responses in request order.

@@ -91,10 +91,18 @@ type Request struct {
 	// Session is the connection's security state (listener, protocol,
 	// principal), the same for every request of the connection.
 	Session *Session
+	// Size is the request's size in bytes (its frame without the size
+	// prefix: Kafka's request.sizeInBytes, what producer quotas count).
+	Size int32
+	// Accounting is what the request quotas measure of the request's
+	// handling (throttle.go); the handler side fills it.
+	Accounting Accounting
 
 	// orderDone, for a request of an Ordered key, lets the next ordered
 	// request of the connection start (see Sequenced).
 	orderDone func()
+	// mute starts the connection's throttle (MuteFor); nil without one.
+	mute func(time.Duration)
 
 	frame    []byte // the request's frame, from the frame pool; nil once let go
 	recycle  bool   // the handler keeps no reference to frame after Handle
@@ -149,6 +157,10 @@ type Response struct {
 	None bool
 	// Close closes the connection after the response (if any) is written.
 	Close bool
+	// ThrottleFor mutes the connection (throttle.go): the response is
+	// written at once (KIP-219), and no further request of the connection
+	// is started until ThrottleFor has passed since the handler returned.
+	ThrottleFor time.Duration
 }
 
 // Frame is a hand-encoded response body: byte pieces and file ranges, in
