@@ -226,12 +226,10 @@ func Produce(ctx context.Context, brokers, topic string, w Workload) (ProduceRes
 		wg.Add(1)
 		go func(c int, cl *kgo.Client) {
 			defer wg.Done()
-			var key [8]byte
 			op := func(seq int64, _ time.Time, done func(error)) {
 				r := &kgo.Record{Value: payloads[int(seq)%len(payloads)]}
 				if w.Keys {
-					binary.BigEndian.PutUint64(key[:], uint64(seq%1024)*0x9E3779B97F4A7C15)
-					r.Key = []byte(hex.EncodeToString(key[:4]))
+					r.Key = BenchKey(seq)
 				}
 				cl.Produce(ctx, r, func(_ *kgo.Record, err error) { done(err) })
 			}
@@ -263,6 +261,7 @@ func mergeLoads(rs []LoadResult) LoadResult {
 			out.FirstError = r.FirstError
 		}
 		out.Elapsed = max(out.Elapsed, r.Elapsed)
+		out.FinalLag = max(out.FinalLag, r.FinalLag)
 		out.Latency.Merge(r.Latency)
 		if r.SendLag != nil {
 			out.SendLag.Merge(r.SendLag)
