@@ -60,7 +60,8 @@ func encodeRawBatch(keys, values [][]byte) rawBatch {
 		recs = append(recs, body...)
 	}
 	rb := kmsg.RecordBatch{
-		Magic: 2, LastOffsetDelta: int32(len(values) - 1),
+		PartitionLeaderEpoch: -1, // as producers send it (RecordBatch.NO_PARTITION_LEADER_EPOCH)
+		Magic:                2, LastOffsetDelta: int32(len(values) - 1),
 		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1,
 		NumRecords: int32(len(values)), Records: recs,
 	}

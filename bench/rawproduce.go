@@ -113,6 +113,14 @@ type pendingProduce struct {
 // request carries one batch for each partition of its connection; its
 // latency is every one of its records' latency.
 func RawProduce(ctx context.Context, brokers, topic string, w Workload, o RawOptions) (ProduceResult, error) {
+	return rawProduce(ctx, brokers, topic, w, o, Payloads(4096, w.RecordSize))
+}
+
+// rawProduce is RawProduce with the values given (tests compare engines
+// on the same bytes). Record i of the pool of each connection (request r,
+// its partition j, record k: i = (r·partitions + j)·batch + k, counted
+// over the connections in order) has value payloads[i mod len].
+func rawProduce(ctx context.Context, brokers, topic string, w Workload, o RawOptions, payloads [][]byte) (ProduceResult, error) {
 	if w.Codec != "" && w.Codec != "none" {
 		return ProduceResult{}, fmt.Errorf("the raw engine sends uncompressed batches; --compression %s needs --engine %s", w.Codec, EngineFranzGo)
 	}
@@ -140,7 +148,6 @@ func RawProduce(ctx context.Context, brokers, topic string, w Workload, o RawOpt
 			return ProduceResult{}, err
 		}
 	}
-	payloads := Payloads(4096, w.RecordSize)
 	var keyParts [][][]byte // partition → keys hashing to it
 	if w.Keys {
 		keyParts = make([][][]byte, len(cl.leaders))
