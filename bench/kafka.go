@@ -35,6 +35,10 @@ type Workload struct {
 	Drain    time.Duration `json:"drain_ns"`
 	// Records to pre-fill and read back (consume).
 	Records int64 `json:"records,omitempty"`
+	// Engine generates the load: EngineFranzGo (the default) or EngineRaw
+	// (pre-encoded batches, bench/raw*.go) with Raw's options.
+	Engine string     `json:"engine,omitempty"`
+	Raw    RawOptions `json:"raw,omitempty"`
 }
 
 // Label is a short scenario name: "produce 1024 B none acks=all open-loop 5000/s".
@@ -45,6 +49,14 @@ func (w Workload) Label(kind string) string {
 	}
 	if kind == "consume" {
 		mode = fmt.Sprintf("%d records", w.Records)
+	}
+	if w.Engine == EngineRaw {
+		r := w.Raw.withDefaults(w.RecordSize)
+		if kind == "consume" {
+			return fmt.Sprintf("%s %d B p=%d engine=raw connections=%d %s", kind, w.RecordSize, w.Partitions, r.Connections, mode)
+		}
+		return fmt.Sprintf("%s %d B acks=%s p=%d engine=raw connections=%d in-flight=%d batch=%d idempotent=%v %s",
+			kind, w.RecordSize, w.Acks, w.Partitions, r.Connections, r.InFlight, r.BatchRecords, r.Idempotent, mode)
 	}
 	return fmt.Sprintf("%s %d B %s acks=%s linger=%s p=%d c=%d %s", kind, w.RecordSize, w.Codec, w.Acks, w.Linger, w.Partitions, w.Clients, mode)
 }

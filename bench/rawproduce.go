@@ -32,7 +32,9 @@ type RawOptions struct {
 	// the broker's own bound by default (server.DefaultMaxInFlight).
 	InFlight int `json:"in_flight"`
 	// BatchRecords is the records of each partition's batch in a request
-	// (0: DefaultRawBatchBytes of records).
+	// (0: DefaultRawBatchBytes of records: larger batches spread the
+	// per-request cost of both sides, as franz-go's batches grow under
+	// load).
 	BatchRecords int `json:"batch_records"`
 	// Idempotent: InitProducerId first, then per-partition sequences and
 	// the producer's epoch in every batch (Kafka requires acks=all).
@@ -41,7 +43,7 @@ type RawOptions struct {
 
 // DefaultRawBatchBytes is the record bytes of a raw batch when
 // RawOptions.BatchRecords is 0.
-const DefaultRawBatchBytes = 64 << 10
+const DefaultRawBatchBytes = 256 << 10
 
 // rawRequestPool is how many distinct requests each connection cycles
 // through (different records in each; patched before every send).
