@@ -15,7 +15,9 @@ import (
 //   - machine-bound: the generator and the broker together kept at least
 //     MachineBoundShare of the machine's cores busy; neither can be
 //     said to be the limit (on 2 shared cores, the usual case for a
-//     franz-go generator).
+//     franz-go generator). Also when the machine's cores were that busy
+//     whoever used them (/proc/stat): on a shared machine other processes
+//     take the cores the broker would have used.
 //   - generator-bound: the generator kept at least GeneratorBoundShare of
 //     the cores it may use (GOMAXPROCS) busy, or its open-loop schedule
 //     fell behind (the last request was sent ScheduleBehind late or
@@ -52,6 +54,9 @@ const (
 // label.
 type BoundFigures struct {
 	MachineCores int `json:"machine_cores"`
+	// MachineBusy is the busy share of all cores, every process included.
+	MachineBusy   float64 `json:"machine_busy"`
+	MachineBusyOK bool    `json:"machine_busy_ok"`
 	// GeneratorCores used, of GeneratorLimit it may use (GOMAXPROCS).
 	GeneratorCores float64 `json:"generator_cores"`
 	GeneratorLimit float64 `json:"generator_limit_cores"`
@@ -89,7 +94,8 @@ func Bound(f BoundFigures) string {
 	case f.OpenLoop && f.Offered > 0 && f.Achieved >= OfferedKeptShare*f.Offered && !f.ScheduleBehind():
 		return BoundOfferedRate
 	case f.GeneratorKnown && f.BrokerKnown && f.MachineCores > 0 &&
-		f.GeneratorCores+f.BrokerCores >= MachineBoundShare*float64(f.MachineCores):
+		f.GeneratorCores+f.BrokerCores >= MachineBoundShare*float64(f.MachineCores),
+		f.MachineBusyOK && f.MachineBusy >= MachineBoundShare:
 		return BoundMachine
 	case f.GeneratorKnown && f.GeneratorLimit > 0 && f.GeneratorCores >= GeneratorBoundShare*f.GeneratorLimit,
 		f.ScheduleBehind():
@@ -119,6 +125,10 @@ func (f BoundFigures) String() string {
 	} else {
 		parts = append(parts, "broker cores unknown (no pid)")
 	}
+	if f.MachineBusyOK && f.MachineCores > 0 {
+		others := f.MachineBusy*float64(f.MachineCores) - f.GeneratorCores - f.BrokerCores
+		parts = append(parts, fmt.Sprintf("machine %.0f%% busy (other processes %.2f cores)", 100*f.MachineBusy, max(others, 0)))
+	}
 	src := ""
 	if f.DiskWriteSource != "" {
 		src = " (" + f.DiskWriteSource + ")"
@@ -138,7 +148,8 @@ func (f BoundFigures) String() string {
 // disk's sequential write bandwidth (0: unknown).
 func boundOf(r *RoundResult, generatorLimit float64, machineCores int, diskMBps float64) {
 	f := BoundFigures{
-		MachineCores:   machineCores,
+		MachineCores: machineCores,
+		MachineBusy:  r.MachineBusy, MachineBusyOK: r.MachineBusyOK,
 		GeneratorCores: r.GeneratorCPU.Cores(), GeneratorLimit: generatorLimit, GeneratorKnown: r.GeneratorCPU.OK,
 		BrokerCores: r.BrokerCPU.Cores(), BrokerKnown: r.BrokerCPU.OK,
 		DiskSeqWriteMBps: diskMBps,

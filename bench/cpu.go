@@ -158,6 +158,57 @@ func (w *WriteWatch) Stop() WriteSample {
 	return WriteSample{Bytes: b - w.b0, Wall: time.Since(w.wall0), OK: true}
 }
 
+// machineTicks reads the first line of /proc/stat: busy and total ticks of
+// all cores (idle and iowait are not busy).
+func machineTicks() (busy, total uint64, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("malformed /proc/stat")
+	}
+	for i, v := range f[1:] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("malformed /proc/stat")
+		}
+		if i >= 8 { // guest and guest_nice are already counted in user and nice
+			break
+		}
+		total += n
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	return busy, total, nil
+}
+
+// MachineWatch measures how busy all the machine's cores were.
+type MachineWatch struct {
+	busy0, total0 uint64
+	err           error
+}
+
+// WatchMachine starts measuring the machine's busy share.
+func WatchMachine() *MachineWatch {
+	w := &MachineWatch{}
+	w.busy0, w.total0, w.err = machineTicks()
+	return w
+}
+
+// Stop is the share (0–1) of all cores' time that was busy since the start,
+// whoever used it; ok is false when it could not be read.
+func (w *MachineWatch) Stop() (share float64, ok bool) {
+	busy, total, err := machineTicks()
+	if w.err != nil || err != nil || total <= w.total0 {
+		return 0, false
+	}
+	return float64(busy-w.busy0) / float64(total-w.total0), true
+}
+
 // generatorCores is how many cores this process may use.
 func generatorCores() int { return min(runtime.GOMAXPROCS(0), runtime.NumCPU()) }
 

@@ -51,6 +51,10 @@ type RoundResult struct {
 	BrokerWrite WriteSample `json:"broker_write"`
 	// FinalLag is how late the open loop sent its last request.
 	FinalLag time.Duration `json:"final_send_lag_ns,omitempty"`
+	// MachineBusy is the share of all the machine's cores that was busy
+	// over the round, whoever used them (/proc/stat).
+	MachineBusy   float64 `json:"machine_busy"`
+	MachineBusyOK bool    `json:"machine_busy_ok"`
 	// Bound names what set the round's pace, from BoundFigures (bound.go).
 	Bound        string       `json:"bound"`
 	BoundFigures BoundFigures `json:"bound_figures"`
@@ -137,6 +141,7 @@ func (r *Runner) one(ctx context.Context, sys System, round int, fn RoundFunc) (
 	gen := WatchCPU("self")
 	brk := WatchCPU(sys.PID)
 	wr := WatchWrites(sys.PID)
+	machine := WatchMachine()
 	var res RoundResult
 	var err error
 	if sys.Exec != "" {
@@ -147,6 +152,7 @@ func (r *Runner) one(ctx context.Context, sys System, round int, fn RoundFunc) (
 	}
 	res.BrokerCPU = brk.Stop()
 	res.BrokerWrite = wr.Stop()
+	res.MachineBusy, res.MachineBusyOK = machine.Stop()
 	if res.Cleanup != nil {
 		res.Cleanup()
 		res.Cleanup = nil
