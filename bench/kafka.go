@@ -52,6 +52,9 @@ func (w Workload) Label(kind string) string {
 	}
 	if w.Engine == EngineRaw {
 		r := w.Raw.withDefaults(w.RecordSize)
+		if w.Max {
+			mode = fmt.Sprintf("closed-loop max (%d requests in flight per connection)", r.InFlight)
+		}
 		if kind == "consume" {
 			return fmt.Sprintf("%s %d B p=%d engine=raw connections=%d %s", kind, w.RecordSize, w.Partitions, r.Connections, mode)
 		}

@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"io"
-	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,45 +14,33 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sushka-io/sushka/broker"
+	"github.com/sushka-io/sushka/test/testbroker"
 )
 
-// startTestBroker runs a broker in this process on 127.0.0.1:0 (the
-// validation of the raw engine, not a measurement: MEASURING.md rule 8).
+// startTestBroker runs a broker in this process (the validation of the
+// raw engine, not a measurement: MEASURING.md rule 8).
 func startTestBroker(t *testing.T) (addr, dataDir string) {
 	t.Helper()
 	dataDir = t.TempDir()
-	b, err := broker.New(broker.Config{DataDir: dataDir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- b.Serve(l) }()
-	for b.AdvertisedAddr() == "" {
-		time.Sleep(time.Millisecond)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = b.Shutdown(ctx)
-		<-done
-	})
-	return b.AdvertisedAddr(), dataDir
+	return testbroker.StartInProcessWith(t, broker.Config{DataDir: dataDir}), dataDir
 }
 
-func createTestTopic(t *testing.T, addr, topic string, partitions int32, configs map[string]*string) {
+// testAdmin is an admin client of addr and a context for one call.
+func testAdmin(t *testing.T, addr string) (*kadm.Client, context.Context) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := kadm.NewClient(cl).CreateTopic(ctx, partitions, 1, configs, topic)
+	t.Cleanup(func() { cancel(); cl.Close() })
+	return kadm.NewClient(cl), ctx
+}
+
+func createTestTopic(t *testing.T, addr, topic string, partitions int32, configs map[string]*string) {
+	t.Helper()
+	adm, ctx := testAdmin(t, addr)
+	resp, err := adm.CreateTopic(ctx, partitions, 1, configs, topic)
 	if err == nil {
 		err = resp.Err
 	}
@@ -66,14 +51,8 @@ func createTestTopic(t *testing.T, addr, topic string, partitions int32, configs
 
 func endOffsets(t *testing.T, addr, topic string) map[int32]int64 {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	offs, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	adm, ctx := testAdmin(t, addr)
+	offs, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -160,27 +160,31 @@ func rawProduce(ctx context.Context, brokers, topic string, w Workload, o RawOpt
 			keyParts[p] = append(keyParts[p], k)
 		}
 	}
-	producers := make([]*rawProducer, len(addrs))
+	var producers []*rawProducer
+	closeAll := func() {
+		for _, p := range producers {
+			p.conn.c.Close()
+		}
+	}
 	var record int
 	for i, addr := range addrs {
 		c, err := dialRaw(ctx, addr)
 		if err != nil {
-			for _, p := range producers[:i] {
-				p.conn.c.Close()
-			}
+			closeAll()
 			return ProduceResult{}, err
 		}
 		p := &rawProducer{conn: c, topic: topic, partitions: parts[i], sequences: make([]int32, len(parts[i])),
 			batchSize: int32(o.BatchRecords), acks: acks, version: cl.versions[0], producerID: producerID, epoch: epoch,
 			sends: make(chan rawSend, o.InFlight), pending: make(chan pendingProduce, o.InFlight)}
+		producers = append(producers, p)
 		for r := 0; r < rawRequestPool; r++ {
 			req, err := p.encode(payloads, keyParts, &record)
 			if err != nil {
+				closeAll()
 				return ProduceResult{}, err
 			}
 			p.requests = append(p.requests, req)
 		}
-		producers[i] = p
 	}
 	var wg sync.WaitGroup
 	for _, p := range producers {
@@ -201,10 +205,7 @@ func rawProduce(ctx context.Context, brokers, topic string, w Workload, o RawOpt
 	for _, p := range producers {
 		close(p.sends)
 	}
-	for _, p := range producers {
-		// Unblocks a reader still waiting for an answer after the drain.
-		p.conn.c.Close()
-	}
+	closeAll() // unblocks a reader still waiting for an answer after the drain
 	wg.Wait()
 	return ProduceResult{Load: l, Bytes: l.Acked * int64(w.RecordSize)}, nil
 }

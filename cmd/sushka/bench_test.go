@@ -71,14 +71,7 @@ func TestBenchSmoke(t *testing.T) {
 				t.Errorf("report lacks %q:\n%s", want, out)
 			}
 		}
-		var doc bench.Document
-		b, err := os.ReadFile(js)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(b, &doc); err != nil {
-			t.Fatal(err)
-		}
+		doc, b := readDocument(t, js)
 		if doc.Schema != bench.SchemaVersion || len(doc.Scenarios) != 1 || doc.Environment.Host.OS == "" ||
 			len(doc.Environment.Systems) != 1 || doc.Environment.Systems[0].Runtime == nil {
 			t.Fatalf("document: %s", b)
@@ -115,14 +108,7 @@ func TestBenchSmoke(t *testing.T) {
 				t.Errorf("report lacks %q:\n%s", want, out)
 			}
 		}
-		var doc bench.Document
-		b, err := os.ReadFile(js)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(b, &doc); err != nil {
-			t.Fatal(err)
-		}
+		doc, _ := readDocument(t, js)
 		r := doc.Scenarios[0].Systems[0].Raw[0]
 		// 2000 records/s for 0.7 s in requests of 2 partitions × 10 records.
 		if r.Errors != 0 || r.Unfinished != 0 || r.Acked != r.Issued || r.Acked != 1400 || r.Bound != bench.BoundOfferedRate {
@@ -258,6 +244,20 @@ func isVolatileDir(dir string) (bool, error) {
 		return strings.Contains(st, "volatile"), nil
 	}
 	return false, nil
+}
+
+// readDocument reads a results document (--json).
+func readDocument(t *testing.T, path string) (bench.Document, []byte) {
+	t.Helper()
+	var doc bench.Document
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc, b
 }
 
 // benchTopics lists the topics named like sushka bench's on the broker.
