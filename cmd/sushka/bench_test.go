@@ -55,6 +55,16 @@ func TestBenchSmoke(t *testing.T) {
 	bin := testbroker.Binary(t)
 	admin := "127.0.0.1:" + strconv.Itoa(testbroker.FreePort(t))
 	p := testbroker.Start(t, bin, "--admin-listen", admin)
+	// serve opens its admin listener after the Kafka one (which Start
+	// waits for): under load the first report could miss the broker's
+	// runtime profile.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := bench.FetchRuntime(context.Background(), admin); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the broker's admin endpoint: %v", err)
+		}
+	}
 	common := []string{"--brokers", p.Addr, "--broker-admin", admin, "--rounds", "1", "--no-calibration",
 		"--duration", "700ms", "--drain", "10s", "--disk-probe-bytes", "1048576", "--allow-tmpfs"}
 
