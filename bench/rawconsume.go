@@ -49,12 +49,18 @@ func RawConsume(ctx context.Context, brokers, topic string, want int64, recordSi
 	fail := func(err error) {
 		errOnce.Do(func() { firstErr = err; cancel() })
 	}
+	var conns []*rawConn
+	defer func() {
+		for _, c := range conns {
+			c.c.Close()
+		}
+	}()
 	for i, addr := range addrs {
 		c, err := dialRaw(ctx, addr)
 		if err != nil {
 			return ConsumeResult{}, err
 		}
-		defer c.c.Close()
+		conns = append(conns, c)
 		f := &rawFetcher{conn: c, topic: topic, partitions: parts[i], offsets: make([]int64, len(parts[i])),
 			version: cl.versions[1], recordSize: int64(recordSize)}
 		wg.Add(1)
@@ -83,6 +89,10 @@ func RawConsume(ctx context.Context, brokers, topic string, want int64, recordSi
 	select {
 	case <-done:
 	case <-ctx.Done():
+		for _, c := range conns {
+			c.c.Close()
+		}
+		<-done
 	}
 	r := ConsumeResult{Records: records.Load(), Bytes: valueBytes.Load()}
 	if f := first.Load(); f > 0 {
