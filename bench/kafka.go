@@ -97,15 +97,28 @@ func Codec(name string) (kgo.CompressionCodec, error) {
 // Acks parses a required-acks name (all or -1, 1, 0) and says whether the
 // producer may stay idempotent: franz-go requires acks=all for that.
 func Acks(name string) (acks kgo.Acks, idempotent bool, err error) {
+	level, err := AcksLevel(name)
+	switch level {
+	case -1:
+		return kgo.AllISRAcks(), true, err
+	case 1:
+		return kgo.LeaderAck(), false, err
+	}
+	return kgo.NoAck(), false, err
+}
+
+// AcksLevel is a required-acks name as the protocol's value (-1, 1, 0):
+// the one table of the names both engines accept.
+func AcksLevel(name string) (int16, error) {
 	switch name {
 	case "all", "-1":
-		return kgo.AllISRAcks(), true, nil
+		return -1, nil
 	case "1":
-		return kgo.LeaderAck(), false, nil
+		return 1, nil
 	case "0":
-		return kgo.NoAck(), false, nil
+		return 0, nil
 	}
-	return kgo.Acks{}, false, fmt.Errorf("unknown acks %q (all, 1, 0)", name)
+	return 0, fmt.Errorf("unknown acks %q (all, 1, 0)", name)
 }
 
 func acksOpt(name string) ([]kgo.Opt, error) {

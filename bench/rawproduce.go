@@ -126,7 +126,7 @@ func rawProduce(ctx context.Context, brokers, topic string, w Workload, o RawOpt
 	if w.Codec != "" && w.Codec != "none" {
 		return ProduceResult{}, fmt.Errorf("the raw engine sends uncompressed batches; --compression %s needs --engine %s", w.Codec, EngineFranzGo)
 	}
-	acks, err := rawAcks(w.Acks)
+	acks, err := AcksLevel(w.Acks)
 	if err != nil {
 		return ProduceResult{}, err
 	}
@@ -208,18 +208,6 @@ func rawProduce(ctx context.Context, brokers, topic string, w Workload, o RawOpt
 	closeAll() // unblocks a reader still waiting for an answer after the drain
 	wg.Wait()
 	return ProduceResult{Load: l, Bytes: l.Acked * int64(w.RecordSize)}, nil
-}
-
-func rawAcks(name string) (int16, error) {
-	switch name {
-	case "all", "-1":
-		return -1, nil
-	case "1":
-		return 1, nil
-	case "0":
-		return 0, nil
-	}
-	return 0, fmt.Errorf("unknown acks %q (all, 1, 0)", name)
 }
 
 // rawInitProducerID asks addr for a producer id (no transactional id).

@@ -153,7 +153,9 @@ func (f *benchFlags) validate() error {
 		if w.Raw.Connections < 1 || (f.kind != "consume" && (w.Raw.InFlight < 1 || w.Raw.BatchRecords < 0)) {
 			return fmt.Errorf("--connections and --in-flight must be at least 1, --batch-records at least 0")
 		}
-		if w.Acks != "all" && w.Acks != "-1" && w.Raw.Idempotent {
+		if level, err := bench.AcksLevel(w.Acks); err != nil {
+			return err
+		} else if level != -1 && w.Raw.Idempotent {
 			if f.idempotentSet {
 				return fmt.Errorf("--idempotent needs --acks all (Kafka refuses idempotent producers otherwise)")
 			}
