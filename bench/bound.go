@@ -21,7 +21,9 @@ import (
 //   - generator-bound: the generator kept at least GeneratorBoundShare of
 //     the cores it may use (GOMAXPROCS) busy, or its open-loop schedule
 //     fell behind (the last request was sent ScheduleBehind late or
-//     more): the figures describe the generator.
+//     more) and waiting for the broker's in-flight bound (Backpressure)
+//     explains less than half of that lag: the figures describe the
+//     generator.
 //   - disk-bound: the broker wrote at least DiskBoundShare of the disk's
 //     sequential write bandwidth (the passport's probe).
 //   - broker-bound: the broker set the pace with cores and disk to spare.
@@ -77,6 +79,9 @@ type BoundFigures struct {
 	Achieved float64       `json:"achieved_per_s,omitempty"`
 	FinalLag time.Duration `json:"final_send_lag_ns,omitempty"`
 	Window   time.Duration `json:"window_ns,omitempty"`
+	// Backpressure is the loop's total wait for the broker's in-flight
+	// bound: lag it explains is the broker's pace.
+	Backpressure time.Duration `json:"backpressure_ns,omitempty"`
 }
 
 // ScheduleBehind says the open loop's schedule fell behind.
@@ -86,6 +91,12 @@ func (f BoundFigures) ScheduleBehind() bool {
 	}
 	limit := max(ScheduleBehindMin, time.Duration(ScheduleBehindShare*float64(f.Window)))
 	return f.FinalLag >= limit
+}
+
+// generatorBehind: the schedule fell behind and the broker's in-flight
+// bound does not explain it.
+func (f BoundFigures) generatorBehind() bool {
+	return f.ScheduleBehind() && 2*f.Backpressure < f.FinalLag
 }
 
 // Bound is the label of the rule above.
@@ -98,7 +109,7 @@ func Bound(f BoundFigures) string {
 		f.MachineBusyOK && f.MachineBusy >= MachineBoundShare:
 		return BoundMachine
 	case f.GeneratorKnown && f.GeneratorLimit > 0 && f.GeneratorCores >= GeneratorBoundShare*f.GeneratorLimit,
-		f.ScheduleBehind():
+		f.generatorBehind():
 		return BoundGenerator
 	case f.DiskSeqWriteMBps > 0 && f.DiskWriteMBps >= DiskBoundShare*f.DiskSeqWriteMBps:
 		return BoundDisk
@@ -140,6 +151,9 @@ func (f BoundFigures) String() string {
 	}
 	if f.OpenLoop {
 		parts = append(parts, fmt.Sprintf("achieved %.0f of %.0f/s offered, last send %s late", f.Achieved, f.Offered, fmtMs(ms(f.FinalLag))))
+		if f.Backpressure > 0 {
+			parts = append(parts, fmt.Sprintf("%s waiting for the broker's in-flight bound", fmtMs(ms(f.Backpressure))))
+		}
 	}
 	return strings.Join(parts, ", ")
 }
@@ -154,7 +168,7 @@ func boundOf(r *RoundResult, generatorLimit float64, machineCores int, diskMBps 
 		BrokerCores: r.BrokerCPU.Cores(), BrokerKnown: r.BrokerCPU.OK,
 		DiskSeqWriteMBps: diskMBps,
 		OpenLoop:         r.Mode == "open-loop",
-		Offered:          r.Offered, Achieved: r.Throughput, FinalLag: r.FinalLag,
+		Offered:          r.Offered, Achieved: r.Throughput, FinalLag: r.FinalLag, Backpressure: r.Backpressure,
 		Window: time.Duration(r.ElapsedSec * float64(time.Second)),
 	}
 	switch {

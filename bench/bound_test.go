@@ -19,6 +19,7 @@ func TestBound(t *testing.T) {
 	withLimit := func(f BoundFigures, limit float64) BoundFigures { f.GeneratorLimit = limit; return f }
 	noBroker := func(f BoundFigures) BoundFigures { f.BrokerKnown, f.BrokerCores = false, 0; return f }
 	noDisk := func(f BoundFigures) BoundFigures { f.DiskSeqWriteMBps = 0; return f }
+	backpressured := func(f BoundFigures, b time.Duration) BoundFigures { f.Backpressure = b; return f }
 	busy := func(f BoundFigures, share float64) BoundFigures {
 		f.MachineBusy, f.MachineBusyOK = share, true
 		return f
@@ -41,6 +42,8 @@ func TestBound(t *testing.T) {
 		{"open loop kept its rate on a full machine", open(closed(1.1, 0.8, 100), 10000, 9990, time.Millisecond, 10*time.Second), BoundOfferedRate},
 		{"open loop behind: last send 2 s late", open(closed(0.6, 0.3, 100), 10000, 8000, 2*time.Second, 10*time.Second), BoundGenerator},
 		{"open loop kept 96% but ended 1 s late", open(closed(0.6, 0.3, 100), 10000, 9600, time.Second, 10*time.Second), BoundGenerator},
+		{"open loop behind, the broker's in-flight bound full", backpressured(open(closed(0.3, 0.6, 100), 10000, 7000, 2*time.Second, 10*time.Second), 1500*time.Millisecond), BoundBroker},
+		{"open loop behind, backpressure explains a third", backpressured(open(closed(0.3, 0.6, 100), 10000, 7000, 3*time.Second, 10*time.Second), time.Second), BoundGenerator},
 		{"open loop not kept, schedule on time: the broker", open(closed(0.3, 0.6, 100), 10000, 7000, 10*time.Millisecond, 10*time.Second), BoundBroker},
 		{"other processes keep the machine 95% busy", busy(closed(0.2, 0.4, 100), 0.95), BoundMachine},
 		{"the machine 85% busy", busy(closed(0.2, 0.4, 100), 0.85), BoundBroker},

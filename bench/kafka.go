@@ -290,6 +290,7 @@ func mergeLoads(rs []LoadResult) LoadResult {
 		}
 		out.Elapsed = max(out.Elapsed, r.Elapsed)
 		out.FinalLag = max(out.FinalLag, r.FinalLag)
+		out.Backpressure += r.Backpressure
 		out.Latency.Merge(r.Latency)
 		if r.SendLag != nil {
 			out.SendLag.Merge(r.SendLag)

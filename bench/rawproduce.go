@@ -193,8 +193,18 @@ func rawProduce(ctx context.Context, brokers, topic string, w Workload, o RawOpt
 		go func() { defer wg.Done(); p.read() }()
 	}
 	perRequest := int64(o.BatchRecords) * int64(len(parts[0]))
+	var backpressure atomic.Int64
 	op := func(seq int64, _ time.Time, done func(int64, error)) {
-		producers[seq%int64(len(producers))].sends <- rawSend{done: done}
+		p := producers[seq%int64(len(producers))]
+		select {
+		case p.sends <- rawSend{done: done}:
+		default:
+			// The connection has its in-flight bound of requests written
+			// and as many waiting: the broker sets the pace.
+			start := time.Now()
+			p.sends <- rawSend{done: done}
+			backpressure.Add(int64(time.Since(start)))
+		}
 	}
 	var l LoadResult
 	if w.Max {
@@ -202,6 +212,7 @@ func rawProduce(ctx context.Context, brokers, topic string, w Workload, o RawOpt
 	} else {
 		l = OpenLoopBatches(ctx, w.Rate, perRequest, w.Duration, w.Drain, op)
 	}
+	l.Backpressure = time.Duration(backpressure.Load())
 	for _, p := range producers {
 		close(p.sends)
 	}

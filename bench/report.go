@@ -25,8 +25,8 @@ import (
 // machine-bound, generator-bound, disk-bound, offered-rate, broker-bound,
 // undetermined) is broker-bound; per system bound (the rounds' most
 // frequent label), bound_detail and generator_cpu_s_per_gb; per round
-// bound, bound_figures, broker_write, generator_cpu_s_per_gb and
-// final_send_lag_ns; workload engine and raw options.
+// bound, bound_figures, broker_write, machine_busy, generator_cpu_s_per_gb,
+// final_send_lag_ns and backpressure_ns; workload engine and raw options.
 const SchemaVersion = 2
 
 // SystemRounds is one system's rounds of a scenario.

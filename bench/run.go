@@ -51,6 +51,9 @@ type RoundResult struct {
 	BrokerWrite WriteSample `json:"broker_write"`
 	// FinalLag is how late the open loop sent its last request.
 	FinalLag time.Duration `json:"final_send_lag_ns,omitempty"`
+	// Backpressure is the loop's total wait for the broker's in-flight
+	// bound (raw engine).
+	Backpressure time.Duration `json:"backpressure_ns,omitempty"`
 	// MachineBusy is the share of all the machine's cores that was busy
 	// over the round, whoever used them (/proc/stat).
 	MachineBusy   float64 `json:"machine_busy"`
@@ -80,7 +83,7 @@ func (r *RoundResult) FromLoad(l LoadResult, bytes int64) {
 	if l.SendLag != nil {
 		r.SendLag = l.SendLag.Summary()
 	}
-	r.FinalLag = l.FinalLag
+	r.FinalLag, r.Backpressure = l.FinalLag, l.Backpressure
 	r.Issued, r.Acked, r.Errors, r.Unfinished, r.FirstError = l.Issued, l.Acked, l.Errors, l.Unfinished, l.FirstError
 	r.Bytes, r.ElapsedSec = bytes, l.Elapsed.Seconds()
 }

@@ -61,6 +61,11 @@ type LoadResult struct {
 	// lag that grew to the end of the window is a schedule that fell
 	// behind (see Bound), whatever its percentiles say.
 	FinalLag time.Duration `json:"final_lag_ns,omitempty"`
+	// Backpressure is how long the loop waited, in all, for the broker's
+	// in-flight bound before it could issue a request (set by engines that
+	// can tell: the raw engine). Lag it explains is the broker's pace, not
+	// the generator's.
+	Backpressure time.Duration `json:"backpressure_ns,omitempty"`
 }
 
 // Achieved is the rate of acknowledged requests over Elapsed.

@@ -184,4 +184,9 @@ func TestRawOpenLoopShowsStall(t *testing.T) {
 	if s.P99 < 0.7*float64(stall.Milliseconds()) || s.P90 < 50 {
 		t.Errorf("the raw open loop must show the stall: %s", s)
 	}
+	// 32 requests fit in flight and queued; the rest of the stall the loop
+	// waited for the broker, and says so (its lag is not the generator's).
+	if l.Backpressure < 100*time.Millisecond {
+		t.Errorf("backpressure %v during a %v stall", l.Backpressure, stall)
+	}
 }
