@@ -35,6 +35,10 @@ type Workload struct {
 	Drain    time.Duration `json:"drain_ns"`
 	// Records to pre-fill and read back (consume).
 	Records int64 `json:"records,omitempty"`
+	// Engine generates the load: EngineFranzGo (the default) or EngineRaw
+	// (pre-encoded batches, bench/raw*.go) with Raw's options.
+	Engine string     `json:"engine,omitempty"`
+	Raw    RawOptions `json:"raw,omitempty"`
 }
 
 // Label is a short scenario name: "produce 1024 B none acks=all open-loop 5000/s".
@@ -45,6 +49,17 @@ func (w Workload) Label(kind string) string {
 	}
 	if kind == "consume" {
 		mode = fmt.Sprintf("%d records", w.Records)
+	}
+	if w.Engine == EngineRaw {
+		r := w.Raw.withDefaults(w.RecordSize)
+		if w.Max {
+			mode = fmt.Sprintf("closed-loop max (%d requests in flight per connection)", r.InFlight)
+		}
+		if kind == "consume" {
+			return fmt.Sprintf("%s %d B p=%d engine=raw connections=%d %s", kind, w.RecordSize, w.Partitions, r.Connections, mode)
+		}
+		return fmt.Sprintf("%s %d B acks=%s p=%d engine=raw connections=%d in-flight=%d batch=%d idempotent=%v %s",
+			kind, w.RecordSize, w.Acks, w.Partitions, r.Connections, r.InFlight, r.BatchRecords, r.Idempotent, mode)
 	}
 	return fmt.Sprintf("%s %d B %s acks=%s linger=%s p=%d c=%d %s", kind, w.RecordSize, w.Codec, w.Acks, w.Linger, w.Partitions, w.Clients, mode)
 }
@@ -82,15 +97,28 @@ func Codec(name string) (kgo.CompressionCodec, error) {
 // Acks parses a required-acks name (all or -1, 1, 0) and says whether the
 // producer may stay idempotent: franz-go requires acks=all for that.
 func Acks(name string) (acks kgo.Acks, idempotent bool, err error) {
+	level, err := AcksLevel(name)
+	switch level {
+	case -1:
+		return kgo.AllISRAcks(), true, err
+	case 1:
+		return kgo.LeaderAck(), false, err
+	}
+	return kgo.NoAck(), false, err
+}
+
+// AcksLevel is a required-acks name as the protocol's value (-1, 1, 0):
+// the one table of the names both engines accept.
+func AcksLevel(name string) (int16, error) {
 	switch name {
 	case "all", "-1":
-		return kgo.AllISRAcks(), true, nil
+		return -1, nil
 	case "1":
-		return kgo.LeaderAck(), false, nil
+		return 1, nil
 	case "0":
-		return kgo.NoAck(), false, nil
+		return 0, nil
 	}
-	return kgo.Acks{}, false, fmt.Errorf("unknown acks %q (all, 1, 0)", name)
+	return 0, fmt.Errorf("unknown acks %q (all, 1, 0)", name)
 }
 
 func acksOpt(name string) ([]kgo.Opt, error) {
@@ -226,12 +254,10 @@ func Produce(ctx context.Context, brokers, topic string, w Workload) (ProduceRes
 		wg.Add(1)
 		go func(c int, cl *kgo.Client) {
 			defer wg.Done()
-			var key [8]byte
 			op := func(seq int64, _ time.Time, done func(error)) {
 				r := &kgo.Record{Value: payloads[int(seq)%len(payloads)]}
 				if w.Keys {
-					binary.BigEndian.PutUint64(key[:], uint64(seq%1024)*0x9E3779B97F4A7C15)
-					r.Key = []byte(hex.EncodeToString(key[:4]))
+					r.Key = BenchKey(seq)
 				}
 				cl.Produce(ctx, r, func(_ *kgo.Record, err error) { done(err) })
 			}
@@ -263,6 +289,8 @@ func mergeLoads(rs []LoadResult) LoadResult {
 			out.FirstError = r.FirstError
 		}
 		out.Elapsed = max(out.Elapsed, r.Elapsed)
+		out.FinalLag = max(out.FinalLag, r.FinalLag)
+		out.Backpressure += r.Backpressure
 		out.Latency.Merge(r.Latency)
 		if r.SendLag != nil {
 			out.SendLag.Merge(r.SendLag)

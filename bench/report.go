@@ -20,7 +20,14 @@ import (
 // records_per_s, mb_per_s, p50_ms, p99_ms, broker_cpu_s_per_gb, and every
 // raw round; the verdict of each later system against the first on the
 // primary metric; broker_bound per system), warnings.
-const SchemaVersion = 1
+//
+// Schema 2: broker_bound is true only when every round's bound (bound.go:
+// machine-bound, generator-bound, disk-bound, offered-rate, broker-bound,
+// undetermined) is broker-bound; per system bound (the rounds' most
+// frequent label), bound_detail and generator_cpu_s_per_gb; per round
+// bound, bound_figures, broker_write, machine_busy, generator_cpu_s_per_gb,
+// final_send_lag_ns and backpressure_ns; workload engine and raw options.
+const SchemaVersion = 2
 
 // SystemRounds is one system's rounds of a scenario.
 type SystemRounds struct {
@@ -30,9 +37,13 @@ type SystemRounds struct {
 	P50            Rounds `json:"p50_ms"`
 	P99            Rounds `json:"p99_ms"`
 	BrokerCPUPerGB Rounds `json:"broker_cpu_s_per_gb"`
-	// BrokerBound: the broker set the pace, not the generator (the
-	// generator did not saturate its cores while the loop was closed or the
-	// offered rate was not achieved).
+	// GeneratorCPUPerGB is this process's CPU (or a --vs-exec child's).
+	GeneratorCPUPerGB Rounds `json:"generator_cpu_s_per_gb"`
+	// Bound is what set the pace (bound.go), the most frequent label of
+	// the rounds; BoundDetail says so when rounds differ. BrokerBound:
+	// every round was broker-bound.
+	Bound              string        `json:"bound"`
+	BoundDetail        string        `json:"bound_detail"`
 	BrokerBound        bool          `json:"broker_bound"`
 	GeneratorSaturated bool          `json:"generator_saturated"`
 	Raw                []RoundResult `json:"raw"`
@@ -72,8 +83,8 @@ func (s *Scenario) add(r RoundResult) {
 
 func (s *Scenario) finish() {
 	for _, sr := range s.Systems {
-		var tp, mb, p50, p99, cpu []float64
-		saturated, bound := false, true
+		var tp, mb, p50, p99, cpu, gen []float64
+		saturated := false
 		for _, r := range sr.Raw {
 			tp = append(tp, r.Throughput)
 			mb = append(mb, r.MBps)
@@ -82,14 +93,17 @@ func (s *Scenario) finish() {
 			if r.BrokerCPUPerGB > 0 {
 				cpu = append(cpu, r.BrokerCPUPerGB)
 			}
+			if r.GeneratorCPUPerGB > 0 {
+				gen = append(gen, r.GeneratorCPUPerGB)
+			}
 			saturated = saturated || r.GeneratorSaturated
-			paced := r.Mode != "open-loop" || r.Throughput < 0.95*r.Offered
-			bound = bound && !r.GeneratorSaturated && paced
 		}
 		sr.Throughput, sr.MBps = Summarize(tp, Higher), Summarize(mb, Higher)
 		sr.P50, sr.P99 = Summarize(p50, Lower), Summarize(p99, Lower)
-		sr.BrokerCPUPerGB = Summarize(cpu, Lower)
-		sr.GeneratorSaturated, sr.BrokerBound = saturated, bound && len(sr.Raw) > 0
+		sr.BrokerCPUPerGB, sr.GeneratorCPUPerGB = Summarize(cpu, Lower), Summarize(gen, Lower)
+		sr.GeneratorSaturated = saturated
+		sr.Bound, sr.BoundDetail = summarizeBound(sr.Raw)
+		sr.BrokerBound = len(sr.Raw) > 0 && sr.BoundDetail == BoundBroker
 		s.Rounds = len(sr.Raw)
 	}
 	s.Verdicts = nil
@@ -196,23 +210,36 @@ func PrintScenario(w io.Writer, s *Scenario) {
 		fmt.Fprintf(w, "# %s\n", n)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\tround\tmode\toffered/s\trecords/s\tMB/s\tp50\tp90\tp99\tp99.9\tmax\tissued\tacked\terrors\tunfinished\tsend-lag p99\tgen cores\tbroker cores\tbroker s/GB\tloadavg\t")
+	fmt.Fprintln(tw, "system\tround\tmode\toffered/s\trecords/s\tMB/s\tp50\tp90\tp99\tp99.9\tmax\tissued\tacked\terrors\tunfinished\tsend-lag p99\tgen cores\tbroker cores\tgen s/GB\tbroker s/GB\tgen µs/rec\tbroker µs/rec\tbound\tloadavg\t")
 	for _, sr := range s.Systems {
 		for _, r := range sr.Raw {
 			l := r.Latency
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.2f\t%s\t%s\t%s\t\n",
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 				r.System, r.Round, r.Mode, r.Offered, r.Throughput, r.MBps,
 				latMs(l, l.P50), latMs(l, l.P90), latMs(l, l.P99), latMs(l, l.P999), latMs(l, l.Max),
 				r.Issued, r.Acked, r.Errors, r.Unfinished, fmtMs(r.SendLag.P99), r.GeneratorCPU.Cores(),
-				cpuCores(r.BrokerCPU), cpuPerGB(r.BrokerCPUPerGB), r.LoadAfter)
+				cpuCores(r.BrokerCPU), cpuPerGB(r.GeneratorCPUPerGB), cpuPerGB(r.BrokerCPUPerGB),
+				cpuPerRecord(r.GeneratorCPU, r.Acked), cpuPerRecord(r.BrokerCPU, r.Acked), r.Bound, r.LoadAfter)
 		}
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "# best (median) [worst] over %d rounds:\n", s.Rounds)
 	for _, sr := range s.Systems {
-		fmt.Fprintf(w, "#   %-10s records/s %s  p99 %s  broker s/GB %s%s%s\n", sr.System,
+		fmt.Fprintf(w, "#   %-10s records/s %s  p99 %s  broker s/GB %s  generator s/GB %s  %s%s\n", sr.System,
 			fmtRounds(sr.Throughput, "%.0f"), fmtRounds(sr.P99, "%.2fms"), fmtRounds(sr.BrokerCPUPerGB, "%.2f"),
-			flag(sr.BrokerBound, "  broker-bound"), flag(sr.GeneratorSaturated, "  GENERATOR SATURATED"))
+			fmtRounds(sr.GeneratorCPUPerGB, "%.3f"), sr.BoundDetail, flag(sr.GeneratorSaturated, "  GENERATOR SATURATED"))
+		if g, b := sr.GeneratorCPUPerGB.Median, sr.BrokerCPUPerGB.Median; g > 0 && b > 0 {
+			var cpu, sys time.Duration
+			for _, r := range sr.Raw {
+				cpu, sys = cpu+r.GeneratorCPU.CPU, sys+r.GeneratorCPU.System
+			}
+			kernel := sys.Seconds() / max(cpu.Seconds(), 1e-9)
+			fmt.Fprintf(w, "#     generator CPU per byte = %.3f× the broker's (median rounds); %.0f%% of the generator's CPU in the kernel, its user-space part %.3f× the broker's\n",
+				g/b, 100*kernel, (1-kernel)*g/b)
+		}
+		for _, r := range sr.Raw {
+			fmt.Fprintf(w, "#     round %d %s: %s\n", r.Round, r.Bound, r.BoundFigures)
+		}
 		for _, r := range sr.Raw {
 			if r.FirstError != "" {
 				fmt.Fprintf(w, "#     round %d first error: %s\n", r.Round, r.FirstError)
@@ -252,6 +279,14 @@ func cpuCores(s CPUSample) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f", s.Cores())
+}
+
+// cpuPerRecord is CPU microseconds per record.
+func cpuPerRecord(s CPUSample, records int64) string {
+	if !s.OK || records <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", float64(s.CPU.Microseconds())/float64(records))
 }
 
 func cpuPerGB(v float64) string {

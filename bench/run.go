@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -45,6 +46,21 @@ type RoundResult struct {
 	GeneratorSaturated bool      `json:"generator_saturated"`
 	BrokerCPU          CPUSample `json:"broker_cpu"`
 	BrokerCPUPerGB     float64   `json:"broker_cpu_s_per_gb"`
+	GeneratorCPUPerGB  float64   `json:"generator_cpu_s_per_gb"`
+	// BrokerWrite is what the broker wrote to storage over the round.
+	BrokerWrite WriteSample `json:"broker_write"`
+	// FinalLag is how late the open loop sent its last request.
+	FinalLag time.Duration `json:"final_send_lag_ns,omitempty"`
+	// Backpressure is the loop's total wait for the broker's in-flight
+	// bound (raw engine).
+	Backpressure time.Duration `json:"backpressure_ns,omitempty"`
+	// MachineBusy is the share of all the machine's cores that was busy
+	// over the round, whoever used them (/proc/stat).
+	MachineBusy   float64 `json:"machine_busy"`
+	MachineBusyOK bool    `json:"machine_busy_ok"`
+	// Bound names what set the round's pace, from BoundFigures (bound.go).
+	Bound        string       `json:"bound"`
+	BoundFigures BoundFigures `json:"bound_figures"`
 	// Cleanup, if set by the round function, runs after the round's CPU
 	// and time windows have closed (deleting the round's topic must not
 	// count as the round's broker work).
@@ -67,6 +83,7 @@ func (r *RoundResult) FromLoad(l LoadResult, bytes int64) {
 	if l.SendLag != nil {
 		r.SendLag = l.SendLag.Summary()
 	}
+	r.FinalLag, r.Backpressure = l.FinalLag, l.Backpressure
 	r.Issued, r.Acked, r.Errors, r.Unfinished, r.FirstError = l.Issued, l.Acked, l.Errors, l.Unfinished, l.FirstError
 	r.Bytes, r.ElapsedSec = bytes, l.Elapsed.Seconds()
 }
@@ -85,6 +102,9 @@ type Runner struct {
 	Env map[string]string
 	// NoCalibration skips the discarded first round.
 	NoCalibration bool
+	// DiskSeqWriteMBps is the disk's sequential write bandwidth (the
+	// passport's probe; 0: not probed), for the disk-bound label.
+	DiskSeqWriteMBps float64
 }
 
 // Run measures one scenario.
@@ -123,6 +143,8 @@ func (r *Runner) one(ctx context.Context, sys System, round int, fn RoundFunc) (
 	load0 := LoadAvg()
 	gen := WatchCPU("self")
 	brk := WatchCPU(sys.PID)
+	wr := WatchWrites(sys.PID)
+	machine := WatchMachine()
 	var res RoundResult
 	var err error
 	if sys.Exec != "" {
@@ -132,6 +154,8 @@ func (r *Runner) one(ctx context.Context, sys System, round int, fn RoundFunc) (
 		res.GeneratorCPU = gen.Stop()
 	}
 	res.BrokerCPU = brk.Stop()
+	res.BrokerWrite = wr.Stop()
+	res.MachineBusy, res.MachineBusyOK = machine.Stop()
 	if res.Cleanup != nil {
 		res.Cleanup()
 		res.Cleanup = nil
@@ -143,6 +167,12 @@ func (r *Runner) one(ctx context.Context, sys System, round int, fn RoundFunc) (
 	res.LoadBefore, res.LoadAfter = load0, LoadAvg()
 	res.GeneratorSaturated = res.GeneratorSaturated || GeneratorSaturated(res.GeneratorCPU)
 	res.BrokerCPUPerGB = res.BrokerCPU.SecondsPerGB(res.Bytes)
+	res.GeneratorCPUPerGB = res.GeneratorCPU.SecondsPerGB(res.Bytes)
+	limit := float64(generatorCores())
+	if sys.Exec != "" {
+		limit = float64(runtime.NumCPU()) // a child generator: its GOMAXPROCS is its own
+	}
+	boundOf(&res, limit, runtime.NumCPU(), r.DiskSeqWriteMBps)
 	return res, nil
 }
 
@@ -169,7 +199,7 @@ func (r *Runner) exec(ctx context.Context, sys System, round int) (RoundResult, 
 	}
 	if ps := cmd.ProcessState; ps != nil {
 		// The child is the generator: its CPU time, over the wall time.
-		res.GeneratorCPU = CPUSample{CPU: ps.UserTime() + ps.SystemTime(), Wall: wall, OK: true}
+		res.GeneratorCPU = CPUSample{CPU: ps.UserTime() + ps.SystemTime(), System: ps.SystemTime(), Wall: wall, OK: true}
 	}
 	return res, nil
 }

@@ -14,6 +14,24 @@ import (
 // delay is the generator falling behind its schedule, and it is counted.
 type Op func(seq int64, due time.Time, done func(error))
 
+// BatchOp is an Op whose request carries several records (the raw engine's
+// produce requests): done reports how many of them failed (0 when err is
+// nil) and the first error. Latency is recorded once per request.
+type BatchOp func(seq int64, due time.Time, done func(failed int64, err error))
+
+// single adapts an Op to a BatchOp of one record per request.
+func single(op Op) BatchOp {
+	return func(seq int64, due time.Time, done func(int64, error)) {
+		op(seq, due, func(err error) {
+			if err != nil {
+				done(1, err)
+				return
+			}
+			done(0, nil)
+		})
+	}
+}
+
 // LoadResult is what one loop measured. Latency counts from the moment a
 // request was due (open loop) or was sent (closed loop).
 type LoadResult struct {
@@ -39,6 +57,15 @@ type LoadResult struct {
 	// due (open loop only): a large lag means the generator or the client
 	// could not keep up, and the latency then includes the generator.
 	SendLag *Histogram `json:"-"`
+	// FinalLag is the send lag of the last request issued (open loop): a
+	// lag that grew to the end of the window is a schedule that fell
+	// behind (see Bound), whatever its percentiles say.
+	FinalLag time.Duration `json:"final_lag_ns,omitempty"`
+	// Backpressure is how long the loop waited, in all, for the broker's
+	// in-flight bound before it could issue a request (set by engines that
+	// can tell: the raw engine). Lag it explains is the broker's pace, not
+	// the generator's.
+	Backpressure time.Duration `json:"backpressure_ns,omitempty"`
 }
 
 // Achieved is the rate of acknowledged requests over Elapsed.
@@ -59,24 +86,28 @@ type tracker struct {
 	last     time.Time
 	pending  sync.WaitGroup
 	inflight atomic.Int64
+	// records is how many records each request carries (1 unless the loop
+	// runs BatchOps).
+	records int64
 }
 
-func (t *tracker) done(start time.Time) func(error) {
+func (t *tracker) done(start time.Time) func(int64, error) {
 	var once atomic.Bool
-	return func(err error) {
+	return func(failed int64, err error) {
 		if !once.CompareAndSwap(false, true) {
 			return
 		}
+		if err != nil && failed == 0 {
+			failed = t.records
+		}
+		failed = min(failed, t.records)
 		now := time.Now()
 		t.mu.Lock()
 		t.lat.Record(now.Sub(start))
-		if err != nil {
-			t.errors++
-			if t.firstErr == "" {
-				t.firstErr = err.Error()
-			}
-		} else {
-			t.acked++
+		t.errors += failed
+		t.acked += t.records - failed
+		if err != nil && t.firstErr == "" {
+			t.firstErr = err.Error()
 		}
 		if now.After(t.last) {
 			t.last = now
@@ -121,10 +152,17 @@ func (t *tracker) drain(r *LoadResult, start time.Time, timeout time.Duration, d
 // that stalls shows its queue in the percentiles. The loop never waits for
 // answers; after the last request it waits up to drain for them.
 func OpenLoop(ctx context.Context, rate float64, duration, drain time.Duration, op Op) LoadResult {
+	return OpenLoopBatches(ctx, rate, 1, duration, drain, single(op))
+}
+
+// OpenLoopBatches is OpenLoop for requests of perRequest records each: rate
+// is in records per second, so request i is due at start + i·perRequest/rate.
+func OpenLoopBatches(ctx context.Context, rate float64, perRequest int64, duration, drain time.Duration, op BatchOp) LoadResult {
+	perRequest = max(perRequest, 1)
 	r := LoadResult{Mode: "open-loop", Offered: rate, SendLag: &Histogram{}}
-	t := &tracker{}
-	n := int64(rate * duration.Seconds())
-	interval := float64(time.Second) / rate
+	t := &tracker{records: perRequest}
+	n := int64(rate * duration.Seconds() / float64(perRequest))
+	interval := float64(time.Second) * float64(perRequest) / rate
 	start := time.Now()
 	var dueTimes sync.Map // seq → due, only while outstanding
 	for i := int64(0); i < n; i++ {
@@ -138,14 +176,15 @@ func OpenLoop(ctx context.Context, rate float64, duration, drain time.Duration, 
 		if ctx.Err() != nil {
 			break
 		}
-		r.SendLag.Record(time.Since(due))
-		r.Issued++
+		r.FinalLag = time.Since(due)
+		r.SendLag.Record(r.FinalLag)
+		r.Issued += perRequest
 		t.pending.Add(1)
 		t.inflight.Add(1)
 		dueTimes.Store(i, due)
 		inner := t.done(due)
 		seq := i
-		op(seq, due, func(err error) { dueTimes.Delete(seq); inner(err) })
+		op(seq, due, func(failed int64, err error) { dueTimes.Delete(seq); inner(failed, err) })
 	}
 	t.drain(&r, start, drain, func() []time.Time {
 		var out []time.Time
@@ -161,11 +200,18 @@ func OpenLoop(ctx context.Context, rate float64, duration, drain time.Duration, 
 // it hides queues (coordinated omission): its figures describe saturation
 // throughput, and reports label them "closed-loop".
 func ClosedLoop(ctx context.Context, window int, duration, drain time.Duration, op Op) LoadResult {
+	return ClosedLoopBatches(ctx, window, 1, duration, drain, single(op))
+}
+
+// ClosedLoopBatches is ClosedLoop for requests of perRequest records each;
+// window counts requests.
+func ClosedLoopBatches(ctx context.Context, window int, perRequest int64, duration, drain time.Duration, op BatchOp) LoadResult {
 	if window < 1 {
 		window = 1
 	}
+	perRequest = max(perRequest, 1)
 	r := LoadResult{Mode: "closed-loop", Window: window}
-	t := &tracker{}
+	t := &tracker{records: perRequest}
 	sem := make(chan struct{}, window)
 	start := time.Now()
 	deadline := start.Add(duration)
@@ -179,13 +225,13 @@ func ClosedLoop(ctx context.Context, window int, duration, drain time.Duration, 
 			break
 		}
 		now := time.Now()
-		r.Issued++
+		r.Issued += perRequest
 		t.pending.Add(1)
 		t.inflight.Add(1)
 		sent.Store(i, now)
 		inner := t.done(now)
 		seq := i
-		op(seq, now, func(err error) { sent.Delete(seq); inner(err); <-sem })
+		op(seq, now, func(failed int64, err error) { sent.Delete(seq); inner(failed, err); <-sem })
 	}
 	t.drain(&r, start, drain, func() []time.Time {
 		var out []time.Time

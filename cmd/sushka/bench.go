@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sushka-io/sushka/bench"
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 func init() { rootCmd.AddCommand(newBenchCmd()) }
@@ -65,6 +66,8 @@ type benchFlags struct {
 	keepTopics  bool
 	w           bench.Workload
 	kind        string
+	// idempotentSet: --idempotent was given (not its default).
+	idempotentSet bool
 }
 
 func (f *benchFlags) register(fs *pflag.FlagSet, kind string) {
@@ -106,6 +109,17 @@ func (f *benchFlags) register(fs *pflag.FlagSet, kind string) {
 	if kind == "produce" {
 		fs.BoolVar(&w.Max, "max", false, "closed loop as fast as the broker answers (saturation; labelled closed-loop)")
 	}
+	switch kind {
+	case "produce", "sweep", "consume":
+		fs.StringVar(&w.Engine, "engine", bench.EngineFranzGo, "load generator: franz-go (a real client), or raw (pre-encoded batches on pipelined "+
+			"connections: a generator that costs almost nothing, to measure the broker alone)")
+		fs.IntVar(&w.Raw.Connections, "connections", 1, "--engine raw: connections to the partitions' leaders")
+	}
+	if kind != "consume" {
+		fs.IntVar(&w.Raw.InFlight, "in-flight", server.DefaultMaxInFlight, "--engine raw: unanswered Produce requests per connection (the broker's bound)")
+		fs.IntVar(&w.Raw.BatchRecords, "batch-records", 0, "--engine raw: records per partition batch (0: 256 KiB of records)")
+		fs.BoolVar(&w.Raw.Idempotent, "idempotent", true, "--engine raw: InitProducerId, then sequences and epoch per partition, as franz-go's engine (acks=all only)")
+	}
 }
 
 func (f *benchFlags) validate() error {
@@ -130,6 +144,26 @@ func (f *benchFlags) validate() error {
 	if _, err := bench.Codec(w.Codec); err != nil {
 		return err
 	}
+	switch w.Engine {
+	case "", bench.EngineFranzGo:
+	case bench.EngineRaw:
+		if w.Codec != "none" {
+			return fmt.Errorf("--engine raw sends uncompressed batches; --compression %s needs --engine franz-go", w.Codec)
+		}
+		if w.Raw.Connections < 1 || (f.kind != "consume" && (w.Raw.InFlight < 1 || w.Raw.BatchRecords < 0)) {
+			return fmt.Errorf("--connections and --in-flight must be at least 1, --batch-records at least 0")
+		}
+		if level, err := bench.AcksLevel(w.Acks); err != nil {
+			return err
+		} else if level != -1 && w.Raw.Idempotent {
+			if f.idempotentSet {
+				return fmt.Errorf("--idempotent needs --acks all (Kafka refuses idempotent producers otherwise)")
+			}
+			f.w.Raw.Idempotent = false // as the franz-go engine, which drops idempotence below acks=all
+		}
+	default:
+		return fmt.Errorf("unknown --engine %q (franz-go, raw)", w.Engine)
+	}
 	return nil
 }
 
@@ -144,6 +178,7 @@ type session struct {
 }
 
 func (f *benchFlags) start(ctx context.Context, cmd *cobra.Command, kind string, steps int) (*session, error) {
+	f.idempotentSet = cmd.Flags().Changed("idempotent")
 	if err := f.validate(); err != nil {
 		return nil, err
 	}
@@ -218,9 +253,13 @@ func (s *session) runner() *bench.Runner {
 		"RECORD_SIZE": strconv.Itoa(w.RecordSize), "CODEC": w.Codec, "ACKS": w.Acks, "LINGER": w.Linger.String(),
 		"PARTITIONS": strconv.Itoa(int(w.Partitions)), "CLIENTS": strconv.Itoa(w.Clients),
 		"RATE": strconv.FormatFloat(w.Rate, 'f', -1, 64), "MAX": strconv.FormatBool(w.Max), "WINDOW": strconv.Itoa(w.Window),
-		"DURATION": w.Duration.String(), "DRAIN": w.Drain.String(),
+		"DURATION": w.Duration.String(), "DRAIN": w.Drain.String(), "ENGINE": w.Engine,
 	}
-	return &bench.Runner{Systems: s.systems, Rounds: s.f.rounds, Progress: s.progress, Env: env, NoCalibration: s.f.noCalibrate}
+	r := &bench.Runner{Systems: s.systems, Rounds: s.f.rounds, Progress: s.progress, Env: env, NoCalibration: s.f.noCalibrate}
+	if s.doc.Disk != nil {
+		r.DiskSeqWriteMBps = s.doc.Disk.SeqWriteMBps
+	}
+	return r
 }
 
 func (s *session) topic(kind string) string {
@@ -327,7 +366,13 @@ func newBenchConsumeCmd() *cobra.Command {
 			sc := &bench.Scenario{Name: w.Label("consume"), Kind: "consume", Primary: "records_per_s", Unit: "records/s", Workload: w,
 				Notes: []string{"each round reads the whole topic from the start with a fresh client (no group); the window opens at the first record; the data was written just before, so it is likely in the page cache"}}
 			err = s.runner().Run(ctx, sc, func(ctx context.Context, sys bench.System, _ int) (bench.RoundResult, error) {
-				c, err := bench.Consume(ctx, sys.Brokers, topics[sys.Name], w.Records, w.Drain+w.Duration*10)
+				var c bench.ConsumeResult
+				var err error
+				if w.Engine == bench.EngineRaw {
+					c, err = bench.RawConsume(ctx, sys.Brokers, topics[sys.Name], w.Records, w.RecordSize, w.Drain+w.Duration*10, w.Raw)
+				} else {
+					c, err = bench.Consume(ctx, sys.Brokers, topics[sys.Name], w.Records, w.Drain+w.Duration*10)
+				}
 				r := bench.RoundResult{Mode: "consume", Issued: w.Records, Acked: c.Records, Bytes: c.Bytes, ElapsedSec: c.Elapsed.Seconds()}
 				if c.Elapsed > 0 {
 					r.Throughput = float64(c.Records) / c.Elapsed.Seconds()
@@ -570,7 +615,13 @@ func produceRound(ctx context.Context, s *session, sys bench.System, w bench.Wor
 	if err := bench.CreateTopic(ctx, sys.Brokers, topic, w.Partitions); err != nil {
 		return bench.RoundResult{}, err
 	}
-	p, err := bench.Produce(ctx, sys.Brokers, topic, w)
+	var p bench.ProduceResult
+	var err error
+	if w.Engine == bench.EngineRaw {
+		p, err = bench.RawProduce(ctx, sys.Brokers, topic, w, w.Raw)
+	} else {
+		p, err = bench.Produce(ctx, sys.Brokers, topic, w)
+	}
 	var r bench.RoundResult
 	r.FromLoad(p.Load, p.Bytes)
 	r.Cleanup = func() { s.dropTopic(ctx, sys, topic) }

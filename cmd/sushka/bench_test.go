@@ -55,6 +55,16 @@ func TestBenchSmoke(t *testing.T) {
 	bin := testbroker.Binary(t)
 	admin := "127.0.0.1:" + strconv.Itoa(testbroker.FreePort(t))
 	p := testbroker.Start(t, bin, "--admin-listen", admin)
+	// serve opens its admin listener after the Kafka one (which Start
+	// waits for): under load the first report could miss the broker's
+	// runtime profile.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := bench.FetchRuntime(context.Background(), admin); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the broker's admin endpoint: %v", err)
+		}
+	}
 	common := []string{"--brokers", p.Addr, "--broker-admin", admin, "--rounds", "1", "--no-calibration",
 		"--duration", "700ms", "--drain", "10s", "--disk-probe-bytes", "1048576", "--allow-tmpfs"}
 
@@ -71,14 +81,7 @@ func TestBenchSmoke(t *testing.T) {
 				t.Errorf("report lacks %q:\n%s", want, out)
 			}
 		}
-		var doc bench.Document
-		b, err := os.ReadFile(js)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(b, &doc); err != nil {
-			t.Fatal(err)
-		}
+		doc, b := readDocument(t, js)
 		if doc.Schema != bench.SchemaVersion || len(doc.Scenarios) != 1 || doc.Environment.Host.OS == "" ||
 			len(doc.Environment.Systems) != 1 || doc.Environment.Systems[0].Runtime == nil {
 			t.Fatalf("document: %s", b)
@@ -99,6 +102,48 @@ func TestBenchSmoke(t *testing.T) {
 		// saturation rounds would fill the disk otherwise).
 		if left := benchTopics(t, p.Addr); len(left) != 0 {
 			t.Errorf("bench left its topics behind: %v", left)
+		}
+	})
+
+	t.Run("produce-raw", func(t *testing.T) {
+		js := filepath.Join(t.TempDir(), "r.json")
+		out, err := runBench(t, append([]string{"produce", "--engine", "raw", "--rate", "2000", "--record-size", "128", "--partitions", "4",
+			"--connections", "2", "--batch-records", "10", "--json", js}, common...)...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		for _, want := range []string{"engine=raw connections=2 in-flight=16 batch=10 idempotent=true", "gen s/GB", "broker µs/rec",
+			"generator CPU per byte = ", "round 1 offered-rate: generator "} {
+			if !strings.Contains(out, want) {
+				t.Errorf("report lacks %q:\n%s", want, out)
+			}
+		}
+		doc, _ := readDocument(t, js)
+		r := doc.Scenarios[0].Systems[0].Raw[0]
+		// 2000 records/s for 0.7 s in requests of 2 partitions × 10 records.
+		if r.Errors != 0 || r.Unfinished != 0 || r.Acked != r.Issued || r.Acked != 1400 || r.Bound != bench.BoundOfferedRate {
+			t.Errorf("raw counts: %+v", r)
+		}
+		if !r.GeneratorCPU.OK || !r.BrokerCPU.OK || !r.BrokerWrite.OK {
+			t.Errorf("CPU and write figures: %+v %+v %+v", r.GeneratorCPU, r.BrokerCPU, r.BrokerWrite)
+		}
+		if _, err := runBench(t, append([]string{"produce", "--engine", "raw", "-z", "lz4"}, common...)...); err == nil ||
+			!strings.Contains(err.Error(), "--engine raw sends uncompressed batches") {
+			t.Errorf("a codec with the raw engine: %v", err)
+		}
+		if _, err := runBench(t, append([]string{"produce", "--engine", "raw", "--acks", "1", "--idempotent"}, common...)...); err == nil ||
+			!strings.Contains(err.Error(), "--idempotent needs --acks all") {
+			t.Errorf("--idempotent with acks=1: %v", err)
+		}
+	})
+
+	t.Run("consume-raw", func(t *testing.T) {
+		out, err := runBench(t, append([]string{"consume", "--engine", "raw", "--connections", "2", "--partitions", "3", "--records", "3000", "--record-size", "256"}, common...)...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if !strings.Contains(out, "consume 256 B p=3 engine=raw connections=2") || !strings.Contains(out, " 3000 ") {
+			t.Errorf("report:\n%s", out)
 		}
 	})
 
@@ -209,6 +254,20 @@ func isVolatileDir(dir string) (bool, error) {
 		return strings.Contains(st, "volatile"), nil
 	}
 	return false, nil
+}
+
+// readDocument reads a results document (--json).
+func readDocument(t *testing.T, path string) (bench.Document, []byte) {
+	t.Helper()
+	var doc bench.Document
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc, b
 }
 
 // benchTopics lists the topics named like sushka bench's on the broker.
