@@ -123,6 +123,27 @@ type Config struct {
 	// acks=all append starts at least this long after the previous one.
 	// Default DefaultSyncInterval; negative: no pacing.
 	SyncInterval time.Duration
+
+	// SASL (listeners served with ServeProtocol and a SASL protocol).
+	// SASLMechanisms are the mechanisms accepted (Kafka's
+	// sasl.enabled.mechanisms: "SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN";
+	// nil: all three), every one verified against the SCRAM credentials
+	// of the metadata log.
+	SASLMechanisms []string
+	// BootstrapUser and BootstrapPassword, when BootstrapUser is set,
+	// give that user SCRAM-SHA-256 and SCRAM-SHA-512 credentials at start
+	// if it has none (--bootstrap-user): how a first administrator exists.
+	BootstrapUser     string
+	BootstrapPassword string
+	// ConnectionsMaxReauth is connections.max.reauth.ms: the session
+	// lifetime of a SASL authentication (KIP-368); 0: no limit.
+	ConnectionsMaxReauth time.Duration
+	// FailedAuthenticationDelay is connection.failed.authentication.delay.ms.
+	// Default DefaultFailedAuthenticationDelay; negative: none.
+	FailedAuthenticationDelay time.Duration
+	// MaxSASLReceiveBytes is sasl.server.max.receive.size: the largest
+	// frame before authentication. Default DefaultMaxSASLReceiveBytes.
+	MaxSASLReceiveBytes int32
 }
 
 // The defaults of Config's fields that come from the packages that use them.
@@ -131,6 +152,9 @@ const (
 	DefaultProducerIDExpiration = plog.DefaultProducerIDExpiration
 	DefaultMaxFetchWait         = api.DefaultMaxFetchWait
 	DefaultSyncInterval         = plog.DefaultSyncInterval
+
+	DefaultFailedAuthenticationDelay = api.DefaultFailedAuthenticationDelay
+	DefaultMaxSASLReceiveBytes       = server.DefaultMaxSASLReceiveBytes
 )
 
 // Broker is a running broker.
@@ -203,6 +227,16 @@ func New(cfg Config) (*Broker, error) {
 		cfg.MaxPartitions = meta.DefaultMaxPartitions
 	}
 	catalog.SetMaxPartitions(cfg.MaxPartitions)
+	if cfg.BootstrapUser != "" {
+		created, err := catalog.EnsureScramUser(cfg.BootstrapUser, cfg.BootstrapPassword)
+		if err != nil {
+			catalog.Close()
+			return nil, fmt.Errorf("broker: bootstrap user: %w", err)
+		}
+		if created {
+			cfg.Logger.Info("bootstrap user created with SCRAM-SHA-256 and SCRAM-SHA-512 credentials", "user", cfg.BootstrapUser)
+		}
+	}
 	b := &Broker{cfg: cfg, log: cfg.Logger, catalog: catalog, stopBG: make(chan struct{}), bgDone: make(chan struct{})}
 	b.metrics = newMetrics(cfg.Registry)
 	b.handler, err = api.New(api.Config{
@@ -221,6 +255,10 @@ func New(cfg Config) (*Broker, error) {
 		ProducerIDExpiration:  cfg.ProducerIDExpiration,
 		MaxFetchWait:          cfg.MaxFetchWait,
 		SyncInterval:          cfg.SyncInterval,
+
+		SASLMechanisms:            cfg.SASLMechanisms,
+		ConnectionsMaxReauth:      cfg.ConnectionsMaxReauth,
+		FailedAuthenticationDelay: cfg.FailedAuthenticationDelay,
 	})
 	if err != nil {
 		catalog.Close()
@@ -240,6 +278,7 @@ func New(cfg Config) (*Broker, error) {
 		OnConnection:         b.metrics.connection,
 		OnConnectionRejected: b.metrics.connectionRejected,
 		OnRequest:            b.metrics.request,
+		MaxSASLReceiveBytes:  cfg.MaxSASLReceiveBytes,
 	})
 	b.metrics.watchServer(cfg.Registry, b.srv)
 	go b.background()
@@ -294,6 +333,14 @@ func defaults(cfg Config) api.Defaults {
 // error, and l is closed when it returns: a broker that cannot serve does
 // not keep its port in LISTEN.
 func (b *Broker) Serve(l net.Listener) error {
+	return b.ServeProtocol(l, server.Plaintext.String(), server.Plaintext)
+}
+
+// ServeProtocol is Serve for a listener named name (Kafka's listener
+// name) whose connections speak protocol: on SASL_PLAINTEXT (and
+// SASL_SSL, whose TLS l must provide) a connection authenticates with
+// SASL before anything but ApiVersions and the SASL requests is served.
+func (b *Broker) ServeProtocol(l net.Listener, name string, protocol server.SecurityProtocol) error {
 	b.mu.Lock()
 	if b.shutdown {
 		b.mu.Unlock()
@@ -328,7 +375,7 @@ func (b *Broker) Serve(l net.Listener) error {
 		b.handler.SetAdvertised(host, int32(port))
 	}
 	b.mu.Unlock()
-	return b.srv.Serve(l)
+	return b.srv.ServeProtocol(l, name, protocol)
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.

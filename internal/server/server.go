@@ -89,6 +89,11 @@ type Request struct {
 	// Session is the connection's security state (listener, protocol,
 	// principal), the same for every request of the connection.
 	Session *Session
+	// RawSASL marks a bare SASL token read after a SaslHandshake v0 (no
+	// request header; Key 36 and a SaslAuthenticate body made up by the
+	// reader): its answer is written as a bare token, a Frame without a
+	// response header (sasl.go).
+	RawSASL bool
 
 	// orderDone, for a request of an Ordered key, lets the next ordered
 	// request of the connection start (see Sequenced).
@@ -224,6 +229,10 @@ type Config struct {
 	OnConnectionRejected func(reason string)
 	// OnRequest is called for every decoded request (metrics).
 	OnRequest func(key int16)
+	// MaxSASLReceiveBytes bounds a frame on a SASL listener before the
+	// connection has authenticated (Kafka's sasl.server.max.receive.size;
+	// default DefaultMaxSASLReceiveBytes).
+	MaxSASLReceiveBytes int32
 }
 
 // setDefaults gives every zero field its default.
@@ -254,6 +263,9 @@ func (cfg *Config) setDefaults() {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxSASLReceiveBytes <= 0 {
+		cfg.MaxSASLReceiveBytes = DefaultMaxSASLReceiveBytes
 	}
 }
 
@@ -322,6 +334,14 @@ func (s *Server) RequestMemoryLimit() int64 { return s.budget.limit }
 // backoff from 5 ms to 1 s and logged at most once a second; any other
 // error is returned.
 func (s *Server) Serve(l net.Listener) error {
+	return s.ServeProtocol(l, Plaintext.String(), Plaintext)
+}
+
+// ServeProtocol is Serve for a listener named name (Kafka's listener name)
+// whose connections speak protocol: their Sessions say so, and on a SASL
+// protocol they must authenticate first (sasl.go). TLS is the caller's:
+// l's connections are used as they are accepted.
+func (s *Server) ServeProtocol(l net.Listener, name string, protocol SecurityProtocol) error {
 	defer l.Close()
 	s.mu.Lock()
 	if s.closing {
@@ -357,7 +377,7 @@ func (s *Server) Serve(l net.Listener) error {
 			continue
 		}
 		backoff = 0
-		s.accept(nc)
+		s.accept(nc, name, protocol)
 	}
 }
 
@@ -390,7 +410,7 @@ func (s *Server) isClosing() bool {
 
 // accept starts serving nc, or closes it at once if a connection limit is
 // reached.
-func (s *Server) accept(nc net.Conn) {
+func (s *Server) accept(nc net.Conn, listener string, protocol SecurityProtocol) {
 	ip := clientIP(nc.RemoteAddr())
 	s.mu.Lock()
 	if s.closing {
@@ -417,7 +437,7 @@ func (s *Server) accept(nc net.Conn) {
 		return
 	}
 	s.nextID++
-	c := newConn(s, nc, s.nextID, ip)
+	c := newConn(s, nc, s.nextID, ip, NewSession(listener, protocol, nc.LocalAddr()))
 	s.conns[c] = struct{}{}
 	s.perIP[ip]++
 	s.connsWG.Add(1)
