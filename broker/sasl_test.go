@@ -2,10 +2,13 @@ package broker
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/sushka-io/sushka/internal/certs"
 	"github.com/sushka-io/sushka/internal/server"
 )
 
@@ -38,6 +42,7 @@ func startSASLBroker(t *testing.T, cfg Config) *testBroker {
 		cfg.Logger = testLogger()
 	}
 	cfg.BootstrapUser, cfg.BootstrapPassword = adminUser, adminPassword
+	cfg.Listeners = []Listener{{Protocol: server.SASLPlaintext}}
 	b, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +52,7 @@ func startSASLBroker(t *testing.T, cfg Config) *testBroker {
 		t.Fatal(err)
 	}
 	tb := &testBroker{Broker: b, t: t, dir: cfg.DataDir, done: make(chan error, 1)}
-	go func() { tb.done <- b.ServeProtocol(l, "SASL_PLAINTEXT", server.SASLPlaintext) }()
+	go func() { tb.done <- b.ServeListener("SASL_PLAINTEXT", l) }()
 	for b.AdvertisedAddr() == "" {
 		time.Sleep(time.Millisecond)
 	}
@@ -584,5 +589,55 @@ func TestSASLBadInput(t *testing.T) {
 	})
 	if err := good.ProduceSync(ctx, &kgo.Record{Value: []byte("after")}).FirstErr(); err != nil {
 		t.Fatalf("the authenticated client after all of it: %v", err)
+	}
+}
+
+// TestSASLOverTLS: SASL_SSL, SCRAM-SHA-512 and PLAIN inside TLS, and the
+// gating there too.
+func TestSASLOverTLS(t *testing.T) {
+	set, err := certs.NewSet("example", []string{"127.0.0.1"}, "client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := certs.WriteSet(dir, set); err != nil {
+		t.Fatal(err)
+	}
+	serverTLS, err := server.NewTLSConfig(server.TLSFiles{
+		CertFile: filepath.Join(dir, certs.ServerCertFile), KeyFile: filepath.Join(dir, certs.ServerKeyFile),
+	}, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{DataDir: t.TempDir(), Logger: testLogger(), BootstrapUser: adminUser, BootstrapPassword: adminPassword,
+		Listeners: []Listener{{Protocol: server.SASLSSL, TLS: serverTLS}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := &testBroker{Broker: b, t: t, done: make(chan error, 1)}
+	go func() { tb.done <- b.Serve(l) }()
+	for b.AdvertisedAddr() == "" {
+		time.Sleep(time.Millisecond)
+	}
+	t.Cleanup(tb.stop)
+	pool := x509.NewCertPool()
+	pool.AddCert(set.CA.Cert)
+	clientTLS := &tls.Config{RootCAs: pool}
+	ctx := ctxT(t, 30*time.Second)
+	for _, m := range []ksasl.Mechanism{saslMechanisms(adminUser, adminPassword)[2], saslMechanisms(adminUser, adminPassword)[0]} {
+		cl := tb.client(kgo.DialTLSConfig(clientTLS), kgo.SASL(m), kgo.AllowAutoTopicCreation(), kgo.DefaultProduceTopic("tls"))
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte(m.Name())}).FirstErr(); err != nil {
+			t.Fatalf("%s over SASL_SSL: %v", m.Name(), err)
+		}
+		cl.Close()
+	}
+	// Without SASL, TLS alone serves nothing.
+	cl := tb.client(kgo.DialTLSConfig(clientTLS), kgo.RequestRetries(0), kgo.RetryTimeout(time.Second))
+	if _, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl); err == nil {
+		t.Fatal("Metadata without SASL served on SASL_SSL")
 	}
 }
