@@ -488,6 +488,9 @@ func (b *Broker) Listeners() []ListenerInfo {
 	return slices.Clone(b.listeners)
 }
 
+// ScramUserCount is the number of users with a SCRAM credential.
+func (b *Broker) ScramUserCount() int { return len(b.catalog.ScramUsers()) }
+
 // Registry is the broker's Prometheus registry.
 func (b *Broker) Registry() *prometheus.Registry { return b.cfg.Registry }
 
