@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -35,29 +34,9 @@ const (
 // user admin.
 func startSASLBroker(t *testing.T, cfg Config) *testBroker {
 	t.Helper()
-	if cfg.DataDir == "" {
-		cfg.DataDir = t.TempDir()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = testLogger()
-	}
 	cfg.BootstrapUser, cfg.BootstrapPassword = adminUser, adminPassword
 	cfg.Listeners = []Listener{{Protocol: server.SASLPlaintext}}
-	b, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tb := &testBroker{Broker: b, t: t, dir: cfg.DataDir, done: make(chan error, 1)}
-	go func() { tb.done <- b.ServeListener("SASL_PLAINTEXT", l) }()
-	for b.AdvertisedAddr() == "" {
-		time.Sleep(time.Millisecond)
-	}
-	t.Cleanup(func() { tb.stop() })
-	return tb
+	return startBroker(t, cfg)
 }
 
 func saslMechanisms(user, password string) []ksasl.Mechanism {
@@ -609,21 +588,8 @@ func TestSASLOverTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(Config{DataDir: t.TempDir(), Logger: testLogger(), BootstrapUser: adminUser, BootstrapPassword: adminPassword,
+	tb := startBroker(t, Config{BootstrapUser: adminUser, BootstrapPassword: adminPassword,
 		Listeners: []Listener{{Protocol: server.SASLSSL, TLS: serverTLS}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tb := &testBroker{Broker: b, t: t, done: make(chan error, 1)}
-	go func() { tb.done <- b.Serve(l) }()
-	for b.AdvertisedAddr() == "" {
-		time.Sleep(time.Millisecond)
-	}
-	t.Cleanup(tb.stop)
 	pool := x509.NewCertPool()
 	pool.AddCert(set.CA.Cert)
 	clientTLS := &tls.Config{RootCAs: pool}

@@ -7,6 +7,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -78,12 +79,9 @@ stores only what SCRAM needs to verify it (PLAIN is verified against the same cr
 			// One request per mechanism: Kafka refuses a user named twice
 			// in one request (DUPLICATE_RESOURCE).
 			for _, m := range mechs {
-				res, err := adm.AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{{User: name, Mechanism: m, Iterations: iterations, Password: password}})
-				if err == nil {
-					err = res.Error()
-				}
-				if err != nil {
-					return cf.explain(fmt.Sprintf("create user %s (%s)", name, m), withServerMessage(err, res[name].ErrMessage))
+				up := []kadm.UpsertSCRAM{{User: name, Mechanism: m, Iterations: iterations, Password: password}}
+				if err := alterUser(ctx, adm, cf, fmt.Sprintf("create user %s (%s)", name, m), name, nil, up); err != nil {
+					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "user %s: %s credential set (%d iterations)\n", name, m, iterations)
 			}
@@ -109,6 +107,19 @@ func readPasswordLine(r io.Reader) (string, error) {
 		return "", errors.New("the password read from standard input is empty")
 	}
 	return line, nil
+}
+
+// alterUser sends one AlterUserScramCredentials for user and explains
+// its failure as what.
+func alterUser(ctx context.Context, adm *kadm.Client, cf *clientFlags, what, user string, del []kadm.DeleteSCRAM, up []kadm.UpsertSCRAM) error {
+	res, err := adm.AlterUserSCRAMs(ctx, del, up)
+	if err == nil {
+		err = res.Error()
+	}
+	if err != nil {
+		return cf.explain(what, withServerMessage(err, res[user].ErrMessage))
+	}
+	return nil
 }
 
 // withServerMessage adds the broker's error message to err.
@@ -184,12 +195,9 @@ func newUserDeleteCmd(cf *clientFlags) *cobra.Command {
 				}
 			}
 			for _, m := range mechs {
-				res, err := adm.AlterUserSCRAMs(ctx, []kadm.DeleteSCRAM{{User: name, Mechanism: m}}, nil)
-				if err == nil {
-					err = res.Error()
-				}
-				if err != nil {
-					return cf.explain(fmt.Sprintf("delete user %s (%s)", name, m), withServerMessage(err, res[name].ErrMessage))
+				del := []kadm.DeleteSCRAM{{User: name, Mechanism: m}}
+				if err := alterUser(ctx, adm, cf, fmt.Sprintf("delete user %s (%s)", name, m), name, del, nil); err != nil {
+					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "user %s: %s credential deleted\n", name, m)
 			}

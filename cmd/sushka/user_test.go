@@ -14,10 +14,18 @@ import (
 func startServeSASL(t *testing.T, extra ...string) (plain, sasl string) {
 	t.Helper()
 	plain, sasl = "127.0.0.1:"+strconv.Itoa(freePort(t)), "127.0.0.1:"+strconv.Itoa(freePort(t))
+	startServe(t, sasl, append([]string{"--data-dir", t.TempDir(), "--admin-listen", "", "--log-level", "error",
+		"--listeners", "PLAINTEXT://" + plain + ",SASL_PLAINTEXT://" + sasl, "--bootstrap-user", "admin:admin-secret"}, extra...)...)
+	return plain, sasl
+}
+
+// startServe runs `sushka serve args...` until the test ends and waits
+// until addr accepts connections.
+func startServe(t *testing.T, addr string, args ...string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	serveCmd := newServeCmd()
-	serveCmd.SetArgs(append([]string{"--data-dir", t.TempDir(), "--admin-listen", "", "--log-level", "error",
-		"--listeners", "PLAINTEXT://" + plain + ",SASL_PLAINTEXT://" + sasl, "--bootstrap-user", "admin:admin-secret"}, extra...))
+	serveCmd.SetArgs(args)
 	served := make(chan error, 1)
 	go func() { served <- serveCmd.ExecuteContext(ctx) }()
 	t.Cleanup(func() {
@@ -28,10 +36,10 @@ func startServeSASL(t *testing.T, extra ...string) (plain, sasl string) {
 	})
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		c, err := net.Dial("tcp", sasl)
+		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
-			return plain, sasl
+			return
 		}
 		select {
 		case err := <-served:
@@ -39,7 +47,7 @@ func startServeSASL(t *testing.T, extra ...string) (plain, sasl string) {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the SASL listener never came up")
+			t.Fatalf("%s never came up", addr)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
