@@ -2,12 +2,9 @@ package broker
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"io"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -21,7 +18,6 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
-	"github.com/sushka-io/sushka/internal/certs"
 	"github.com/sushka-io/sushka/internal/server"
 )
 
@@ -574,25 +570,9 @@ func TestSASLBadInput(t *testing.T) {
 // TestSASLOverTLS: SASL_SSL, SCRAM-SHA-512 and PLAIN inside TLS, and the
 // gating there too.
 func TestSASLOverTLS(t *testing.T) {
-	set, err := certs.NewSet("example", []string{"127.0.0.1"}, "client")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := certs.WriteSet(dir, set); err != nil {
-		t.Fatal(err)
-	}
-	serverTLS, err := server.NewTLSConfig(server.TLSFiles{
-		CertFile: filepath.Join(dir, certs.ServerCertFile), KeyFile: filepath.Join(dir, certs.ServerKeyFile),
-	}, testLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
+	serverTLS, clientTLS := testTLS(t)
 	tb := startBroker(t, Config{BootstrapUser: adminUser, BootstrapPassword: adminPassword,
 		Listeners: []Listener{{Protocol: server.SASLSSL, TLS: serverTLS}}})
-	pool := x509.NewCertPool()
-	pool.AddCert(set.CA.Cert)
-	clientTLS := &tls.Config{RootCAs: pool}
 	ctx := ctxT(t, 30*time.Second)
 	for _, m := range []ksasl.Mechanism{saslMechanisms(adminUser, adminPassword)[2], saslMechanisms(adminUser, adminPassword)[0]} {
 		cl := tb.client(kgo.DialTLSConfig(clientTLS), kgo.SASL(m), kgo.AllowAutoTopicCreation(), kgo.DefaultProduceTopic("tls"))
