@@ -369,6 +369,7 @@ func TestSASLReauthentication(t *testing.T) {
 	}
 	connsBefore := metricValue(t, tb.Registry(), "sushka_connections_total")
 	authsBefore := tb.RequestCount(36)
+	successesBefore := metricValue(t, tb.Registry(), "sushka_sasl_authentications_total")
 	deadline := time.Now().Add(3 * lifetime)
 	for time.Now().Before(deadline) {
 		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("again")}).FirstErr(); err != nil {
@@ -378,6 +379,9 @@ func TestSASLReauthentication(t *testing.T) {
 	}
 	if n := tb.RequestCount(36) - authsBefore; n < 2*2 { // two SCRAM steps per re-authentication
 		t.Fatalf("%d SaslAuthenticate requests in %s with a %s lifetime: franz-go did not re-authenticate", n, 3*lifetime, lifetime)
+	}
+	if n := metricValue(t, tb.Registry(), "sushka_sasl_authentications_total") - successesBefore; n < 2 {
+		t.Fatalf("sushka_sasl_authentications_total grew by %v across re-authentications", n)
 	}
 	if after := metricValue(t, tb.Registry(), "sushka_connections_total"); after != connsBefore {
 		t.Fatalf("connections went from %v to %v: re-authentication must keep the connection", connsBefore, after)

@@ -49,7 +49,11 @@ func (h *Handler) handleSaslAuthenticate(ctx context.Context, creq *server.Reque
 		resp.ErrorMessage = errMessage(errors.New("SaslAuthenticate on a listener without SASL"))
 		return reply(resp)
 	}
+	reauth := creq.Session.Authenticated()
 	challenge, done, err := ex.Step(req.SASLAuthBytes)
+	if m := h.cfg.Metrics; m != nil && (done || err != nil) {
+		m.SASLAuthentication(ex.Mechanism(), reauth, err == nil)
+	}
 	if err != nil {
 		h.log.Info("closing connection: SASL authentication failed", "client", creq.Remote, "listener", creq.Session.Listener,
 			"mechanism", ex.Mechanism(), "err", err)
@@ -70,7 +74,6 @@ func (h *Handler) handleSaslAuthenticate(ctx context.Context, creq *server.Reque
 			expiry = time.Now().Add(lifetime)
 			resp.SessionLifetimeMillis = lifetime.Milliseconds()
 		}
-		reauth := creq.Session.Authenticated()
 		creq.Session.Authenticate(server.User(ex.User()), expiry)
 		creq.Session.ExpectRawSASLTokens(false)
 		h.log.Debug("SASL authentication succeeded", "client", creq.Remote, "listener", creq.Session.Listener,

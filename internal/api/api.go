@@ -58,6 +58,10 @@ type Metrics interface {
 	ProducedBytes(topic string, n int)
 	FetchedBytes(topic string, n int64)
 	AppendLatency(d time.Duration)
+	// SASLAuthentication counts one SASL authentication's outcome
+	// (36_sasl_authenticate.go): ok or failed, first or a
+	// re-authentication.
+	SASLAuthentication(mechanism string, reauthentication, ok bool)
 }
 
 // Config configures the Handler.
