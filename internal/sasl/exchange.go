@@ -25,11 +25,12 @@ var (
 	ErrAuthenticationFailed = errors.New("SASL authentication failed")
 )
 
-// FailureMessage is what a client is told when its authentication fails,
-// whatever the reason: an unknown user, a wrong password, a bad proof all
-// read the same, so the answer does not tell whether a user exists.
+// FailureMessage is what a client is told when its authentication fails
+// (Kafka's words for SCRAM), whatever the reason: an unknown user, a wrong
+// password, a bad proof all read the same, so the answer does not tell
+// whether a user exists.
 func FailureMessage(mechanism string) string {
-	return "Authentication failed: invalid credentials with SASL mechanism " + mechanism
+	return "Authentication failed during authentication due to invalid credentials with SASL mechanism " + mechanism
 }
 
 func authFailed(format string, args ...any) error {
