@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -545,27 +544,6 @@ func TestSASLBadInput(t *testing.T) {
 			t.Fatalf("large request after authentication: %v", err)
 		}
 	})
-	t.Run("failures do not hold up others", func(t *testing.T) {
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c := &saslConn{rawConn: dialRaw(t, tb.AdvertisedAddr())}
-				c.handshake(1, "PLAIN")
-				c.send(encodeRequest(&kmsg.SASLAuthenticateRequest{Version: 1, SASLAuthBytes: []byte("\x00admin\x00wrong")}, 5))
-				c.readResponse()
-			}()
-		}
-		start := time.Now()
-		if err := good.ProduceSync(ctx, &kgo.Record{Value: []byte("during")}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-		if took := time.Since(start); took >= delay {
-			t.Logf("a produce took %s while others failed to authenticate (machine loaded?)", took)
-		}
-		wg.Wait()
-	})
 	if err := good.ProduceSync(ctx, &kgo.Record{Value: []byte("after")}).FirstErr(); err != nil {
 		t.Fatalf("the authenticated client after all of it: %v", err)
 	}
@@ -589,5 +567,43 @@ func TestSASLOverTLS(t *testing.T) {
 	cl := tb.client(kgo.DialTLSConfig(clientTLS), kgo.RequestRetries(0), kgo.RetryTimeout(time.Second))
 	if _, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl); err == nil {
 		t.Fatal("Metadata without SASL served on SASL_SSL")
+	}
+}
+
+// TestSASLFailureDelayIsPerConnection: connections waiting out their
+// failed-authentication delay hold up nobody else.
+func TestSASLFailureDelayIsPerConnection(t *testing.T) {
+	const delay = 1500 * time.Millisecond
+	tb := startSASLBroker(t, Config{FailedAuthenticationDelay: delay})
+	ctx := ctxT(t, 30*time.Second)
+	good := tb.client(kgo.SASL(saslMechanisms(adminUser, adminPassword)[1]), kgo.DefaultProduceTopic("delay"), kgo.AllowAutoTopicCreation())
+	if err := good.ProduceSync(ctx, &kgo.Record{Value: []byte("before")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	answered := make(chan time.Duration, 8)
+	for range 8 {
+		go func() {
+			c := &saslConn{rawConn: dialRaw(t, tb.AdvertisedAddr())}
+			c.send(encodeRequest(&kmsg.SASLHandshakeRequest{Version: 1, Mechanism: "PLAIN"}, 1))
+			c.readResponse()
+			c.send(encodeRequest(&kmsg.SASLAuthenticateRequest{Version: 1, SASLAuthBytes: []byte("\x00admin\x00wrong")}, 2))
+			c.readResponse()
+			answered <- time.Since(start)
+		}()
+	}
+	time.Sleep(100 * time.Millisecond) // the failures are being delayed
+	for i := range 5 {
+		if err := good.ProduceSync(ctx, &kgo.Record{Value: []byte("during")}).FirstErr(); err != nil {
+			t.Fatalf("produce %d while others fail: %v", i, err)
+		}
+	}
+	if took := time.Since(start); took >= delay {
+		t.Fatalf("five produces took %s while 8 connections waited out a %s failure delay", took, delay)
+	}
+	for range 8 {
+		if d := <-answered; d < delay {
+			t.Fatalf("a failed authentication was answered after %s, before its %s delay", d, delay)
+		}
 	}
 }
