@@ -3,6 +3,7 @@ package sasl
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -229,5 +230,40 @@ func TestCredentialParameters(t *testing.T) {
 	c, _ := NewCredential(ScramSHA256, "pw", DefaultIterations)
 	if len(c.Salt) < 16 || !c.VerifyPassword(ScramSHA256, "pw") || c.VerifyPassword(ScramSHA256, "pW") {
 		t.Fatal("credential does not verify its own password only")
+	}
+}
+
+// TestExchangeGarbage: random tokens, first or after a valid client-first,
+// fail the exchange with ErrAuthenticationFailed and never panic (the
+// SCRAM library indexes fields it did not check for).
+func TestExchangeGarbage(t *testing.T) {
+	s := newTestServer(t, map[string]string{"alice": "alice-secret"})
+	rng := rand.New(rand.NewPCG(1, 2))
+	alphabet := []byte("nyp,=ar0\x00xA+/")
+	token := func() []byte {
+		b := make([]byte, rng.IntN(64))
+		for i := range b {
+			if rng.IntN(4) == 0 {
+				b[i] = byte(rng.IntN(256))
+			} else {
+				b[i] = alphabet[rng.IntN(len(alphabet))]
+			}
+		}
+		return b
+	}
+	for i := range 3000 {
+		for _, m := range DefaultMechanisms {
+			e := s.NewExchange()
+			e.Handshake(m)
+			if m != NamePlain && i%2 == 1 {
+				if _, _, err := e.Step([]byte("n,,n=alice,r=abcdefgh")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tok := token()
+			if _, done, err := e.Step(tok); done || !errors.Is(err, ErrAuthenticationFailed) {
+				t.Fatalf("%s: token %q: done %v, err %v", m, tok, done, err)
+			}
+		}
 	}
 }
