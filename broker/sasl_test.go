@@ -491,7 +491,7 @@ func TestSASLBadInput(t *testing.T) {
 	})
 	t.Run("SCRAM wrong nonce and bad proof", func(t *testing.T) {
 		for _, tamper := range []func(string) string{
-			func(m string) string { return strings.Replace(m, ",r=", ",r=x", 1) },
+			func(m string) string { return strings.Replace(m, ",p=", "x,p=", 1) }, // a nonce not ending with the one sent
 			func(m string) string { return m[:strings.LastIndex(m, ",p=")] + ",p=AAAA" },
 		} {
 			c := dial(t)

@@ -2,8 +2,11 @@ package sasl
 
 import (
 	"context"
+	"crypto/subtle"
+	"encoding/base64"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -139,7 +142,7 @@ func TestExchangeFailures(t *testing.T) {
 	// The client-final with another nonce.
 	failed(t, run(t, s.NewExchange(), scram256, func(i int, msg []byte) []byte {
 		if i == 1 {
-			return []byte(strings.Replace(string(msg), ",r=", ",r=x", 1))
+			return []byte(strings.Replace(string(msg), ",p=", "x,p=", 1)) // the nonce no longer ends with the one sent
 		}
 		return msg
 	}), "wrong nonce")
@@ -263,6 +266,62 @@ func TestExchangeGarbage(t *testing.T) {
 			tok := token()
 			if _, done, err := e.Step(tok); done || !errors.Is(err, ErrAuthenticationFailed) {
 				t.Fatalf("%s: token %q: done %v, err %v", m, tok, done, err)
+			}
+		}
+	}
+}
+
+// scramClientFinal computes the client-final message of password for a
+// server-first message, with the client-final nonce the caller chooses
+// (a client of its own, for librdkafka's form).
+func scramClientFinal(m Mechanism, password, clientFirstBare, serverFirst, nonce string) string {
+	attrs := map[string]string{}
+	for _, f := range strings.Split(serverFirst, ",") {
+		attrs[f[:1]] = f[2:]
+	}
+	salt, _ := base64.StdEncoding.DecodeString(attrs["s"])
+	iters, _ := strconv.Atoi(attrs["i"])
+	salted := SaltedPassword(m, password, salt, int32(iters))
+	clientKey := hmacSum(m, salted, "Client Key")
+	h := m.newHash()()
+	h.Write(clientKey)
+	withoutProof := "c=biws,r=" + nonce
+	signature := hmacSum(m, h.Sum(nil), clientFirstBare+","+serverFirst+","+withoutProof)
+	proof := make([]byte, len(clientKey))
+	subtle.XORBytes(proof, clientKey, signature)
+	return withoutProof + ",p=" + base64.StdEncoding.EncodeToString(proof)
+}
+
+// TestScramNonceAsKafka: a client-final nonce that ends with the nonce
+// sent is accepted, as Kafka's ScramSaslServer accepts it (librdkafka
+// 2.0.2 sends c-nonce + c-nonce + s-nonce); one that does not, even of the
+// right length, is refused.
+func TestScramNonceAsKafka(t *testing.T) {
+	s := newTestServer(t, map[string]string{"alice": "alice-secret"})
+	for _, m := range ScramMechanisms {
+		for name, c := range map[string]struct {
+			nonce func(clientNonce, combined string) string
+			ok    bool
+		}{
+			"exact":              {func(_, n string) string { return n }, true},
+			"librdkafka's":       {func(cn, n string) string { return cn + n }, true},
+			"another":            {func(_, n string) string { return strings.Repeat("x", len(n)) }, false},
+			"the client's alone": {func(cn, _ string) string { return cn }, false},
+			"cut short":          {func(_, n string) string { return n[:len(n)-1] }, false},
+		} {
+			e := s.NewExchange()
+			e.Handshake(m.String())
+			const clientNonce = "rOprNGfwEbeRWgbNEkqO"
+			bare := "n=alice,r=" + clientNonce
+			serverFirst, _, err := e.Step([]byte("n,," + bare))
+			if err != nil {
+				t.Fatal(err)
+			}
+			combined := strings.TrimPrefix(strings.Split(string(serverFirst), ",")[0], "r=")
+			final := scramClientFinal(m, "alice-secret", bare, string(serverFirst), c.nonce(clientNonce, combined))
+			_, done, err := e.Step([]byte(final))
+			if done != c.ok || (err == nil) != c.ok {
+				t.Errorf("%s, %s nonce: done %v, err %v", m, name, done, err)
 			}
 		}
 	}
