@@ -147,7 +147,7 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.StringVar(&f.listeners, "listeners", "", `Kafka listeners NAME://host:port,... (Kafka's listeners), NAME a security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) or a name mapped by --listener-security-protocol-map; replaces --listen`)
 	fl.StringVar(&f.advertisedListeners, "advertised-listeners", "", "NAME://host:port,... clients of each listener are told to connect to (Kafka's advertised.listeners; default: each listener's address)")
 	fl.StringVar(&f.listenerProtocolMap, "listener-security-protocol-map", "", "NAME:PROTOCOL,... security protocol of listeners not named after one, such as EXTERNAL:SASL_SSL,INTERNAL:PLAINTEXT (Kafka's listener.security.protocol.map)")
-	fl.StringVar(&f.tlsCertFile, "tls-cert-file", "", "PEM certificate (chain) of SSL and SASL_SSL listeners, reloaded when it changes (`sushka tls init` makes one)")
+	fl.StringVar(&f.tlsCertFile, "tls-cert-file", "", "PEM certificate (chain) of SSL and SASL_SSL listeners, reloaded when it changes (sushka tls init makes one)")
 	fl.StringVar(&f.tlsKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file, reloaded with it")
 	fl.StringVar(&f.tlsClientCAFile, "tls-client-ca-file", "", "PEM CAs client certificates are verified against (with --tls-client-auth requested or required)")
 	fl.StringVar(&f.tlsClientAuth, "tls-client-auth", "none", "client certificates on TLS listeners: none, requested or required (Kafka's ssl.client.auth); on SSL the principal is User:<subject DN>")
@@ -283,6 +283,16 @@ func runServe(ctx context.Context, f serveFlags) error {
 			l.Close()
 		}
 	}()
+	// The admin socket opens with the Kafka ones, so a client that sees
+	// the Kafka port up finds the admin port listening too (its requests
+	// wait in the backlog until the broker has recovered and serves them).
+	var al net.Listener
+	if f.adminListen != "" {
+		if al, err = net.Listen("tcp", f.adminListen); err != nil {
+			return fmt.Errorf("admin listener on %s: %w (choose another --admin-listen, or \"\" to disable)", f.adminListen, err)
+		}
+		defer al.Close()
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -344,12 +354,7 @@ func runServe(ctx context.Context, f serveFlags) error {
 
 	var adminSrv *http.Server
 	adminAddr := "disabled"
-	if f.adminListen != "" {
-		al, err := net.Listen("tcp", f.adminListen)
-		if err != nil {
-			shutdown()
-			return fmt.Errorf("admin listener on %s: %w (choose another --admin-listen, or \"\" to disable)", f.adminListen, err)
-		}
+	if al != nil {
 		adminAddr = al.Addr().String() + ", " + adminAuth.describe()
 		if f.adminPprof {
 			adminAddr += ", with /debug/pprof/"
@@ -357,7 +362,8 @@ func runServe(ctx context.Context, f serveFlags) error {
 		if adminRemote {
 			adminAddr += ", reachable from other hosts"
 		}
-		adminSrv = &http.Server{Handler: adminAuth.wrap(adminMux(b, reg, dataDir, storageDesc, f.adminPprof)), ReadHeaderTimeout: 10 * time.Second, TLSConfig: adminAuth.tls}
+		adminSrv = &http.Server{Handler: adminAuth.wrap(adminMux(b, reg, dataDir, storageDesc, f.adminPprof)), ReadHeaderTimeout: 10 * time.Second, TLSConfig: adminAuth.tls,
+			ErrorLog: slog.NewLogLogger(logger.With("component", "admin").Handler(), slog.LevelWarn)}
 		if adminAuth.tls != nil {
 			go adminSrv.ServeTLS(al, "", "")
 		} else {

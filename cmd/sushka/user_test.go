@@ -7,13 +7,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sushka-io/sushka/test/testbroker"
 )
 
 // startServeSASL runs `sushka serve` with a PLAINTEXT and a SASL_PLAINTEXT
 // listener and the bootstrap user admin; it returns their addresses.
 func startServeSASL(t *testing.T, extra ...string) (plain, sasl string) {
 	t.Helper()
-	plain, sasl = "127.0.0.1:"+strconv.Itoa(freePort(t)), "127.0.0.1:"+strconv.Itoa(freePort(t))
+	plain, sasl = "127.0.0.1:"+strconv.Itoa(testbroker.FreePort(t)), "127.0.0.1:"+strconv.Itoa(testbroker.FreePort(t))
 	startServe(t, sasl, append([]string{"--data-dir", t.TempDir(), "--admin-listen", "", "--log-level", "error",
 		"--listeners", "PLAINTEXT://" + plain + ",SASL_PLAINTEXT://" + sasl, "--bootstrap-user", "admin:admin-secret"}, extra...)...)
 	return plain, sasl
