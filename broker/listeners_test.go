@@ -28,19 +28,10 @@ type twoListeners struct {
 
 func startTwoListeners(t *testing.T) *twoListeners {
 	t.Helper()
-	dir := t.TempDir()
-	set, err := certs.CreateSet(dir, "example", []string{"127.0.0.1"}, "alice")
-	if err != nil {
-		t.Fatal(err)
-	}
-	serverTLS, err := server.NewTLSConfig(server.TLSFiles{
-		CertFile: filepath.Join(dir, certs.ServerCertFile), KeyFile: filepath.Join(dir, certs.ServerKeyFile),
-	}, testLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
+	serverTLS, clientTLS := testTLS(t)
 	var ls [2]net.Listener
 	for i := range ls {
+		var err error
 		if ls[i], err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 			t.Fatal(err)
 		}
@@ -66,10 +57,8 @@ func startTwoListeners(t *testing.T) *twoListeners {
 			t.Errorf("EXTERNAL's serve returned %v", err)
 		}
 	})
-	pool := x509.NewCertPool()
-	pool.AddCert(set.CA.Cert)
 	return &twoListeners{testBroker: tb, internal: li.Addr().String(), external: le.Addr().String(),
-		clientTLS: &tls.Config{RootCAs: pool}}
+		clientTLS: clientTLS}
 }
 
 func (tl *twoListeners) dial(t *testing.T, external bool) *rawConn {
@@ -221,4 +210,25 @@ func flexRoundTrip(t *testing.T, c *rawConn, req kmsg.Request, resp kmsg.Respons
 	if err := resp.ReadFrom(body); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// testTLS makes a CA and a certificate for 127.0.0.1 (internal/certs) and
+// returns a server's TLS configuration (reloading, as `sushka serve`'s)
+// and a client's that trusts the CA.
+func testTLS(t *testing.T) (serverTLS, clientTLS *tls.Config) {
+	t.Helper()
+	dir := t.TempDir()
+	set, err := certs.CreateSet(dir, "example", []string{"127.0.0.1"}, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverTLS, err = server.NewTLSConfig(server.TLSFiles{
+		CertFile: filepath.Join(dir, certs.ServerCertFile), KeyFile: filepath.Join(dir, certs.ServerKeyFile),
+	}, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(set.CA.Cert)
+	return serverTLS, &tls.Config{RootCAs: pool}
 }

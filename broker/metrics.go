@@ -21,6 +21,7 @@ type metrics struct {
 	connections   prometheus.Gauge
 	connsTotal    prometheus.Counter
 	connsRejected *prometheus.CounterVec
+	saslAuths     *prometheus.CounterVec
 	byKey         [128]atomic.Int64 // requests by key, for RequestCount
 }
 
@@ -49,8 +50,12 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		connsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sushka_connections_rejected_total", Help: "Client connections closed at once because a limit was reached, by limit.",
 		}, []string{"limit"}),
+		saslAuths: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sushka_sasl_authentications_total",
+			Help: "SASL authentications by mechanism, kind (authentication, reauthentication) and result (success, failure), as Kafka's successful-/failed-authentication-total.",
+		}, []string{"mechanism", "kind", "result"}),
 	}
-	reg.MustRegister(m.requests, m.producedBytes, m.fetchedBytes, m.appendLatency, m.connections, m.connsTotal, m.connsRejected)
+	reg.MustRegister(m.requests, m.producedBytes, m.fetchedBytes, m.appendLatency, m.connections, m.connsTotal, m.connsRejected, m.saslAuths)
 	return m
 }
 
@@ -89,6 +94,17 @@ func (m *metrics) FetchedBytes(topic string, n int64) {
 	m.fetchedBytes.WithLabelValues(topic).Add(float64(n))
 }
 func (m *metrics) AppendLatency(d time.Duration) { m.appendLatency.Observe(d.Seconds()) }
+
+func (m *metrics) SASLAuthentication(mechanism string, reauthentication, ok bool) {
+	kind, result := "authentication", "success"
+	if reauthentication {
+		kind = "reauthentication"
+	}
+	if !ok {
+		result = "failure"
+	}
+	m.saslAuths.WithLabelValues(mechanism, kind, result).Inc()
+}
 
 // RequestCount returns how many requests with key the broker has received
 // (tests use it to check that idle consumers stay quiet).

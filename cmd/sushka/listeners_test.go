@@ -2,14 +2,11 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/spf13/pflag"
 
@@ -98,37 +95,10 @@ func TestTLSInitServeAndConnect(t *testing.T) {
 	}
 
 	plain, ssl := "127.0.0.1:"+strconv.Itoa(testbroker.FreePort(t)), "127.0.0.1:"+strconv.Itoa(testbroker.FreePort(t))
-	ctx, cancel := context.WithCancel(context.Background())
-	serveCmd := newServeCmd()
-	serveCmd.SetArgs([]string{"--data-dir", t.TempDir(), "--admin-listen", "", "--log-level", "error",
-		"--listeners", "PLAINTEXT://" + plain + ",SSL://" + ssl,
+	startServe(t, ssl, "--data-dir", t.TempDir(), "--admin-listen", "", "--log-level", "error",
+		"--listeners", "PLAINTEXT://"+plain+",SSL://"+ssl,
 		"--tls-cert-file", filepath.Join(dir, certs.ServerCertFile), "--tls-key-file", filepath.Join(dir, certs.ServerKeyFile),
-		"--tls-client-auth", "required", "--tls-client-ca-file", filepath.Join(dir, certs.CACertFile)})
-	served := make(chan error, 1)
-	go func() { served <- serveCmd.ExecuteContext(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := net.Dial("tcp", ssl)
-		if err == nil {
-			c.Close()
-			break
-		}
-		select {
-		case err := <-served:
-			t.Fatalf("serve ended: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the SSL listener never came up")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		"--tls-client-auth", "required", "--tls-client-ca-file", filepath.Join(dir, certs.CACertFile))
 
 	tlsArgs := []string{"--tls-ca-file", filepath.Join(dir, certs.CACertFile),
 		"--tls-cert-file", filepath.Join(dir, certs.ClientCertFile), "--tls-key-file", filepath.Join(dir, certs.ClientKeyFile)}

@@ -29,6 +29,7 @@ import (
 	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/diskprobe"
 	"github.com/sushka-io/sushka/internal/meta"
+	"github.com/sushka-io/sushka/internal/sasl"
 	"github.com/sushka-io/sushka/internal/server"
 )
 
@@ -84,6 +85,11 @@ type serveFlags struct {
 	authorizer           bool
 	superUsers           string
 	allowEveryoneIfNoACL bool
+
+	// SASL (user.go for the users).
+	saslMechanisms         string
+	bootstrapUser          string
+	connectionsMaxReauthMs int64
 }
 
 func newServeCmd() *cobra.Command {
@@ -129,6 +135,15 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 			}
 			if _, err := acl.ParseSuperUsers(f.superUsers); err != nil {
 				return fmt.Errorf("--super-users %q: %w", f.superUsers, err)
+			}
+			if _, err := sasl.ParseMechanisms(strings.Split(f.saslMechanisms, ",")); err != nil {
+				return fmt.Errorf("--sasl-enabled-mechanisms %q: %w", f.saslMechanisms, err)
+			}
+			if _, _, err := parseBootstrapUser(f.bootstrapUser); err != nil {
+				return err
+			}
+			if f.connectionsMaxReauthMs < 0 {
+				return fmt.Errorf("--connections-max-reauth-ms %d: must be at least 0 (0: no limit)", f.connectionsMaxReauthMs)
 			}
 			return runServe(cmd.Context(), f)
 		},
@@ -176,6 +191,9 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.BoolVar(&f.authorizer, "authorizer", false, "check every request against the ACLs (sushka acl); without an ACL nothing is allowed but to super users (Kafka's authorizer.class.name; off: everything allowed)")
 	fl.StringVar(&f.superUsers, "super-users", "", `principals allowed everything, separated by ";" ("User:admin;User:ops"; Kafka's super.users)`)
 	fl.BoolVar(&f.allowEveryoneIfNoACL, "allow-everyone-if-no-acl-found", false, "with --authorizer, allow requests on resources no ACL names (allow.everyone.if.no.acl.found)")
+	fl.StringVar(&f.saslMechanisms, "sasl-enabled-mechanisms", strings.Join(sasl.DefaultMechanisms, ","), "SASL mechanisms of SASL_PLAINTEXT and SASL_SSL listeners (Kafka's sasl.enabled.mechanisms); all verify against the SCRAM credentials")
+	fl.StringVar(&f.bootstrapUser, "bootstrap-user", "", "NAME:PASSWORD: give NAME SCRAM-SHA-256 and SCRAM-SHA-512 credentials at start if it has none (how a first administrator exists; prefer the env SUSHKA_BOOTSTRAP_USER)")
+	fl.Int64Var(&f.connectionsMaxReauthMs, "connections-max-reauth-ms", 0, "SASL session lifetime in ms: clients re-authenticate before it ends or are disconnected (KIP-368, Kafka's connections.max.reauth.ms; 0: no limit)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take before connections are dropped")
 	return cmd
 }
@@ -289,6 +307,7 @@ func runServe(ctx context.Context, f serveFlags) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	bootstrapName, bootstrapPassword, _ := parseBootstrapUser(f.bootstrapUser)
 	start := time.Now()
 	b, err := broker.New(broker.Config{
 		DataDir:                   dataDir,
@@ -317,6 +336,10 @@ func runServe(ctx context.Context, f serveFlags) error {
 		Authorizer:                f.authorizer,
 		SuperUsers:                superUsers(f.superUsers),
 		AllowEveryoneIfNoACLFound: f.allowEveryoneIfNoACL,
+		SASLMechanisms:            strings.Split(f.saslMechanisms, ","),
+		BootstrapUser:             bootstrapName,
+		BootstrapPassword:         bootstrapPassword,
+		ConnectionsMaxReauth:      time.Duration(f.connectionsMaxReauthMs) * time.Millisecond,
 	})
 	if err != nil {
 		return err
@@ -369,10 +392,10 @@ func runServe(ctx context.Context, f serveFlags) error {
   limits           request memory %s, request %s; connections %d (%d per IP); idle %s, frame read %s, write %s
   open files       %s
   cluster id       %s, node %d; recovered in %s
-`, version, runtime.Version(), runtime.GOMAXPROCS(0), listenerBanner(b, f), adminAddr, dataDir, storageDesc,
+%s`, version, runtime.Version(), runtime.GOMAXPROCS(0), listenerBanner(b, f), adminAddr, dataDir, storageDesc,
 		humanBytes(f.maxRequestMemory), humanBytes(int64(f.maxRequestBytes)), f.maxConnections, f.maxConnsPerIP,
 		f.idleTimeout, f.frameReadTimeout, f.writeTimeout, openFiles,
-		b.ClusterID(), f.nodeID, recovered.Round(time.Millisecond))
+		b.ClusterID(), f.nodeID, recovered.Round(time.Millisecond), saslBanner(b, f, logger))
 	fmt.Fprintf(os.Stderr, "  authorization    %s\n", authorizationDesc(f))
 	if storage.Volatile {
 		logger.Warn("the data directory is on a volatile filesystem: acknowledged data is lost at reboot", "storage", storageDesc)
@@ -519,4 +542,36 @@ func authorizationDesc(f serveFlags) string {
 		supers = "none"
 	}
 	return fmt.Sprintf("ACLs (sushka acl); a resource without ACLs: %s; super users: %s", noACL, supers)
+}
+
+// parseBootstrapUser splits --bootstrap-user NAME:PASSWORD ("" is none).
+func parseBootstrapUser(s string) (name, password string, err error) {
+	if s == "" {
+		return "", "", nil
+	}
+	name, password, ok := strings.Cut(s, ":")
+	if !ok || name == "" || password == "" {
+		return "", "", errors.New("--bootstrap-user: want NAME:PASSWORD (SUSHKA_BOOTSTRAP_USER keeps it out of the process list)")
+	}
+	return name, password, nil
+}
+
+// saslBanner is the banner's SASL line, when a listener uses SASL; it
+// warns when no user could authenticate.
+func saslBanner(b *broker.Broker, f serveFlags, logger *slog.Logger) string {
+	for _, ln := range b.Listeners() {
+		if !ln.Protocol.SASL() {
+			continue
+		}
+		users := b.ScramUserCount()
+		if users == 0 {
+			logger.Warn("a SASL listener is served and no SCRAM user exists: nobody can authenticate; start with --bootstrap-user NAME:PASSWORD (or SUSHKA_BOOTSTRAP_USER)")
+		}
+		lifetime := "no session limit"
+		if f.connectionsMaxReauthMs > 0 {
+			lifetime = fmt.Sprintf("sessions of %s, then re-authentication", time.Duration(f.connectionsMaxReauthMs)*time.Millisecond)
+		}
+		return fmt.Sprintf("  sasl             %s; SCRAM users: %d; %s\n", strings.Join(strings.Split(f.saslMechanisms, ","), ", "), users, lifetime)
+	}
+	return ""
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/quota"
+	"github.com/sushka-io/sushka/internal/sasl"
 	"github.com/sushka-io/sushka/internal/server"
 	"github.com/sushka-io/sushka/internal/txn"
 	"github.com/sushka-io/sushka/internal/vfs"
@@ -59,6 +60,10 @@ type Metrics interface {
 	ProducedBytes(topic string, n int)
 	FetchedBytes(topic string, n int64)
 	AppendLatency(d time.Duration)
+	// SASLAuthentication counts one SASL authentication's outcome
+	// (36_sasl_authenticate.go): ok or failed, first or a
+	// re-authentication.
+	SASLAuthentication(mechanism string, reauthentication, ok bool)
 }
 
 // Config configures the Handler.
@@ -112,7 +117,23 @@ type Config struct {
 	// Quotas measures clients against the catalogue's client quotas, which
 	// New loads into it (nil: a quota.Manager with Kafka's windows).
 	Quotas *quota.Manager
+	// SASLMechanisms are the SASL mechanisms SaslHandshake accepts on SASL
+	// listeners (sasl.enabled.mechanisms; nil: sasl.DefaultMechanisms).
+	// They verify against the catalogue's SCRAM credentials.
+	SASLMechanisms []string
+	// ConnectionsMaxReauth is connections.max.reauth.ms: the session
+	// lifetime SaslAuthenticate v1+ gives (0: none, Kafka's default).
+	ConnectionsMaxReauth time.Duration
+	// FailedAuthenticationDelay is
+	// connection.failed.authentication.delay.ms: how long a failed SASL
+	// authentication waits before its answer and the close. Default
+	// DefaultFailedAuthenticationDelay; negative: none.
+	FailedAuthenticationDelay time.Duration
 }
+
+// DefaultFailedAuthenticationDelay is Kafka's
+// connection.failed.authentication.delay.ms default.
+const DefaultFailedAuthenticationDelay = 100 * time.Millisecond
 
 // Handler serves the Kafka API keys; it implements server.Handler.
 type Handler struct {
@@ -143,6 +164,9 @@ type Handler struct {
 	// quotas enforces the catalogue's client quotas (throttle.go); set in
 	// New, updated by AlterClientQuotas.
 	quotas *quota.Manager
+	// sasl serves the SASL exchanges of SASL listeners
+	// (17_sasl_handshake.go, 36_sasl_authenticate.go).
+	sasl *sasl.Server
 }
 
 // topic is an open topic: its catalogue entry and one log per partition.
@@ -238,6 +262,16 @@ func New(cfg Config) (*Handler, error) {
 		cfg.Quotas = quota.New(quota.Config{})
 	}
 	cfg.Quotas.SetQuotas(cfg.Catalog.ClientQuotas())
+	switch {
+	case cfg.FailedAuthenticationDelay == 0:
+		cfg.FailedAuthenticationDelay = DefaultFailedAuthenticationDelay
+	case cfg.FailedAuthenticationDelay < 0:
+		cfg.FailedAuthenticationDelay = 0
+	}
+	saslServer, err := sasl.NewServer(cfg.Catalog, cfg.SASLMechanisms)
+	if err != nil {
+		return nil, fmt.Errorf("SASL: %w", err)
+	}
 	h := &Handler{
 		cfg:    cfg,
 		log:    cfg.Logger,
@@ -245,6 +279,7 @@ func New(cfg Config) (*Handler, error) {
 		byID:   make(map[[16]byte]*topic),
 		authz:  acl.New(cfg.Authorizer),
 		quotas: cfg.Quotas,
+		sasl:   saslServer,
 	}
 	h.reloadACLsLocked()                        // no other goroutine has h yet
 	if err := h.finishDeletions(); err != nil { // 20_delete_topics.go

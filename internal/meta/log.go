@@ -53,6 +53,8 @@ type snapshotDoc struct {
 	ACLs []AccessControlEntryRecord `json:"acls,omitempty"`
 	// ClientQuotas (quotas.go) are absent from snapshots without any.
 	ClientQuotas []ClientQuotaRecord `json:"client_quotas,omitempty"`
+	// ScramCredentials are the users' SCRAM credentials (scram.go).
+	ScramCredentials []UserScramCredentialRecord `json:"scram_credentials,omitempty"`
 }
 
 // open loads the snapshot (migrating a legacy catalogue, or creating the
@@ -242,6 +244,11 @@ func loadSnapshot(fs vfs.FS, path string, version int) (*state, int64, error) {
 			return nil, 0, fmt.Errorf("meta: %s: %w", path, err)
 		}
 	}
+	for i := range d.ScramCredentials {
+		if err := st.apply(&d.ScramCredentials[i]); err != nil {
+			return nil, 0, fmt.Errorf("meta: %s: %w", path, err)
+		}
+	}
 	return st, d.NextOffset, nil
 }
 
@@ -257,6 +264,7 @@ func writeSnapshot(fs vfs.FS, dir string, st *state, next int64) (int64, error) 
 	// Sorted, so the same state always gives the same bytes.
 	sortTopicRecords(d.Topics)
 	d.ClientQuotas = st.quotaRecords()
+	d.ScramCredentials = st.scramRecords()
 	raw, err := json.Marshal(d)
 	if err != nil {
 		return 0, err
@@ -459,7 +467,8 @@ func (c *Catalog) maybeSnapshotCommitLocked() {
 func (s *state) copyTopics() *state {
 	out := &state{topics: make(map[string]*Topic, len(s.topics)), byID: make(map[[16]byte]*Topic, len(s.byID)),
 		partitions: s.partitions, producerIDBlockEnd: s.producerIDBlockEnd, clusterID: s.clusterID,
-		quotas: maps.Clone(s.quotas)} // quota entries are replaced, never mutated
+		quotas: maps.Clone(s.quotas), // quota entries are replaced, never mutated
+		scram:  s.copyScram()}
 	for name, t := range s.topics {
 		ct := *t // Configs maps are replaced, never mutated, by apply
 		out.topics[name] = &ct

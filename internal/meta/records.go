@@ -10,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/sushka-io/sushka/internal/acl"
+	"github.com/sushka-io/sushka/internal/sasl"
 )
 
 // The metadata log is a sequence of typed, versioned change records (in
@@ -129,7 +130,9 @@ func decodeRecord(key, value []byte) (record, error) {
 	case typeClientQuota:
 		r = &ClientQuotaRecord{}
 	default:
-		return nil, fmt.Errorf("unknown record type %d", typ)
+		if r = decodeScramRecord(typ); r == nil { // scram.go
+			return nil, fmt.Errorf("unknown record type %d", typ)
+		}
 	}
 	if err := json.Unmarshal(value, r); err != nil {
 		return nil, fmt.Errorf("record type %d: %w", typ, err)
@@ -149,6 +152,8 @@ type state struct {
 	acls               map[topicID]acl.Binding // by record ID (acls.go)
 	// quotas are the client quotas by entity key (quotas.go).
 	quotas map[string]*ClientQuota
+	// scram holds the users' SCRAM credentials (scram.go).
+	scram map[scramKey]sasl.Credential
 }
 
 func newState() *state {
@@ -212,6 +217,9 @@ func (s *state) apply(r record) error {
 	case *ClientQuotaRecord:
 		return s.applyQuota(r)
 	default:
+		if ok, err := s.applyScram(r); ok { // scram.go
+			return err
+		}
 		return fmt.Errorf("%w: %T", errBadRecord, r)
 	}
 	return nil
