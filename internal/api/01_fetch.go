@@ -372,14 +372,17 @@ func (h *Handler) resolveSession(s *fetchSession, req *kmsg.FetchRequest) (missi
 // sessionTopics groups an incremental answer's partitions (in session
 // order) into topic entries: a topic whose partitions are not next to each
 // other has an entry per run, as Kafka's FetchResponse.of builds them.
+// Each entry's parts are a window of parts (no allocation per topic).
 func sessionTopics(parts []*fetchPart, byID bool) []fetchTopic {
 	var topics []fetchTopic
-	for _, fp := range parts {
+	start := 0
+	for i, fp := range parts {
 		if n := len(topics); n > 0 && (byID && topics[n-1].id == fp.topicID || !byID && topics[n-1].name == fp.topic) {
-			topics[n-1].parts = append(topics[n-1].parts, fp)
+			topics[n-1].parts = parts[start : i+1 : i+1]
 			continue
 		}
-		topics = append(topics, fetchTopic{name: fp.topic, id: fp.topicID, parts: []*fetchPart{fp}})
+		start = i
+		topics = append(topics, fetchTopic{name: fp.topic, id: fp.topicID, parts: parts[i : i+1 : i+1]})
 	}
 	return topics
 }

@@ -133,6 +133,13 @@ func (c *fetchSessions) len() int {
 	return len(c.byID)
 }
 
+// evicted is the count of sessions evicted for new ones.
+func (c *fetchSessions) evicted() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.evictions
+}
+
 // remove closes the session id names, if it exists (a full fetch naming it).
 func (c *fetchSessions) remove(id int32) {
 	c.mu.Lock()
