@@ -118,6 +118,10 @@ type Config struct {
 	ProducerIDExpiration time.Duration
 	// MaxFetchWait caps a Fetch's long poll (its MaxWaitMs). Default 30 s.
 	MaxFetchWait time.Duration
+	// FetchSessionSlots is max.incremental.fetch.session.cache.slots: the
+	// fetch sessions (KIP-227) kept broker-wide. Default
+	// DefaultFetchSessionSlots (Kafka's 1000); negative: none.
+	FetchSessionSlots int
 	// SyncInterval paces the fsyncs of acks=0/1 appends (plog
 	// Config.SyncInterval): a partition's fsync that acknowledges no
 	// acks=all append starts at least this long after the previous one.
@@ -131,6 +135,7 @@ const (
 	DefaultProducerIDExpiration = plog.DefaultProducerIDExpiration
 	DefaultMaxFetchWait         = api.DefaultMaxFetchWait
 	DefaultSyncInterval         = plog.DefaultSyncInterval
+	DefaultFetchSessionSlots    = api.DefaultFetchSessionSlots
 )
 
 // Broker is a running broker.
@@ -221,6 +226,7 @@ func New(cfg Config) (*Broker, error) {
 		ProducerIDExpiration:  cfg.ProducerIDExpiration,
 		MaxFetchWait:          cfg.MaxFetchWait,
 		SyncInterval:          cfg.SyncInterval,
+		FetchSessionSlots:     cfg.FetchSessionSlots,
 	})
 	if err != nil {
 		catalog.Close()

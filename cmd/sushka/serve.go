@@ -67,6 +67,7 @@ type serveFlags struct {
 	producerIDExpiration time.Duration
 	syncInterval         time.Duration
 	maxFetchWait         time.Duration
+	fetchSessionSlots    int
 }
 
 func newServeCmd() *cobra.Command {
@@ -106,6 +107,9 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 			if f.maxFetchWait < time.Millisecond {
 				return fmt.Errorf("--max-fetch-wait %s: must be at least 1ms", f.maxFetchWait)
 			}
+			if f.fetchSessionSlots < 0 {
+				return fmt.Errorf("--fetch-session-slots %d: must be at least 0 (0: no fetch sessions)", f.fetchSessionSlots)
+			}
 			return runServe(cmd.Context(), f)
 		},
 	}
@@ -138,6 +142,7 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.IntVar(&f.maxOpenSegmentFiles, "max-open-segment-files", broker.DefaultMaxOpenSegmentFiles, "idle segment files kept open across all partitions (opened on use, least recently used closed first)")
 	fl.DurationVar(&f.producerIDExpiration, "producer-id-expiration", broker.DefaultProducerIDExpiration, "forget an idempotent producer's sequence state in a partition after it has not produced there for this long (producer.id.expiration.ms)")
 	fl.DurationVar(&f.syncInterval, "sync-interval", broker.DefaultSyncInterval, "least time between a partition's fsyncs when no acks=all append waits (acks=0/1 records become visible up to this much later; 0: fsync back to back)")
+	fl.IntVar(&f.fetchSessionSlots, "fetch-session-slots", broker.DefaultFetchSessionSlots, "incremental fetch sessions (KIP-227) kept broker-wide, least valuable evicted first (max.incremental.fetch.session.cache.slots; 0: none, every fetch is full)")
 	fl.DurationVar(&f.maxFetchWait, "max-fetch-wait", broker.DefaultMaxFetchWait, "longest a fetch may wait for data (caps the client's MaxWaitMs)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take before connections are dropped")
 	return cmd
@@ -289,6 +294,7 @@ func runServe(ctx context.Context, f serveFlags) error {
 		ProducerIDExpiration:  f.producerIDExpiration,
 		MaxFetchWait:          f.maxFetchWait,
 		SyncInterval:          syncIntervalConfig(f.syncInterval),
+		FetchSessionSlots:     fetchSessionSlotsConfig(f.fetchSessionSlots),
 	})
 	if err != nil {
 		return err
@@ -447,6 +453,15 @@ func adminMux(b *broker.Broker, reg *prometheus.Registry, dataDir, storage strin
 		}
 	})
 	return mux
+}
+
+// fetchSessionSlotsConfig maps --fetch-session-slots (0: none) to
+// broker.Config.FetchSessionSlots (0: the default, negative: none).
+func fetchSessionSlotsConfig(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // syncIntervalConfig maps --sync-interval (0: no pacing) to

@@ -253,7 +253,9 @@ func (h *Handler) incrementalFetch(ctx context.Context, creq *server.Request, re
 		} else if fp.haveResult {
 			fp.result.Release()
 		}
-		fp.result, fp.haveResult = plog.ReadResult{}, false
+		// resolveSession finds the log again next time: a deleted
+		// topic's log is not kept alive by a session.
+		fp.result, fp.haveResult, fp.log = plog.ReadResult{}, false, nil
 	}
 	s.reorder()
 	parts := make([]*fetchPart, len(answered))
