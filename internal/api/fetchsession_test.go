@@ -428,15 +428,23 @@ func incrementalRequest(id int32) (*server.Request, *kmsg.FetchRequest) {
 // openSession creates a session of every partition of tp from offset 0
 // through the Handler and returns its id.
 func openSession(t testing.TB, tb *testBroker, tp *topic) int32 {
+	s := tb.fetchSessions
+	had := map[int32]bool{}
+	s.mu.Lock()
+	for id := range s.byID {
+		had[id] = true
+	}
+	s.mu.Unlock()
 	creq := fetchAll(tp, make([]int64, len(tp.parts)), 0, 0)
 	creq.Body.(*kmsg.FetchRequest).SessionEpoch = 0
 	resp := tb.Handle(context.Background(), creq)
 	resp.Frame.Release()
-	s := tb.fetchSessions
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id := range s.byID {
-		return id
+		if !had[id] {
+			return id
+		}
 	}
 	t.Fatal("no session created")
 	return 0
@@ -506,10 +514,15 @@ func BenchmarkIncrementalFetch(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("partitions=%d/incremental", n), func(b *testing.B) {
 			creq, req := incrementalRequest(openSession(b, tb, tp))
+			req.SessionEpoch = 0
 			b.ReportAllocs()
 			for b.Loop() {
 				req.SessionEpoch++
-				tb.Handle(ctx, creq).Frame.Release()
+				resp := tb.Handle(ctx, creq)
+				if resp.Frame == nil {
+					b.Fatalf("epoch %d answered %+v", req.SessionEpoch, resp.Body)
+				}
+				resp.Frame.Release()
 			}
 		})
 	}
