@@ -187,10 +187,7 @@ func (h *Handler) newFetchSession(req *kmsg.FetchRequest, topics []fetchTopic, p
 	if s == nil {
 		return 0
 	}
-	// Not yet known to any client, so nobody waits for it; held while its
-	// partitions are filled all the same (the token is the rule).
-	s.hold()
-	defer s.release()
+	defer s.release() // create returns it held: no fetch finds it half filled
 	s.byKey = make(map[sessionKey]*fetchPart, partitions)
 	s.parts = make([]*fetchPart, 0, partitions)
 	chunk := make([]fetchPart, 0, partitions)

@@ -188,6 +188,7 @@ func (c *fetchSessions) create(privileged, usesTopicIDs bool, size int) *fetchSe
 	}
 	s := &fetchSession{id: id, privileged: privileged, usesTopicIDs: usesTopicIDs, created: now,
 		token: make(chan struct{}, 1), epoch: nextFetchEpoch(fetchInitialEpoch)}
+	s.token <- struct{}{} // held before anyone can find it
 	c.byID[id] = s
 	c.touchLocked(s, size, now)
 	return s
@@ -288,9 +289,6 @@ func (c *fetchSessions) used(s *fetchSession) {
 
 // release lets the next request use s.
 func (s *fetchSession) release() { <-s.token }
-
-// hold takes a session just created (not yet visible to any client).
-func (s *fetchSession) hold() { s.token <- struct{}{} }
 
 // add puts a partition into the session, or updates its fetch offset and
 // max bytes if it is in already.

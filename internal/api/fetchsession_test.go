@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"testing"
 	"time"
@@ -525,5 +526,34 @@ func BenchmarkIncrementalFetch(b *testing.B) {
 				resp.Frame.Release()
 			}
 		})
+	}
+}
+
+// TestNextFetchEpoch: Kafka's FetchMetadata.nextEpoch.
+func TestNextFetchEpoch(t *testing.T) {
+	for _, tt := range []struct{ epoch, next int32 }{{-1, -1}, {-5, -1}, {0, 1}, {1, 2}, {math.MaxInt32, 1}} {
+		if got := nextFetchEpoch(tt.epoch); got != tt.next {
+			t.Errorf("nextFetchEpoch(%d) = %d, want %d", tt.epoch, got, tt.next)
+		}
+	}
+}
+
+// TestFetchSessionGrowsPastLimit: incremental fetches adding partitions
+// cannot grow a session past MaxPartitionsPerRequest: the request that
+// would closes its connection, as a full fetch naming too many does, and
+// the session is gone.
+func TestFetchSessionGrowsPastLimit(t *testing.T) {
+	tb := startTestBroker(t, Config{MaxPartitionsPerRequest: 3})
+	tp := tb.createTopic(t, "t", 4)
+	c := dialRaw(t, tb.addr)
+	r := sessionReq{topic: tp, offsets: map[int32]int64{0: 0, 1: 0}}
+	r.id = fetchRaw(t, c, r).SessionID
+	r.epoch, r.offsets = 1, map[int32]int64{2: 0}
+	expectAnswer(t, "a third partition", fetchRaw(t, c, r), 0, "p2 err=0 hwm=0 records=false")
+	r.epoch, r.offsets = 2, map[int32]int64{3: 0}
+	c.send(r.build())
+	c.expectClosed("a fourth partition")
+	if n := tb.fetchSessions.len(); n != 0 {
+		t.Fatalf("%d sessions left", n)
 	}
 }
