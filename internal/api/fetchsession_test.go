@@ -557,3 +557,38 @@ func TestFetchSessionGrowsPastLimit(t *testing.T) {
 		t.Fatalf("%d sessions left", n)
 	}
 }
+
+// TestIncrementalFetchStaysZeroCopy: an incremental answer's records are
+// file ranges of the segment (sent with sendfile), as a full one's, and
+// their pins are released with the frame.
+func TestIncrementalFetchStaysZeroCopy(t *testing.T) {
+	tb := startTestBroker(t, Config{})
+	tp := tb.createTopic(t, "t", 3)
+	l := tp.parts[1]
+	appendOne(t, l)
+	for l.HighWatermark() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	creq, req := incrementalRequest(openSession(t, tb, tp))
+	req.SessionEpoch = 1
+	resp := tb.Handle(context.Background(), creq)
+	if resp.Frame == nil {
+		t.Fatalf("answered %+v", resp.Body)
+	}
+	var files int
+	var fileBytes int64
+	for _, p := range resp.Frame.Pieces {
+		if p.File != nil {
+			files++
+			fileBytes += p.Len
+		}
+	}
+	got := kmsg.FetchResponse{Version: 12}
+	if err := got.ReadFrom(materialize(t, resp.Frame)); err != nil {
+		t.Fatal(err)
+	}
+	resp.Frame.Release()
+	if files != 1 || len(got.Topics) != 1 || len(got.Topics[0].Partitions) != 1 || int64(len(got.Topics[0].Partitions[0].RecordBatches)) != fileBytes {
+		t.Fatalf("%d file pieces of %d bytes; answer %+v", files, fileBytes, got.Topics)
+	}
+}
