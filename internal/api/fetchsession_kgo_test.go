@@ -79,9 +79,11 @@ func TestFranzGoSessionConsumer(t *testing.T) {
 		consume(partitions)
 		// Caught up: every fetch waits out its 100 ms with nothing new.
 		caughtUp := sizes.count() + 2 // fetches already sent may still carry records
-		time.Sleep(700 * time.Millisecond)
+		for deadline := time.Now().Add(20 * time.Second); sizes.count() < caughtUp+5 && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+		}
 		idleSizes := sizes.since(caughtUp)
-		appendOne(t, tp.parts[partitions/2])
+		appendVisible(t, tp.parts[partitions/2])
 		consume(1)
 		cancel()
 		cl.Close()

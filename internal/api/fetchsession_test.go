@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sushka-io/sushka/internal/clock"
+	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/server"
 )
 
@@ -104,6 +105,19 @@ func expectAnswer(t *testing.T, what string, resp *kmsg.FetchResponse, errorCode
 	}
 }
 
+// appendVisible appends one record to l and waits until a fetch can see
+// it (visible once fsynced: the sync is paced, and slow on a loaded disk).
+func appendVisible(t testing.TB, l *plog.Log) {
+	t.Helper()
+	hwm := l.HighWatermark()
+	appendOne(t, l)
+	for deadline := time.Now().Add(10 * time.Second); l.HighWatermark() == hwm; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("an appended record is not visible after 10s")
+		}
+	}
+}
+
 // TestFetchSessionProtocol walks KIP-227 on one connection: a full fetch
 // at epoch 0 creates a session; incremental fetches answer only what
 // changed (nothing: no partition, after the long poll; new records; a
@@ -116,7 +130,7 @@ func TestFetchSessionProtocol(t *testing.T) {
 		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
 			tb := startTestBroker(t, Config{})
 			tp := tb.createTopic(t, "t", 4)
-			appendOne(t, tp.parts[2])
+			appendVisible(t, tp.parts[2])
 			c := dialRaw(t, tb.addr)
 			r := sessionReq{version: version, topic: tp, maxWait: 50 * time.Millisecond}
 
@@ -149,7 +163,7 @@ func TestFetchSessionProtocol(t *testing.T) {
 			r.offsets = nil
 			next("nothing changed, nothing named", 0)
 
-			appendOne(t, tp.parts[1])
+			appendVisible(t, tp.parts[1])
 			next("records in partition 1", 0, "p1 err=0 hwm=1 records=true")
 			// The session still fetches partition 1 from 0: its records
 			// are answered again.
@@ -179,7 +193,7 @@ func TestFetchSessionProtocol(t *testing.T) {
 			r.offsets, r.forget = nil, []int32{0}
 			next("partition 0 forgotten", 0)
 			r.forget = nil
-			appendOne(t, tp.parts[0])
+			appendVisible(t, tp.parts[0])
 			next("records in the forgotten partition 0", 0)
 
 			// Wrong epochs and unknown ids: an error and no topics; the
@@ -192,7 +206,7 @@ func TestFetchSessionProtocol(t *testing.T) {
 			r.id, r.epoch = id+1, last
 			next("unknown session id", kerr.FetchSessionIDNotFound.Code)
 			r.id, r.epoch = id, last
-			appendOne(t, tp.parts[3])
+			appendVisible(t, tp.parts[3])
 			next("the session goes on", 0, "p3 err=0 hwm=1 records=true")
 
 			// A session of topic IDs is not fetched by name, nor the reverse.
@@ -261,8 +275,8 @@ func TestFetchSessionErrorsAnsweredUntilGone(t *testing.T) {
 func TestFetchSessionLogStartAnswered(t *testing.T) {
 	tb := startTestBroker(t, Config{})
 	tp := tb.createTopic(t, "t", 2)
-	appendOne(t, tp.parts[0])
-	appendOne(t, tp.parts[0])
+	appendVisible(t, tp.parts[0])
+	appendVisible(t, tp.parts[0])
 	c := dialRaw(t, tb.addr)
 	r := sessionReq{topic: tp, offsets: map[int32]int64{0: 2, 1: 0}, maxWait: 20 * time.Millisecond}
 	r.id = fetchRaw(t, c, r).SessionID
@@ -465,11 +479,7 @@ func TestIncrementalFetchAllocs(t *testing.T) {
 		if oneChanged {
 			// The session fetches it from 0: its record is answered
 			// every time.
-			l := tp.parts[partitions/2]
-			appendOne(t, l)
-			for l.HighWatermark() == 0 { // visible once synced
-				time.Sleep(time.Millisecond)
-			}
+			appendVisible(t, tp.parts[partitions/2])
 		}
 		id := openSession(t, tb, tp)
 		creq, req := incrementalRequest(id)
@@ -564,11 +574,7 @@ func TestFetchSessionGrowsPastLimit(t *testing.T) {
 func TestIncrementalFetchStaysZeroCopy(t *testing.T) {
 	tb := startTestBroker(t, Config{})
 	tp := tb.createTopic(t, "t", 3)
-	l := tp.parts[1]
-	appendOne(t, l)
-	for l.HighWatermark() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	appendVisible(t, tp.parts[1])
 	creq, req := incrementalRequest(openSession(t, tb, tp))
 	req.SessionEpoch = 1
 	resp := tb.Handle(context.Background(), creq)
