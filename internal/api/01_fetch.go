@@ -121,6 +121,9 @@ func (t *fetchTopic) missingCount() int {
 	return len(t.missing.partitions)
 }
 
+// handleFetch serves a Fetch: incremental on its session (epoch > 0, or
+// any epoch but -1 and 0), else full, closing the session it names and,
+// at epoch 0, creating one.
 func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *kmsg.FetchRequest) server.Response {
 	if req.Version >= 7 && req.SessionEpoch != fetchFinalEpoch && req.SessionEpoch != fetchInitialEpoch {
 		return h.incrementalFetch(ctx, creq, req)
@@ -131,8 +134,8 @@ func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *km
 	return h.fullFetch(ctx, creq, req, req.Version >= 7 && req.SessionEpoch == fetchInitialEpoch)
 }
 
-// fullFetch answers every partition the request names; newSession: and
-// makes them a fetch session, if the cache has room.
+// fullFetch answers every partition the request names and, if
+// newSession, makes them a fetch session when the cache has room.
 func (h *Handler) fullFetch(ctx context.Context, creq *server.Request, req *kmsg.FetchRequest, newSession bool) server.Response {
 	topics, parts, missing, distinctPartitions := h.fetchParts(req)
 	if refused, ok := h.tooManyPartitions(creq, distinctPartitions); ok {
