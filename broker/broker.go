@@ -128,6 +128,10 @@ type Config struct {
 	ProducerIDExpiration time.Duration
 	// MaxFetchWait caps a Fetch's long poll (its MaxWaitMs). Default 30 s.
 	MaxFetchWait time.Duration
+	// FetchSessionSlots is max.incremental.fetch.session.cache.slots: the
+	// fetch sessions (KIP-227) kept broker-wide. Default
+	// DefaultFetchSessionSlots (Kafka's 1000); negative: none.
+	FetchSessionSlots int
 	// SyncInterval paces the fsyncs of acks=0/1 appends (plog
 	// Config.SyncInterval): a partition's fsync that acknowledges no
 	// acks=all append starts at least this long after the previous one.
@@ -207,6 +211,7 @@ const (
 
 	DefaultFailedAuthenticationDelay = api.DefaultFailedAuthenticationDelay
 	DefaultMaxSASLReceiveBytes       = server.DefaultMaxSASLReceiveBytes
+	DefaultFetchSessionSlots         = api.DefaultFetchSessionSlots
 )
 
 // Broker is a running broker.
@@ -326,6 +331,7 @@ func New(cfg Config) (*Broker, error) {
 		SASLMechanisms:            cfg.SASLMechanisms,
 		ConnectionsMaxReauth:      cfg.ConnectionsMaxReauth,
 		FailedAuthenticationDelay: cfg.FailedAuthenticationDelay,
+		FetchSessionSlots:         cfg.FetchSessionSlots,
 	})
 	if err != nil {
 		catalog.Close()

@@ -90,6 +90,7 @@ type serveFlags struct {
 	saslMechanisms         string
 	bootstrapUser          string
 	connectionsMaxReauthMs int64
+	fetchSessionSlots      int
 }
 
 func newServeCmd() *cobra.Command {
@@ -145,6 +146,9 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 			if f.connectionsMaxReauthMs < 0 {
 				return fmt.Errorf("--connections-max-reauth-ms %d: must be at least 0 (0: no limit)", f.connectionsMaxReauthMs)
 			}
+			if f.fetchSessionSlots < 0 {
+				return fmt.Errorf("--fetch-session-slots %d: must be at least 0 (0: no fetch sessions)", f.fetchSessionSlots)
+			}
 			return runServe(cmd.Context(), f)
 		},
 	}
@@ -187,6 +191,7 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.IntVar(&f.maxOpenSegmentFiles, "max-open-segment-files", broker.DefaultMaxOpenSegmentFiles, "idle segment files kept open across all partitions (opened on use, least recently used closed first)")
 	fl.DurationVar(&f.producerIDExpiration, "producer-id-expiration", broker.DefaultProducerIDExpiration, "forget an idempotent producer's sequence state in a partition after it has not produced there for this long (producer.id.expiration.ms)")
 	fl.DurationVar(&f.syncInterval, "sync-interval", broker.DefaultSyncInterval, "least time between a partition's fsyncs when no acks=all append waits (acks=0/1 records become visible up to this much later; 0: fsync back to back)")
+	fl.IntVar(&f.fetchSessionSlots, "fetch-session-slots", broker.DefaultFetchSessionSlots, "incremental fetch sessions (KIP-227) kept broker-wide, least valuable evicted first (max.incremental.fetch.session.cache.slots; 0: none, every fetch is full)")
 	fl.DurationVar(&f.maxFetchWait, "max-fetch-wait", broker.DefaultMaxFetchWait, "longest a fetch may wait for data (caps the client's MaxWaitMs)")
 	fl.BoolVar(&f.authorizer, "authorizer", false, "check every request against the ACLs (sushka acl); without an ACL nothing is allowed but to super users (Kafka's authorizer.class.name; off: everything allowed)")
 	fl.StringVar(&f.superUsers, "super-users", "", `principals allowed everything, separated by ";" ("User:admin;User:ops"; Kafka's super.users)`)
@@ -340,6 +345,7 @@ func runServe(ctx context.Context, f serveFlags) error {
 		BootstrapUser:             bootstrapName,
 		BootstrapPassword:         bootstrapPassword,
 		ConnectionsMaxReauth:      time.Duration(f.connectionsMaxReauthMs) * time.Millisecond,
+		FetchSessionSlots:         fetchSessionSlotsConfig(f.fetchSessionSlots),
 	})
 	if err != nil {
 		return err
@@ -511,6 +517,15 @@ func adminMux(b *broker.Broker, reg *prometheus.Registry, dataDir, storage strin
 		}
 	})
 	return mux
+}
+
+// fetchSessionSlotsConfig maps --fetch-session-slots (0: none) to
+// broker.Config.FetchSessionSlots (0: the default, negative: none).
+func fetchSessionSlotsConfig(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // syncIntervalConfig maps --sync-interval (0: no pacing) to

@@ -40,9 +40,11 @@ import (
 //   count) is answered UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID by ID)
 //   after the topic's partitions that do, from a 4-byte note instead of a
 //   fetchPart: millions of them cost about their answer's bytes.
-// * Fetch sessions (KIP-227) are not kept: we answer SessionID 0, which
-//   tells clients to send full requests; a request naming a session gets
-//   FETCH_SESSION_ID_NOT_FOUND.
+// * Fetch sessions (KIP-227, v7+): a full fetch at epoch 0 creates one
+//   (fetchsession.go has the rules, Kafka's), epoch -1 is sessionless (what
+//   kafka-go's Client.Fetch sends), either closes the session it names; an
+//   incremental fetch reads the session's partitions and answers only those
+//   that changed, with the same long poll and file ranges as a full one.
 // * IsolationLevel 1 (read_committed, KIP-98): each partition is read up to
 //   its last stable offset only (plog.ReadCommitted), and answered with the
 //   aborted transactions overlapping what is returned, which the consumer
@@ -78,6 +80,19 @@ type fetchPart struct {
 	lso        int64
 	result     plog.ReadResult
 	haveResult bool
+
+	// A fetch session's partition only (fetchsession.go): what its client
+	// was last answered, whether its last read returned records, and that
+	// it left the session.
+	sent       sentOffsets
+	hadRecords bool
+	forgotten  bool
+}
+
+// sentOffsets are the offsets a session's client was last told of a
+// partition (hwm -1 after an error, or before any answer).
+type sentOffsets struct {
+	hwm, logStart, lso int64
 }
 
 // fetchTopic groups a topic's partitions in request order.
@@ -107,19 +122,50 @@ func (t *fetchTopic) missingCount() int {
 	return len(t.missing.partitions)
 }
 
+// handleFetch serves a Fetch: incremental on its session (epoch > 0, or
+// any epoch but -1 and 0), else full, closing the session it names and,
+// at epoch 0, creating one.
 func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *kmsg.FetchRequest) server.Response {
-	if req.Version >= 7 && (req.SessionID != 0 || req.SessionEpoch > 0) {
-		resp := req.ResponseKind().(*kmsg.FetchResponse)
-		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
-		return server.Response{Body: resp}
+	if req.Version >= 7 && req.SessionEpoch != fetchFinalEpoch && req.SessionEpoch != fetchInitialEpoch {
+		return h.incrementalFetch(ctx, creq, req)
 	}
+	if req.Version >= 7 && req.SessionID != 0 {
+		h.fetchSessions.remove(req.SessionID) // a full fetch closes the session it names
+	}
+	return h.fullFetch(ctx, creq, req, req.Version >= 7 && req.SessionEpoch == fetchInitialEpoch)
+}
+
+// fullFetch answers every partition the request names and, if
+// newSession, makes them a fetch session when the cache has room.
+func (h *Handler) fullFetch(ctx context.Context, creq *server.Request, req *kmsg.FetchRequest, newSession bool) server.Response {
 	topics, parts, missing, distinctPartitions := h.fetchParts(creq, req)
 	if refused, ok := h.tooManyPartitions(creq, distinctPartitions); ok {
 		return refused // nothing read yet: nothing to release
 	}
+	h.waitFetch(ctx, creq, req, parts, missing)
+	var sessionID int32
+	if newSession {
+		sessionID = h.newFetchSession(req, topics, distinctPartitions)
+	}
+	frame := encodeFetch(req.Version, sessionID, topics)
+	if throttled, ok := h.fetchThrottle(creq, req.Version, frame); ok { // throttle.go
+		releaseFetch(parts)
+		if sessionID != 0 {
+			h.fetchSessions.remove(sessionID) // never told to the client
+		}
+		return throttled
+	}
+	h.countFetched(parts)
+	frame.Release = func() { releaseFetch(parts) }
+	return server.Response{Frame: frame}
+}
+
+// waitFetch reads parts and, with fewer than MinBytes and no error, long
+// polls them; the last read stays in parts.
+func (h *Handler) waitFetch(ctx context.Context, creq *server.Request, req *kmsg.FetchRequest, parts []*fetchPart, anyError bool) {
 	maxBytes := h.fetchMaxBytes(creq, int64(req.MaxBytes)) // throttle.go
-	total, anyError := h.readFetch(parts, maxBytes)
-	anyError = anyError || missing
+	total, readError := h.readFetch(parts, maxBytes)
+	anyError = anyError || readError
 	maxWait := min(time.Duration(req.MaxWaitMillis)*time.Millisecond, h.cfg.MaxFetchWait)
 	// Kafka answers at once a fetch that asks for no partition.
 	if total < int64(req.MinBytes) && !anyError && maxWait > 0 && len(parts) > 0 {
@@ -127,23 +173,122 @@ func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *km
 		h.longPollFetch(ctx, parts, int64(req.MinBytes), maxBytes, maxWait)
 		creq.Accounting.WaitEnd(waited)
 	}
+}
 
-	if m := h.cfg.Metrics; m != nil {
-		for _, fp := range parts {
-			var n int64
-			for _, c := range fp.result.Chunks {
-				n += c.Len
-			}
-			if n > 0 {
-				m.FetchedBytes(fp.topic, n)
+func (h *Handler) countFetched(parts []*fetchPart) {
+	m := h.cfg.Metrics
+	if m == nil {
+		return
+	}
+	for _, fp := range parts {
+		var n int64
+		for _, c := range fp.result.Chunks {
+			n += c.Len
+		}
+		if n > 0 {
+			m.FetchedBytes(fp.topic, n)
+		}
+	}
+}
+
+// newFetchSession makes the partitions of a full fetch's answer a fetch
+// session (as answered: a partition in error is answered again once it
+// has none), and returns its id; 0 when the cache has no room.
+func (h *Handler) newFetchSession(req *kmsg.FetchRequest, topics []fetchTopic, partitions int) int32 {
+	byID := req.Version >= 13
+	s := h.fetchSessions.create(req.ReplicaID >= 0 || req.Version >= 15 && req.ReplicaState.ID >= 0, byID, partitions)
+	if s == nil {
+		return 0
+	}
+	defer s.release() // create returns it held: no fetch finds it half filled
+	s.byKey = make(map[sessionKey]*fetchPart, partitions)
+	s.parts = make([]*fetchPart, 0, partitions)
+	chunk := make([]fetchPart, 0, partitions)
+	put := func(key sessionKey, fp fetchPart) {
+		chunk = append(chunk, fp)
+		p := &chunk[len(chunk)-1]
+		s.byKey[key] = p
+		s.parts = append(s.parts, p)
+	}
+	for _, t := range topics {
+		tk := s.topicKey(t.name, t.id)
+		for _, fp := range t.parts {
+			sp := newSessionPart(t.name, t.id, fp.partition, fp.offset, int32(fp.maxBytes))
+			sp.hwm, sp.logStart, sp.lso, sp.errorCode = fp.hwm, fp.logStart, fp.lso, fp.errorCode
+			sp.markAnswered()
+			put(sessionKey{tk, fp.partition}, sp)
+		}
+		if m := t.missing; m != nil {
+			for _, p := range m.partitions {
+				put(sessionKey{tk, p}, newSessionPart(t.name, t.id, p, 0, 0))
 			}
 		}
 	}
-	frame := encodeFetch(req.Version, topics)
+	return s.id
+}
+
+// incrementalFetch answers a fetch of an existing session: the partitions
+// of the session that changed since they were last answered.
+func (h *Handler) incrementalFetch(ctx context.Context, creq *server.Request, req *kmsg.FetchRequest) server.Response {
+	s, code := h.fetchSessions.acquire(ctx, req.SessionID, req.SessionEpoch, req.Version >= 13)
+	if code != 0 {
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		resp.ErrorCode = code
+		return server.Response{Body: resp}
+	}
+	defer s.release()
+	s.update(req)
+	if len(s.parts) == 0 {
+		// Everything forgotten: Kafka closes the session and answers the
+		// request (naming nothing, then) sessionless.
+		h.fetchSessions.remove(s.id)
+		return h.fullFetch(ctx, creq, req, false)
+	}
+	if refused, ok := h.tooManyPartitions(creq, len(s.parts)); ok {
+		h.fetchSessions.remove(s.id)
+		return refused
+	}
+	h.fetchSessions.used(s)
+	anyMissing := h.resolveSession(creq, s, req)
+	h.waitFetch(ctx, creq, req, s.parts, anyMissing)
+
+	// The answer takes the changed partitions' reads with it (the session
+	// is free again as soon as this returns); the others are released now.
+	var (
+		answered []fetchPart
+		changed  []*fetchPart
+	)
+	for _, fp := range s.parts {
+		fp.hadRecords = len(fp.result.Chunks) > 0
+		if fp.changed() {
+			answered = append(answered, *fp)
+			changed = append(changed, fp)
+		} else if fp.haveResult {
+			fp.result.Release()
+		}
+		// resolveSession finds the log again next time: a deleted
+		// topic's log is not kept alive by a session.
+		fp.result, fp.haveResult, fp.log = plog.ReadResult{}, false, nil
+	}
+	parts := make([]*fetchPart, len(answered))
+	for i := range answered {
+		parts[i] = &answered[i]
+	}
+	frame := encodeFetch(req.Version, s.id, sessionTopics(parts, s.usesTopicIDs))
 	if throttled, ok := h.fetchThrottle(creq, req.Version, frame); ok { // throttle.go
+		// As Kafka's throttled incremental answer: the session keeps
+		// what it last told the client, so the next fetch answers it.
 		releaseFetch(parts)
+		if fr, ok := throttled.Body.(*kmsg.FetchResponse); ok {
+			fr.SessionID = s.id
+		}
 		return throttled
 	}
+	for _, fp := range changed {
+		fp.markAnswered()
+	}
+	s.reorder()
+	h.countFetched(parts)
 	frame.Release = func() { releaseFetch(parts) }
 	return server.Response{Frame: frame}
 }
@@ -170,12 +315,9 @@ func (h *Handler) fetchParts(creq *server.Request, req *kmsg.FetchRequest) (topi
 	// is never appended to, so the pointers in parts stay valid.
 	var chunk []fetchPart
 	for _, rt := range req.Topics {
-		var t *topic
+		t, missingCode := h.lookupFetchTopic(byID, rt.Topic, rt.TopicID)
 		tk := topicKey{id: rt.TopicID}
-		if byID {
-			t = h.lookupID(rt.TopicID)
-		} else {
-			t = h.lookup(rt.Topic)
+		if !byID {
 			tk = topicKey{name: rt.Topic}
 		}
 		topicIndex := seen.topic(tk)
@@ -186,11 +328,9 @@ func (h *Handler) fetchParts(creq *server.Request, req *kmsg.FetchRequest) (topi
 			if l == nil || denied {
 				if _, repeated := seen.partition(topicIndex, rp.Partition, -1); !repeated {
 					if ft.missing == nil {
-						ft.missing = &missingPartitions{code: kerr.UnknownTopicOrPartition.Code}
+						ft.missing = &missingPartitions{code: missingCode}
 						if denied {
 							ft.missing.code = kerr.TopicAuthorizationFailed.Code
-						} else if byID && t == nil {
-							ft.missing.code = kerr.UnknownTopicID.Code
 						}
 					}
 					ft.missing.partitions = append(ft.missing.partitions, rp.Partition)
@@ -218,6 +358,78 @@ func (h *Handler) fetchParts(creq *server.Request, req *kmsg.FetchRequest) (topi
 		}
 	}
 	return topics, parts, missing, distinct + len(parts)
+}
+
+// lookupFetchTopic finds a fetched topic by ID (v13+) or by name, and the
+// code that answers its partitions that do not exist (all of them when
+// the topic is nil). Full and incremental fetches find topics here.
+func (h *Handler) lookupFetchTopic(byID bool, name string, id [16]byte) (*topic, int16) {
+	if !byID {
+		return h.lookup(name), kerr.UnknownTopicOrPartition.Code
+	}
+	t := h.lookupID(id)
+	if t == nil {
+		return nil, kerr.UnknownTopicID.Code
+	}
+	return t, kerr.UnknownTopicOrPartition.Code
+}
+
+// resolveSession points each partition of a session at its log for this
+// request (so a topic deleted or created since is seen now) at the
+// request's isolation level, and reports whether any does not exist (its
+// error code set, nothing to read).
+func (h *Handler) resolveSession(creq *server.Request, s *fetchSession, req *kmsg.FetchRequest) (missing bool) {
+	var (
+		last   topicKey
+		looked bool
+		t      *topic
+		code   int16
+		denied bool
+	)
+	// Authorized on every fetch, as Kafka does: an ACL removed since the
+	// session began denies its partitions now (the rules of a full
+	// fetch's, fetchParts).
+	replica := req.ReplicaID >= 0 || req.ReplicaState.ID >= 0
+	replicaDenied := replica && !h.allowedCluster(creq, acl.ClusterAction)
+	for _, fp := range s.parts {
+		// A session's partitions of one topic mostly follow each other:
+		// one lookup per run of them.
+		if tk := s.topicKey(fp.topic, fp.topicID); !looked || tk != last {
+			t, code = h.lookupFetchTopic(s.usesTopicIDs, fp.topic, fp.topicID)
+			denied = replicaDenied || !replica && h.topicDenied(creq, t, fp.topic, acl.Read)
+			last, looked = tk, true
+		}
+		fp.committed = req.IsolationLevel == 1
+		fp.log = t.partition(fp.partition)
+		if denied {
+			fp.log, code = nil, kerr.TopicAuthorizationFailed.Code
+		}
+		if fp.log == nil {
+			fp.errorCode, fp.hwm, fp.logStart, fp.lso = code, -1, -1, -1
+			missing = true
+			continue
+		}
+		fp.topic = t.meta.Name
+	}
+	return missing
+}
+
+// sessionTopics groups an incremental answer's partitions (in session
+// order) into topic entries: a topic whose partitions are not next to each
+// other has an entry per run, as Kafka's FetchResponse.of builds them.
+// Each entry's parts are a window of parts (no allocation per topic).
+func sessionTopics(parts []*fetchPart, byID bool) []fetchTopic {
+	var topics []fetchTopic
+	start := 0
+	for i, fp := range parts {
+		if n := len(topics); n > 0 && (byID && topics[n-1].id == fp.topicID || !byID && topics[n-1].name == fp.topic) {
+			topics[n-1].parts = parts[start : i+1 : i+1]
+			continue
+		}
+		start = i
+		topics = append(topics, fetchTopic{name: fp.topic, id: fp.topicID, parts: parts[i : i+1 : i+1]})
+	}
+	return topics
 }
 
 // longPollFetch waits until the partitions hold minBytes, maxWait passes or
@@ -267,6 +479,12 @@ func (h *Handler) readFetch(parts []*fetchPart, maxBytes int64) (total int64, an
 		maxBytes = 1<<31 - 1
 	}
 	for _, fp := range parts {
+		if fp.log == nil {
+			// A session's partition that does not exist (resolveSession
+			// set its error).
+			anyError = true
+			continue
+		}
 		fp.errorCode = 0
 		budget := min(fp.maxBytes, maxBytes-total)
 		if budget <= 0 && total > 0 {
@@ -308,10 +526,10 @@ func releaseFetch(parts []*fetchPart) {
 	}
 }
 
-// encodeFetch encodes a Fetch response body of the given version, with each
-// partition's records as file pieces. It follows kmsg's FetchResponse
+// encodeFetch encodes a Fetch response body of the given version and
+// session id (0: none), with each partition's records as file pieces. It follows kmsg's FetchResponse
 // AppendTo field by field.
-func encodeFetch(version int16, topics []fetchTopic) *server.Frame {
+func encodeFetch(version int16, sessionID int32, topics []fetchTopic) *server.Frame {
 	flexible := version >= 12
 	nPieces, headerBytes := 1, 16
 	for _, t := range topics {
@@ -373,8 +591,8 @@ func encodeFetch(version int16, topics []fetchTopic) *server.Frame {
 	}
 	buf = binary.BigEndian.AppendUint32(buf, 0) // ThrottleMillis (v1+)
 	if version >= 7 {
-		buf = binary.BigEndian.AppendUint16(buf, 0) // ErrorCode
-		buf = binary.BigEndian.AppendUint32(buf, 0) // SessionID: no session
+		buf = binary.BigEndian.AppendUint16(buf, 0)                 // ErrorCode
+		buf = binary.BigEndian.AppendUint32(buf, uint32(sessionID)) // 0: no session
 	}
 	arrayLen(len(topics))
 	for _, t := range topics {

@@ -32,6 +32,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sushka-io/sushka/internal/acl"
+	"github.com/sushka-io/sushka/internal/clock"
 	"github.com/sushka-io/sushka/internal/group"
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/plog"
@@ -90,6 +91,16 @@ type Config struct {
 	// resources) one request may name (tooManyPartitions). Default
 	// DefaultMaxPartitionsPerRequest.
 	MaxPartitionsPerRequest int
+	// FetchSessionSlots is max.incremental.fetch.session.cache.slots: the
+	// fetch sessions (KIP-227) the broker keeps (fetchsession.go). Default
+	// DefaultFetchSessionSlots; negative: none (every fetch is full).
+	FetchSessionSlots int
+	// FetchSessionEviction is min.incremental.fetch.session.eviction.ms: a
+	// session unused (or, among those of equal standing, created) longer
+	// ago may be evicted for a new one. Default DefaultFetchSessionEviction.
+	FetchSessionEviction time.Duration
+	// Clock tells the fetch sessions' ages. Default clock.Real.
+	Clock clock.Clock
 	// ProducerIDExpiration is producer.id.expiration.ms: an idempotent
 	// producer idle for this long is forgotten by each partition. Default
 	// plog.DefaultProducerIDExpiration.
@@ -153,6 +164,8 @@ type Handler struct {
 	// groups is the group coordinator with __consumer_offsets (groups.go);
 	// set in New, nil after Close.
 	groups *group.Service
+	// fetchSessions is the fetch session cache (fetchsession.go).
+	fetchSessions *fetchSessions
 	// txns is the transaction coordinator with __transaction_state
 	// (txns.go); set in New after groups, nil after Close.
 	txns *txn.Service
@@ -253,6 +266,18 @@ func New(cfg Config) (*Handler, error) {
 		cfg.ProducerIDExpiration = plog.DefaultProducerIDExpiration
 	}
 	switch {
+	case cfg.FetchSessionSlots == 0:
+		cfg.FetchSessionSlots = DefaultFetchSessionSlots
+	case cfg.FetchSessionSlots < 0:
+		cfg.FetchSessionSlots = 0 // none
+	}
+	if cfg.FetchSessionEviction <= 0 {
+		cfg.FetchSessionEviction = DefaultFetchSessionEviction
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	switch {
 	case cfg.SyncInterval == 0:
 		cfg.SyncInterval = plog.DefaultSyncInterval
 	case cfg.SyncInterval < 0:
@@ -280,6 +305,8 @@ func New(cfg Config) (*Handler, error) {
 		authz:  acl.New(cfg.Authorizer),
 		quotas: cfg.Quotas,
 		sasl:   saslServer,
+
+		fetchSessions: newFetchSessions(cfg.FetchSessionSlots, cfg.FetchSessionEviction, cfg.Clock),
 	}
 	h.reloadACLsLocked()                        // no other goroutine has h yet
 	if err := h.finishDeletions(); err != nil { // 20_delete_topics.go

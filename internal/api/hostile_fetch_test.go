@@ -63,8 +63,9 @@ func TestHostileFetchRepeatsOnePartition70000Times(t *testing.T) {
 // TestHostileFetchDuplicatesBuildNoResponse: a 33 MB Fetch naming one
 // partition a million times must not build (or read, or send) a million
 // answers. The request's own decoding (the frame and kmsg's structs) is the
-// server's: it is measured on the same request naming a fetch session,
-// which the handler refuses at once, and the handler may add little to it.
+// server's: it is measured on the same request made an incremental fetch
+// of a session that does not exist, which the handler refuses at once,
+// and the handler may add little to it.
 func TestHostileFetchDuplicatesBuildNoResponse(t *testing.T) {
 	tb := startTestBroker(t, Config{})
 	tb.createTopic(t, "t", 1)
@@ -73,6 +74,9 @@ func TestHostileFetchDuplicatesBuildNoResponse(t *testing.T) {
 	roundTrip := func(sessionID int32) (allocated uint64, response int) {
 		req := fetchRequest("t", copies, 0, 0)
 		req.SessionID = sessionID
+		if sessionID != 0 {
+			req.SessionEpoch = 1 // incremental: FETCH_SESSION_ID_NOT_FOUND at once
+		}
 		allocated, body := allocatedByRoundTrip(t, c, req)
 		return allocated, len(body)
 	}
@@ -105,6 +109,9 @@ func TestHostileFetchOfAMillionMissingPartitions(t *testing.T) {
 			req.Topics[0].Partitions[i].Partition = int32(i + 1) // t has only partition 0
 		}
 		req.SessionID = sessionID
+		if sessionID != 0 {
+			req.SessionEpoch = 1 // incremental: FETCH_SESSION_ID_NOT_FOUND at once
+		}
 		return allocatedByRoundTrip(t, c, req)
 	}
 	decoding, _ := roundTrip(7)

@@ -3,6 +3,7 @@ package compat_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"testing"
 	"time"
 
@@ -134,5 +135,68 @@ func TestKafkaGo(t *testing.T) {
 	}
 	if sum != int64(len(all)) {
 		t.Fatalf("OffsetFetch: committed offsets add up to %d, want %d (%+v)", sum, len(all), of.Topics)
+	}
+}
+
+// TestKafkaGoClientFetch: kafka-go's Client.Fetch sends a sessionless fetch
+// (SessionID -1, SessionEpoch -1, KIP-227's FINAL_EPOCH), which Kafka
+// serves in full whatever the session id. Sushka used to answer it
+// FETCH_SESSION_ID_NOT_FOUND with no topics, which kafka-go reports as
+// "no topic". Read from offset 0, from FirstOffset, from the middle, and
+// past the records with a short wait.
+func TestKafkaGoClientFetch(t *testing.T) {
+	b := startBroker(t)
+	const topic = "kafka-go-client-fetch"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl := &kafka.Client{Addr: kafka.TCP(b.addr), Timeout: 10 * time.Second}
+	cr, err := cl.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 2, ReplicationFactor: 1}}})
+	if err != nil || cr.Errors[topic] != nil {
+		t.Fatalf("CreateTopics: %v %v", err, cr)
+	}
+	var records []kafka.Record
+	for i := range 5 {
+		records = append(records, kafka.Record{Key: kafka.NewBytes([]byte(fmt.Sprintf("k%d", i))), Value: kafka.NewBytes([]byte(fmt.Sprintf("v%d", i)))})
+	}
+	pr, err := cl.Produce(ctx, &kafka.ProduceRequest{Topic: topic, Partition: 1, RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(records...)})
+	if err != nil || pr.Error != nil {
+		t.Fatalf("Produce: %v %+v", err, pr)
+	}
+	read := func(offset int64, maxWait time.Duration) (*kafka.FetchResponse, []string) {
+		t.Helper()
+		fr, err := cl.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: 1, Offset: offset, MinBytes: 1, MaxBytes: 1 << 20, MaxWait: maxWait})
+		if err != nil {
+			t.Fatalf("Client.Fetch from %d: %v", offset, err)
+		}
+		if fr.Error != nil || fr.Topic != topic || fr.Partition != 1 || fr.HighWatermark != 5 {
+			t.Fatalf("Client.Fetch from %d: %+v", offset, fr)
+		}
+		var got []string
+		for {
+			r, err := fr.Records.ReadRecord()
+			if err != nil {
+				break
+			}
+			v, _ := io.ReadAll(r.Value)
+			if r.Offset >= offset {
+				got = append(got, fmt.Sprintf("%d:%s", r.Offset, v))
+			}
+		}
+		return fr, got
+	}
+	for _, offset := range []int64{0, kafka.FirstOffset} {
+		if _, got := read(offset, time.Second); fmt.Sprint(got) != "[0:v0 1:v1 2:v2 3:v3 4:v4]" {
+			t.Fatalf("Client.Fetch from %d: %v", offset, got)
+		}
+	}
+	if _, got := read(3, time.Second); fmt.Sprint(got) != "[3:v3 4:v4]" {
+		t.Fatalf("Client.Fetch from 3: %v", got)
+	}
+	start := time.Now()
+	if _, got := read(5, 300*time.Millisecond); len(got) != 0 {
+		t.Fatalf("Client.Fetch at the end: %v", got)
+	}
+	if waited := time.Since(start); waited < 250*time.Millisecond {
+		t.Fatalf("Client.Fetch at the end answered after %v, want the 300ms long poll", waited)
 	}
 }
