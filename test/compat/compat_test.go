@@ -76,6 +76,7 @@ type broker struct {
 	bin  string
 	proc *testbroker.Proc
 	addr string
+	opts []kgo.Opt // of every franz-go client on the broker (SASL for a secure one)
 }
 
 func startBroker(t *testing.T, extraArgs ...string) *broker {
@@ -89,7 +90,7 @@ func startBroker(t *testing.T, extraArgs ...string) *broker {
 // ends.
 func (b *broker) kgoClient(opts ...kgo.Opt) *kgo.Client {
 	b.t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.addr)}, opts...)...)
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(b.addr)}, b.opts...), opts...)...)
 	if err != nil {
 		b.t.Fatal(err)
 	}
