@@ -140,11 +140,7 @@ func TestSecurityConfluentKafkaPython(t *testing.T) {
 	// mechanism and password; run fails the test when it fails.
 	as := func(protocol, mechanism, password string, args ...string) result {
 		bootstrap, props := s.librdkafkaProps(protocol, mechanism, password)
-		config, err := json.Marshal(props)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return runCmd(time.Minute, "", []string{"SUSHKA_COMPAT_CONFIG=" + string(config)}, "", py, append([]string{script, bootstrap}, args...)...)
+		return s.pythonSecurity(py, script, props, bootstrap, args...)
 	}
 	run := func(protocol, mechanism string, args ...string) string {
 		r := as(protocol, mechanism, tenantPass, args...)

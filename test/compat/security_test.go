@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -141,6 +142,17 @@ func (s *secureBroker) cli(args ...string) string {
 	conn := []string{"--brokers", s.saslSSL, "--tls", "--tls-ca-file", s.caFile,
 		"--sasl-mechanism", "SCRAM-SHA-512", "--sasl-user", superUser, "--sasl-password", superPassword}
 	return s.run(time.Minute, "", nil, "", s.bin, append(args, conn...)...)
+}
+
+// pythonSecurity runs script (a client of test/compat/python) against
+// bootstrap with the client settings in $SUSHKA_COMPAT_CONFIG.
+func (s *secureBroker) pythonSecurity(py, script string, settings map[string]string, bootstrap string, args ...string) result {
+	s.t.Helper()
+	config, err := json.Marshal(settings)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return runCmd(time.Minute, "", []string{"SUSHKA_COMPAT_CONFIG=" + string(config)}, "", py, append([]string{script, bootstrap}, args...)...)
 }
 
 // caPEM is the CA certificate as PEM text.

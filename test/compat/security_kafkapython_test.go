@@ -1,0 +1,96 @@
+package compat_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// kafka-python (Debian's python3-kafka 2.0.2) in the security story
+// (security_test.go): security_protocol, sasl_mechanism,
+// sasl_plain_username, sasl_plain_password, ssl_cafile. 2.0.2 has SCRAM
+// (kafka/scram.py) and authenticates with SaslHandshake v0 and the SASL
+// tokens in raw length-prefixed frames (no SaslAuthenticate): SCRAM-SHA-512
+// over SASL_SSL and PLAIN over SASL_PLAINTEXT.
+
+func TestSecurityKafkaPython(t *testing.T) {
+	py := pythonModule(t, "kafka", "python3-kafka")
+	debVersions(t, "python3-kafka")
+	s := startSecureBroker(t)
+	const client = "kafka-python"
+	script, err := filepath.Abs("python/kafka_python_client.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := func(protocol, mechanism, password string, args ...string) result {
+		settings := map[string]string{
+			"security_protocol":   protocol,
+			"sasl_mechanism":      mechanism,
+			"sasl_plain_username": tenantUser,
+			"sasl_plain_password": password,
+		}
+		bootstrap := s.saslPlaintext
+		if protocol == "SASL_SSL" {
+			bootstrap = s.saslSSL
+			settings["ssl_cafile"] = s.caFile
+		}
+		return s.pythonSecurity(py, script, settings, bootstrap, args...)
+	}
+	run := func(protocol, mechanism string, args ...string) string {
+		r := as(protocol, mechanism, tenantPass, args...)
+		if r.err != nil {
+			t.Fatalf("%s %s %v: %v\n%s%s\nbroker log:\n%s", protocol, mechanism, args, r.err, r.stdout, tail(r.stderr, 4000), tail(s.proc.Log(), 4000))
+		}
+		return r.stdout
+	}
+	produce := func(protocol, mechanism, mech, codec string) {
+		prefix, _ := storyRecords(client, mech)
+		if out := run(protocol, mechanism, "produce", tenantTopic, prefix, fmt.Sprint(secureRecords), codec); !strings.Contains(out, fmt.Sprintf(`"delivered": %d`, secureRecords)) {
+			t.Fatalf("produce with %s: %s", mechanism, out)
+		}
+	}
+
+	// 1. and 2.: SCRAM-SHA-512 over SASL_SSL, then PLAIN over SASL_PLAINTEXT.
+	produce("SASL_SSL", "SCRAM-SHA-512", "scram", "gzip")
+	first := pyRecords(t, run("SASL_SSL", "SCRAM-SHA-512", "consume", tenantTopic, tenantGroup, fmt.Sprint(secureFirst), "40"))
+	produce("SASL_PLAINTEXT", "PLAIN", "plain", "none")
+	second := pyRecords(t, run("SASL_PLAINTEXT", "PLAIN", "consume", tenantTopic, tenantGroup, fmt.Sprint(2*secureRecords-secureFirst), "40"))
+	s.checkStory(client, first, second)
+
+	type pyError struct{ Class, Str string }
+	// 3. A wrong password: over SaslHandshake v0 the broker can only close
+	// the connection (Kafka does the same: there is no response to carry
+	// an error), so kafka-python reports the connection it lost.
+	r := as("SASL_SSL", "SCRAM-SHA-512", wrongPassword, "auth_error")
+	if r.err != nil {
+		t.Fatalf("auth_error: %v\n%s%s", r.err, r.stdout, tail(r.stderr, 4000))
+	}
+	var auth struct {
+		Raised pyError
+		Log    []string
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &auth); err != nil {
+		t.Fatalf("auth_error: %v: %s", err, r.stdout)
+	}
+	if auth.Raised.Class != "NoBrokersAvailable" {
+		t.Fatalf("wrong password: KafkaAdminClient raised %+v, want NoBrokersAvailable (log: %q)", auth.Raised, auth.Log)
+	}
+	wantError(t, client, "wrong password", auth.Raised.Class+": "+auth.Raised.Str+"; logged: "+strings.Join(auth.Log, " | "), "NoBrokersAvailable")
+
+	// 4. Bob's topic and group, and what alice sees.
+	var denied struct {
+		Produce, Group pyError
+		Topics         []string
+	}
+	if err := json.Unmarshal([]byte(run("SASL_SSL", "SCRAM-SHA-512", "denied", otherTopic, tenantTopic, otherGroup)), &denied); err != nil {
+		t.Fatal(err)
+	}
+	if denied.Produce.Class != "TopicAuthorizationFailedError" || denied.Group.Class != "GroupAuthorizationFailedError" {
+		t.Fatalf("denied: %+v, want TopicAuthorizationFailedError and GroupAuthorizationFailedError", denied)
+	}
+	wantError(t, client, "produce to another tenant's topic", denied.Produce.Class+": "+denied.Produce.Str, "TopicAuthorizationFailedError")
+	wantError(t, client, "consume in another tenant's group", denied.Group.Class+": "+denied.Group.Str, "GroupAuthorizationFailedError")
+	checkTenantTopics(t, client, denied.Topics)
+}
