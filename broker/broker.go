@@ -16,11 +16,13 @@ package broker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -41,8 +43,15 @@ type Config struct {
 	// meta/. Default "sushka-data".
 	DataDir string
 	// AdvertisedAddr is the host:port clients are told to connect to. Empty:
-	// the address of the first listener passed to Serve.
+	// the address of the first listener passed to Serve. Only without
+	// Listeners (each listener has its Advertised then).
 	AdvertisedAddr string
+	// Listeners are the broker's Kafka listeners (Kafka's listeners,
+	// advertised.listeners and listener.security.protocol.map together):
+	// each has a name, a security protocol and an advertised endpoint, and
+	// is served with ServeListener. Empty: one PLAINTEXT listener named
+	// PLAINTEXT, advertised at AdvertisedAddr (Serve serves it).
+	Listeners []Listener
 	// AutoCreateTopics creates unknown topics named in Metadata requests.
 	// It is a pointer so the zero Config means Kafka's default, true.
 	AutoCreateTopics *bool
@@ -125,6 +134,31 @@ type Config struct {
 	SyncInterval time.Duration
 }
 
+// Listener is one of the broker's Kafka listeners.
+type Listener struct {
+	// Name is Kafka's listener name (EXTERNAL, INTERNAL, ...), unique
+	// among the listeners; default the protocol's name.
+	Name     string
+	Protocol server.SecurityProtocol
+	// Advertised is the host:port clients that came through this
+	// listener are told to connect to (Metadata, DescribeCluster,
+	// FindCoordinator). Empty: the address it is served on.
+	Advertised string
+	// TLS is the TLS configuration of an SSL or SASL_SSL listener
+	// (server.NewTLSConfig makes one that reloads its files); required
+	// for them, refused for the others.
+	TLS *tls.Config
+}
+
+// ListenerInfo is a listener as it is served: its address and the
+// endpoint it advertises (Broker.Listeners).
+type ListenerInfo struct {
+	Name       string
+	Protocol   server.SecurityProtocol
+	Addr       net.Addr // nil until served
+	Advertised string   // host:port; "" until served
+}
+
 // The defaults of Config's fields that come from the packages that use them.
 const (
 	DefaultMaxOpenSegmentFiles  = plog.DefaultMaxOpenSegmentFiles
@@ -142,13 +176,13 @@ type Broker struct {
 	srv     *server.Server
 	metrics *metrics
 
-	mu         sync.Mutex
-	addr       net.Addr
-	advertised string
-	started    bool
-	shutdown   bool
-	stopBG     chan struct{}
-	bgDone     chan struct{}
+	mu sync.Mutex
+	// listeners are cfg.Listeners as served: Addr and Advertised are set
+	// when ServeListener starts each.
+	listeners []ListenerInfo
+	shutdown  bool
+	stopBG    chan struct{}
+	bgDone    chan struct{}
 }
 
 // Bool returns a pointer to b, for Config.AutoCreateTopics.
@@ -187,6 +221,9 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
+	if err := validateListeners(&cfg); err != nil {
+		return nil, err
+	}
 	if err := cfg.FS.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("broker: creating data directory: %w", err)
 	}
@@ -204,6 +241,9 @@ func New(cfg Config) (*Broker, error) {
 	}
 	catalog.SetMaxPartitions(cfg.MaxPartitions)
 	b := &Broker{cfg: cfg, log: cfg.Logger, catalog: catalog, stopBG: make(chan struct{}), bgDone: make(chan struct{})}
+	for _, ln := range cfg.Listeners {
+		b.listeners = append(b.listeners, ListenerInfo{Name: ln.Name, Protocol: ln.Protocol})
+	}
 	b.metrics = newMetrics(cfg.Registry)
 	b.handler, err = api.New(api.Config{
 		FS:                    cfg.FS,
@@ -289,63 +329,124 @@ func defaults(cfg Config) api.Defaults {
 	return d
 }
 
-// Serve serves the Kafka protocol on l until Shutdown, then returns
+// validateListeners gives cfg its one PLAINTEXT listener when it has none,
+// and refuses contradictions: duplicate names, TLS where the protocol has
+// none or none where it has, AdvertisedAddr beside Listeners.
+func validateListeners(cfg *Config) error {
+	if len(cfg.Listeners) == 0 {
+		cfg.Listeners = []Listener{{Name: server.Plaintext.String(), Protocol: server.Plaintext, Advertised: cfg.AdvertisedAddr}}
+	} else if cfg.AdvertisedAddr != "" {
+		return errors.New("broker: AdvertisedAddr and Listeners are both set: give each listener its Advertised")
+	}
+	seen := map[string]bool{}
+	for i := range cfg.Listeners {
+		ln := &cfg.Listeners[i]
+		if ln.Name == "" {
+			ln.Name = ln.Protocol.String()
+		}
+		if seen[ln.Name] {
+			return fmt.Errorf("broker: listener name %s used twice", ln.Name)
+		}
+		seen[ln.Name] = true
+		if ln.Protocol.TLS() && ln.TLS == nil {
+			return fmt.Errorf("broker: listener %s is %s and needs a TLS configuration (certificate and key)", ln.Name, ln.Protocol)
+		}
+		if !ln.Protocol.TLS() && ln.TLS != nil {
+			return fmt.Errorf("broker: listener %s is %s and has no use for a TLS configuration", ln.Name, ln.Protocol)
+		}
+	}
+	return nil
+}
+
+// Serve serves the first listener of Config.Listeners (without
+// Listeners: the PLAINTEXT one) on l; see ServeListener.
+func (b *Broker) Serve(l net.Listener) error { return b.ServeListener(b.cfg.Listeners[0].Name, l) }
+
+// ServeListener serves the Kafka protocol on l as the listener of
+// Config.Listeners named name until Shutdown, then returns
 // server.ErrServerClosed (ErrServerClosed). It always returns a non-nil
 // error, and l is closed when it returns: a broker that cannot serve does
-// not keep its port in LISTEN.
-func (b *Broker) Serve(l net.Listener) error {
-	b.mu.Lock()
-	if b.shutdown {
-		b.mu.Unlock()
+// not keep its port in LISTEN. The listener's advertised endpoint is
+// checked and published first (its Advertised, or l's address); a
+// listener served on more than one socket keeps the first one's endpoint.
+func (b *Broker) ServeListener(name string, l net.Listener) error {
+	ln, err := b.startListener(name, l)
+	if err != nil {
 		l.Close()
-		return ErrServerClosed
+		return err
 	}
-	if !b.started {
-		b.started = true
-		b.addr = l.Addr()
-		adv := b.cfg.AdvertisedAddr
-		if adv == "" {
-			adv = l.Addr().String()
-		}
-		host, portStr, err := net.SplitHostPort(adv)
-		if err != nil {
-			b.mu.Unlock()
-			l.Close()
-			return fmt.Errorf("broker: advertised address %q: %w", adv, err)
-		}
-		port, err := strconv.Atoi(portStr)
-		if err != nil || port <= 0 || port > 65535 {
-			b.mu.Unlock()
-			l.Close()
-			return fmt.Errorf("broker: advertised address %q has no usable port", adv)
-		}
-		if host == "" || host == "0.0.0.0" || host == "::" {
-			b.mu.Unlock()
-			l.Close()
-			return fmt.Errorf("broker: advertised address %q is not reachable by clients; set AdvertisedAddr", adv)
-		}
-		b.advertised = net.JoinHostPort(host, portStr)
-		b.handler.SetAdvertised(host, int32(port))
+	return b.srv.ServeListener(l, server.Listener{Name: ln.Name, Protocol: ln.Protocol, TLS: ln.TLS})
+}
+
+// startListener records l as the address of listener name and publishes
+// the endpoints of every listener served so far.
+func (b *Broker) startListener(name string, l net.Listener) (Listener, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.shutdown {
+		return Listener{}, ErrServerClosed
 	}
-	b.mu.Unlock()
-	return b.srv.Serve(l)
+	i := slices.IndexFunc(b.cfg.Listeners, func(ln Listener) bool { return ln.Name == name })
+	if i < 0 {
+		return Listener{}, fmt.Errorf("broker: no listener named %q in Config.Listeners", name)
+	}
+	ln := b.cfg.Listeners[i]
+	if b.listeners[i].Addr != nil {
+		return ln, nil // served on one more socket: the first one's endpoint stays
+	}
+	adv := ln.Advertised
+	if adv == "" {
+		adv = l.Addr().String()
+	}
+	host, portStr, err := net.SplitHostPort(adv)
+	if err != nil {
+		return Listener{}, fmt.Errorf("broker: listener %s: advertised address %q: %w", name, adv, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port <= 0 || port > 65535 {
+		return Listener{}, fmt.Errorf("broker: listener %s: advertised address %q has no usable port", name, adv)
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		return Listener{}, fmt.Errorf("broker: listener %s: advertised address %q is not reachable by clients; set its advertised address", name, adv)
+	}
+	b.listeners[i].Addr, b.listeners[i].Advertised = l.Addr(), net.JoinHostPort(host, portStr)
+	var endpoints []api.Endpoint
+	for j, info := range b.listeners {
+		if info.Advertised == "" {
+			continue
+		}
+		h, p, _ := net.SplitHostPort(info.Advertised)
+		pn, _ := strconv.Atoi(p)
+		endpoints = append(endpoints, api.Endpoint{Listener: info.Name, Protocol: b.cfg.Listeners[j].Protocol, Host: h, Port: int32(pn)})
+	}
+	b.handler.SetAdvertised(endpoints...)
+	return ln, nil
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
 var ErrServerClosed = server.ErrServerClosed
 
-// Addr is the address of the first listener passed to Serve (nil before).
+// Addr is the address the first listener is served on (nil before).
 func (b *Broker) Addr() net.Addr {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.addr
+	return b.listeners[0].Addr
 }
 
-// AdvertisedAddr is the host:port clients are told to use.
+// AdvertisedAddr is the host:port clients of the first listener are told
+// to use ("" before it is served).
 func (b *Broker) AdvertisedAddr() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.advertised
+	return b.listeners[0].Advertised
+}
+
+// Listeners are the broker's listeners, in Config order, with the
+// addresses of those served.
+func (b *Broker) Listeners() []ListenerInfo {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.listeners)
 }
 
 // Registry is the broker's Prometheus registry.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/api"
 	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/server"
 )
@@ -111,7 +112,7 @@ func FuzzRequest(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	b.handler.SetAdvertised("127.0.0.1", 9092)
+	b.handler.SetAdvertised(api.Endpoint{Listener: "PLAINTEXT", Host: "127.0.0.1", Port: 9092})
 	f.Cleanup(func() { b.Shutdown(context.Background()) })
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		req, err := server.ParseRequest(frame, b.handler)

@@ -6,9 +6,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -38,6 +41,7 @@ func newClientParentCmd(use, short string, subcommands ...func(*clientFlags) *co
 type clientFlags struct {
 	brokers string
 	timeout time.Duration
+	tls     clientTLSFlags
 }
 
 // register adds --brokers/-b and --timeout to fs. The broker list defaults
@@ -51,6 +55,7 @@ func (f *clientFlags) register(fs *pflag.FlagSet) {
 		"comma-separated seed brokers host:port (env SUSHKA_BROKERS)")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Second,
 		"how long to wait for the broker to answer a request")
+	f.tls.register(fs)
 }
 
 // seeds returns the broker list, split and trimmed.
@@ -75,6 +80,13 @@ func (f *clientFlags) newClient(extra ...kgo.Opt) (*kgo.Client, error) {
 		kgo.SeedBrokers(seeds...),
 		kgo.ClientID("sushka-cli"),
 		kgo.DialTimeout(min(f.timeout, 5*time.Second)),
+	}
+	tlsCfg, err := f.tls.config()
+	if err != nil {
+		return nil, err
+	}
+	if tlsCfg != nil {
+		opts = append(opts, kgo.DialTLSConfig(tlsCfg))
 	}
 	opts = append(opts, extra...)
 	cl, err := kgo.NewClient(opts...)
@@ -152,7 +164,15 @@ func (f *clientFlags) hintFor(err error) string {
 	if name := kafkaErrName(err); name != "" {
 		return hints[name]
 	}
-	switch {
+	switch msg := err.Error(); {
+	case strings.Contains(msg, "x509:"):
+		return "the broker's certificate is not trusted here: pass its CA with --tls-ca-file (`sushka tls init` wrote ca.crt)"
+	case strings.Contains(msg, "does not look like a TLS handshake"),
+		f.tls.wanted() && (strings.Contains(msg, "connection reset") || strings.Contains(msg, "EOF")):
+		// A PLAINTEXT listener closes on a ClientHello.
+		return fmt.Sprintf("%s does not speak TLS: drop --tls, or point --brokers at the SSL/SASL_SSL listener", f.brokers)
+	case strings.Contains(msg, "certificate required"), strings.Contains(msg, "bad certificate"), strings.Contains(msg, "unknown certificate authority"):
+		return "the broker wants a client certificate it trusts: pass --tls-cert-file and --tls-key-file"
 	case errors.Is(err, syscall.ECONNREFUSED),
 		strings.Contains(err.Error(), "connection refused"):
 		return fmt.Sprintf("nothing listens on %s: is the broker running? Start one with `sushka serve`, "+
@@ -208,4 +228,57 @@ func parseKV(s string) (string, string, error) {
 		return "", "", fmt.Errorf("%q is not key=value", s)
 	}
 	return k, v, nil
+}
+
+// clientTLSFlags are the TLS connection flags (SSL and SASL_SSL
+// listeners): --tls, the CA to trust and a client certificate.
+type clientTLSFlags struct {
+	enabled  bool
+	caFile   string
+	certFile string
+	keyFile  string
+}
+
+// register adds --tls, --tls-ca-file, --tls-cert-file and --tls-key-file,
+// defaulting to $SUSHKA_TLS, $SUSHKA_TLS_CA_FILE, ...
+func (f *clientTLSFlags) register(fs *pflag.FlagSet) {
+	enabled, _ := strconv.ParseBool(os.Getenv("SUSHKA_TLS"))
+	fs.BoolVar(&f.enabled, "tls", enabled, "connect with TLS (listeners SSL and SASL_SSL; implied by the other --tls-* flags; env SUSHKA_TLS)")
+	fs.StringVar(&f.caFile, "tls-ca-file", os.Getenv("SUSHKA_TLS_CA_FILE"), "PEM CA to verify the broker's certificate with (default: the system's; env SUSHKA_TLS_CA_FILE)")
+	fs.StringVar(&f.certFile, "tls-cert-file", os.Getenv("SUSHKA_TLS_CERT_FILE"), "PEM client certificate, for listeners that ask for one (env SUSHKA_TLS_CERT_FILE)")
+	fs.StringVar(&f.keyFile, "tls-key-file", os.Getenv("SUSHKA_TLS_KEY_FILE"), "PEM private key of --tls-cert-file (env SUSHKA_TLS_KEY_FILE)")
+}
+
+// wanted reports whether the flags ask for TLS.
+func (f *clientTLSFlags) wanted() bool {
+	return f.enabled || f.caFile != "" || f.certFile != "" || f.keyFile != ""
+}
+
+// config is the client's TLS configuration, nil without TLS.
+func (f *clientTLSFlags) config() (*tls.Config, error) {
+	if !f.wanted() {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.caFile != "" {
+		pem, err := os.ReadFile(f.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca-file: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-ca-file %s holds no PEM certificate", f.caFile)
+		}
+	}
+	if (f.certFile == "") != (f.keyFile == "") {
+		return nil, errors.New("--tls-cert-file and --tls-key-file go together")
+	}
+	if f.certFile != "" {
+		cert, err := tls.LoadX509KeyPair(f.certFile, f.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert-file/--tls-key-file: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
 }

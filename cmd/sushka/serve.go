@@ -67,6 +67,18 @@ type serveFlags struct {
 	producerIDExpiration time.Duration
 	syncInterval         time.Duration
 	maxFetchWait         time.Duration
+
+	// Listeners and TLS (listeners.go).
+	listenGiven         bool // --listen given (or SUSHKA_LISTEN)
+	listeners           string
+	advertisedListeners string
+	listenerProtocolMap string
+	tlsCertFile         string
+	tlsKeyFile          string
+	tlsClientCAFile     string
+	tlsClientAuth       string
+	adminToken          string
+	adminClientCAFile   string
 }
 
 func newServeCmd() *cobra.Command {
@@ -76,8 +88,11 @@ func newServeCmd() *cobra.Command {
 		Short: "Run the broker (Kafka protocol)",
 		Long: `Run a single-node Sushka broker speaking the Apache Kafka wire protocol.
 
-Point any Kafka client at --listen (kcat -b 127.0.0.1:9092 -L). Every flag can
-also be set with an environment variable: --data-dir is SUSHKA_DATA_DIR, and so on.
+Point any Kafka client at --listen (kcat -b 127.0.0.1:9092 -L), or give several
+listeners with their security protocols, as Kafka's listeners:
+  --listeners PLAINTEXT://127.0.0.1:9092,SASL_SSL://0.0.0.0:9093 --tls-cert-file broker.crt --tls-key-file broker.key
+(` + "`sushka tls init`" + ` makes a CA and the certificates). Every flag can also be set
+with an environment variable: --data-dir is SUSHKA_DATA_DIR, and so on.
 Producers with acks=all are acknowledged only after fdatasync.`,
 		Args: cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -85,6 +100,7 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fl := cmd.Flags()
+			f.listenGiven = fl.Changed("listen")
 			if fl.Changed("log-retention") {
 				f.retentionSet = &f.retention
 			}
@@ -111,10 +127,20 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.dataDir, "data-dir", "./sushka-data", "data directory (partition logs and metadata)")
-	fl.StringVar(&f.listen, "listen", "127.0.0.1:9092", "Kafka protocol listener host:port")
-	fl.StringVar(&f.advertisedAddr, "advertised-addr", "", "host:port clients are told to connect to (default: the listen address, with the real port when :0)")
-	fl.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9644", `admin HTTP listener (/metrics, /healthz, /v1/runtime; /debug/pprof/ with --admin-pprof), unauthenticated: loopback only unless --admin-allow-remote; "" disables it`)
-	fl.BoolVar(&f.adminAllowRemote, "admin-allow-remote", false, "allow --admin-listen on a non-loopback address (the admin port has no authentication)")
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:9092", "Kafka protocol listener host:port: one PLAINTEXT listener (the shorthand of --listeners PLAINTEXT://HOST:PORT)")
+	fl.StringVar(&f.advertisedAddr, "advertised-addr", "", "host:port clients of --listen are told to connect to (default: the listen address, with the real port when :0)")
+	fl.StringVar(&f.listeners, "listeners", "", `Kafka listeners NAME://host:port,... (Kafka's listeners), NAME a security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) or a name mapped by --listener-security-protocol-map; replaces --listen`)
+	fl.StringVar(&f.advertisedListeners, "advertised-listeners", "", "NAME://host:port,... clients of each listener are told to connect to (Kafka's advertised.listeners; default: each listener's address)")
+	fl.StringVar(&f.listenerProtocolMap, "listener-security-protocol-map", "", "NAME:PROTOCOL,... security protocol of listeners not named after one, such as EXTERNAL:SASL_SSL,INTERNAL:PLAINTEXT (Kafka's listener.security.protocol.map)")
+	fl.StringVar(&f.tlsCertFile, "tls-cert-file", "", "PEM certificate (chain) of SSL and SASL_SSL listeners, reloaded when it changes (`sushka tls init` makes one)")
+	fl.StringVar(&f.tlsKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file, reloaded with it")
+	fl.StringVar(&f.tlsClientCAFile, "tls-client-ca-file", "", "PEM CAs client certificates are verified against (with --tls-client-auth requested or required)")
+	fl.StringVar(&f.tlsClientAuth, "tls-client-auth", "none", "client certificates on TLS listeners: none, requested or required (Kafka's ssl.client.auth); on SSL the principal is User:<subject DN>")
+	fl.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9644", `admin HTTP listener (/metrics, /healthz, /v1/runtime; /debug/pprof/ with --admin-pprof): open on loopback, on any other address it needs --admin-token or --admin-tls-client-ca-file; "" disables it`)
+	fl.StringVar(&f.adminToken, "admin-token", "", "bearer token the admin listener requires (Authorization: Bearer TOKEN); prefer SUSHKA_ADMIN_TOKEN, the command line is visible to other users")
+	fl.StringVar(&f.adminClientCAFile, "admin-tls-client-ca-file", "", "serve the admin listener over HTTPS (--tls-cert-file/--tls-key-file) and require client certificates of these CAs")
+	fl.BoolVar(&f.adminAllowRemote, "admin-allow-remote", false, "no longer enough on its own: a non-loopback --admin-listen needs --admin-token or --admin-tls-client-ca-file")
+	fl.MarkDeprecated("admin-allow-remote", "a non-loopback --admin-listen needs --admin-token or --admin-tls-client-ca-file")
 	fl.BoolVar(&f.adminPprof, "admin-pprof", false, "serve /debug/pprof/ on the admin listener (profiles, goroutine stacks, the command line)")
 	fl.BoolVar(&f.autoCreateTopics, "auto-create-topics", true, "create unknown topics named in metadata requests")
 	fl.Int32Var(&f.defaultPartitions, "default-partitions", 1, "partition count of auto-created topics")
@@ -178,30 +204,6 @@ func newLogger(level, format string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
 
-// checkAdminListen refuses a non-loopback admin address unless allowed:
-// the admin port serves metrics and runtime details (and, with
-// --admin-pprof, profiles) without authentication. It returns whether the
-// address is exposed beyond this host.
-func checkAdminListen(addr string, allowRemote bool) (remote bool, err error) {
-	if addr == "" {
-		return false, nil
-	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false, fmt.Errorf("--admin-listen %q: %w", addr, err)
-	}
-	if host == "localhost" {
-		return false, nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return false, nil
-	}
-	if !allowRemote {
-		return true, fmt.Errorf("--admin-listen %s is not a loopback address, and the admin port has no authentication: use 127.0.0.1:PORT, or pass --admin-allow-remote to expose it anyway", addr)
-	}
-	return true, nil
-}
-
 // raiseOpenFileLimit raises RLIMIT_NOFILE's soft limit to the hard limit
 // (every connection and segment is a descriptor; Go does this too since
 // 1.19, but a broker must not depend on it silently) and returns the limits
@@ -226,7 +228,15 @@ func runServe(ctx context.Context, f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	adminRemote, err := checkAdminListen(f.adminListen, f.adminAllowRemote)
+	adminRemote, adminAuth, err := checkAdminListen(f)
+	if err != nil {
+		return err
+	}
+	specs, err := parseListeners(f)
+	if err != nil {
+		return err
+	}
+	tlsCfg, err := listenerTLS(f, specs, logger)
 	if err != nil {
 		return err
 	}
@@ -246,20 +256,24 @@ func runServe(ctx context.Context, f serveFlags) error {
 		storageDesc = "unknown (" + serr.Error() + ")"
 	}
 
-	l, err := net.Listen("tcp", f.listen)
+	sockets, listeners, err := listen(specs, tlsCfg)
 	if err != nil {
-		return fmt.Errorf("listening on %s: %w (is another broker running? choose another --listen)", f.listen, err)
+		return err
 	}
-	defer l.Close()
-	advertised := f.advertisedAddr
-	if host, _, _ := net.SplitHostPort(l.Addr().String()); advertised == "" && net.ParseIP(host).IsUnspecified() {
-		// Listening on all interfaces: tell clients this host's name, as
-		// Kafka does, with the real port.
-		name, herr := os.Hostname()
-		if herr != nil {
-			return fmt.Errorf("--listen %s listens on every interface and the host name is unknown (%v): set --advertised-addr", f.listen, herr)
+	defer func() {
+		for _, l := range sockets {
+			l.Close()
 		}
-		advertised = net.JoinHostPort(name, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+	}()
+	// The admin socket opens with the Kafka ones, so a client that sees
+	// the Kafka port up finds the admin port listening too (its requests
+	// wait in the backlog until the broker has recovered and serves them).
+	var al net.Listener
+	if f.adminListen != "" {
+		if al, err = net.Listen("tcp", f.adminListen); err != nil {
+			return fmt.Errorf("admin listener on %s: %w (choose another --admin-listen, or \"\" to disable)", f.adminListen, err)
+		}
+		defer al.Close()
 	}
 
 	reg := prometheus.NewRegistry()
@@ -267,7 +281,7 @@ func runServe(ctx context.Context, f serveFlags) error {
 	start := time.Now()
 	b, err := broker.New(broker.Config{
 		DataDir:               dataDir,
-		AdvertisedAddr:        advertised,
+		Listeners:             listeners,
 		AutoCreateTopics:      broker.Bool(f.autoCreateTopics),
 		DefaultPartitions:     f.defaultPartitions,
 		NodeID:                f.nodeID,
@@ -302,9 +316,11 @@ func runServe(ctx context.Context, f serveFlags) error {
 		defer cancel()
 		return b.Shutdown(sctx)
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- b.Serve(l) }()
-	for b.AdvertisedAddr() == "" {
+	serveErr := make(chan error, len(sockets))
+	for i, l := range sockets {
+		go func() { serveErr <- b.ServeListener(listeners[i].Name, l) }()
+	}
+	for !allServed(b) {
 		select {
 		case err := <-serveErr:
 			shutdown()
@@ -315,40 +331,38 @@ func runServe(ctx context.Context, f serveFlags) error {
 
 	var adminSrv *http.Server
 	adminAddr := "disabled"
-	if f.adminListen != "" {
-		al, err := net.Listen("tcp", f.adminListen)
-		if err != nil {
-			shutdown()
-			return fmt.Errorf("admin listener on %s: %w (choose another --admin-listen, or \"\" to disable)", f.adminListen, err)
-		}
-		adminAddr = al.Addr().String()
+	if al != nil {
+		adminAddr = al.Addr().String() + ", " + adminAuth.describe()
 		if f.adminPprof {
 			adminAddr += ", with /debug/pprof/"
 		}
 		if adminRemote {
-			adminAddr += " — WARNING: reachable from other hosts, without authentication (--admin-allow-remote)"
+			adminAddr += ", reachable from other hosts"
 		}
-		adminSrv = &http.Server{Handler: adminMux(b, reg, dataDir, storageDesc, f.adminPprof), ReadHeaderTimeout: 10 * time.Second}
-		go adminSrv.Serve(al)
+		adminSrv = &http.Server{Handler: adminAuth.wrap(adminMux(b, reg, dataDir, storageDesc, f.adminPprof)), ReadHeaderTimeout: 10 * time.Second, TLSConfig: adminAuth.tls}
+		if adminAuth.tls != nil {
+			go adminSrv.ServeTLS(al, "", "")
+		} else {
+			go adminSrv.Serve(al)
+		}
 	}
 
 	fmt.Fprintf(os.Stderr, `sushka %s (%s, GOMAXPROCS=%d)
-  kafka listener   %s (advertised %s)
-  admin listener   %s
+%s  admin listener   %s
   data directory   %s (%s)
   durability       acks=all → fdatasync before ack; acks=1 → ack from the page cache; acks=0 → no answer; consumers see a record once it is fsynced
   limits           request memory %s, request %s; connections %d (%d per IP); idle %s, frame read %s, write %s
   open files       %s
   cluster id       %s, node %d; recovered in %s
-`, version, runtime.Version(), runtime.GOMAXPROCS(0), l.Addr(), b.AdvertisedAddr(), adminAddr, dataDir, storageDesc,
+`, version, runtime.Version(), runtime.GOMAXPROCS(0), listenerBanner(b, f), adminAddr, dataDir, storageDesc,
 		humanBytes(f.maxRequestMemory), humanBytes(int64(f.maxRequestBytes)), f.maxConnections, f.maxConnsPerIP,
 		f.idleTimeout, f.frameReadTimeout, f.writeTimeout, openFiles,
 		b.ClusterID(), f.nodeID, recovered.Round(time.Millisecond))
 	if storage.Volatile {
 		logger.Warn("the data directory is on a volatile filesystem: acknowledged data is lost at reboot", "storage", storageDesc)
 	}
-	if adminRemote {
-		logger.Warn("the admin listener is reachable from other hosts and has no authentication", "admin_listen", adminAddr)
+	if adminRemote && adminAuth.tls == nil {
+		logger.Warn("the admin listener is reachable from other hosts over plain HTTP: its bearer token crosses the network in clear", "admin_listen", adminAddr)
 	}
 	if int64(f.maxRequestBytes) > f.maxRequestMemory {
 		logger.Warn("--max-request-bytes is above --max-request-memory: requests larger than the memory budget are refused", "max_request_bytes", f.maxRequestBytes, "max_request_memory", f.maxRequestMemory)
@@ -379,6 +393,17 @@ func runServe(ctx context.Context, f serveFlags) error {
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// allServed reports whether every listener of b is served (its
+// advertised endpoint known).
+func allServed(b *broker.Broker) bool {
+	for _, ln := range b.Listeners() {
+		if ln.Advertised == "" {
+			return false
+		}
+	}
+	return true
 }
 
 func ctxDone(ctx context.Context) <-chan struct{} {

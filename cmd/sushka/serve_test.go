@@ -1,11 +1,17 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sushka-io/sushka/internal/certs"
 )
 
 // TestHostileAdminPprofOnlyWithFlag: an unauthenticated client of the
@@ -39,22 +45,82 @@ func TestHostileAdminPprofOnlyWithFlag(t *testing.T) {
 	}
 }
 
-// TestAdminListenLoopbackOnly: a non-loopback admin address is refused
-// unless explicitly allowed.
-func TestAdminListenLoopbackOnly(t *testing.T) {
+// TestAdminListenRemoteNeedsAuthentication: the admin listener is open on
+// loopback; on any other address it refuses to start without a token or
+// client certificates (--admin-allow-remote is no longer enough).
+func TestAdminListenRemoteNeedsAuthentication(t *testing.T) {
 	for addr, wantRemote := range map[string]bool{
 		"127.0.0.1:9644": false, "[::1]:9644": false, "localhost:9644": false, "127.0.0.2:0": false,
 		"0.0.0.0:9644": true, ":9644": true, "10.1.2.3:9644": true, "[::]:9644": true,
 	} {
-		remote, err := checkAdminListen(addr, false)
+		remote, _, err := checkAdminListen(serveFlags{adminListen: addr, adminAllowRemote: true})
 		if remote != wantRemote || (err != nil) != wantRemote {
-			t.Errorf("checkAdminListen(%q, false) = %v, %v", addr, remote, err)
+			t.Errorf("checkAdminListen(%q) without authentication = %v, %v", addr, remote, err)
 		}
-		if remote, err := checkAdminListen(addr, true); remote != wantRemote || err != nil {
-			t.Errorf("checkAdminListen(%q, true) = %v, %v", addr, remote, err)
+		remote, auth, err := checkAdminListen(serveFlags{adminListen: addr, adminToken: "s3cret"})
+		if remote != wantRemote || err != nil || auth.token != "s3cret" {
+			t.Errorf("checkAdminListen(%q) with a token = %v, %+v, %v", addr, remote, auth, err)
 		}
 	}
-	if remote, err := checkAdminListen("", false); remote || err != nil {
+	if remote, _, err := checkAdminListen(serveFlags{}); remote || err != nil {
 		t.Errorf("disabled admin listener: %v, %v", remote, err)
+	}
+	if _, _, err := checkAdminListen(serveFlags{adminListen: "0.0.0.0:0", adminClientCAFile: "ca.crt"}); err == nil {
+		t.Error("admin client certificates without the broker's certificate accepted")
+	}
+}
+
+// TestAdminTokenAndClientCertificates: with a token every admin request
+// needs it; with a client CA the admin listener is HTTPS and needs a
+// client certificate of that CA.
+func TestAdminTokenAndClientCertificates(t *testing.T) {
+	dir := t.TempDir()
+	set, err := certs.NewSet("example", []string{"127.0.0.1"}, "ops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := certs.WriteSet(dir, set); err != nil {
+		t.Fatal(err)
+	}
+	_, auth, err := checkAdminListen(serveFlags{adminListen: "0.0.0.0:0", adminToken: "s3cret",
+		tlsCertFile: filepath.Join(dir, certs.ServerCertFile), tlsKeyFile: filepath.Join(dir, certs.ServerKeyFile),
+		adminClientCAFile: filepath.Join(dir, certs.CACertFile)})
+	if err != nil || !auth.clientCerts || auth.tls == nil {
+		t.Fatalf("auth %+v, %v", auth, err)
+	}
+	srv := httptest.NewUnstartedServer(auth.wrap(adminMux(nil, prometheus.NewRegistry(), "", "", false)))
+	srv.TLS = auth.tls
+	srv.StartTLS()
+	defer srv.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(set.CA.Cert)
+	get := func(withCert bool, header string) (int, error) {
+		cfg := &tls.Config{RootCAs: pool}
+		if withCert {
+			cfg.Certificates = []tls.Certificate{{Certificate: [][]byte{set.Client.Cert.Raw}, PrivateKey: set.Client.Key}}
+		}
+		cl := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 5 * time.Second}
+		req, _ := http.NewRequest("GET", srv.URL+"/healthz", nil)
+		if header != "" {
+			req.Header.Set("Authorization", header)
+		}
+		resp, err := cl.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	if code, err := get(true, "Bearer s3cret"); err != nil || code != http.StatusOK {
+		t.Fatalf("certificate and token: %d, %v", code, err)
+	}
+	if code, err := get(true, "Bearer wrong"); err != nil || code != http.StatusUnauthorized {
+		t.Fatalf("certificate and a wrong token: %d, %v", code, err)
+	}
+	if code, err := get(true, ""); err != nil || code != http.StatusUnauthorized {
+		t.Fatalf("certificate without a token: %d, %v", code, err)
+	}
+	if code, err := get(false, "Bearer s3cret"); err == nil {
+		t.Fatalf("no client certificate: served %d", code)
 	}
 }

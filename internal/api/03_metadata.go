@@ -47,7 +47,7 @@ func (h *Handler) handleMetadata(_ context.Context, creq *server.Request, req *k
 
 	b := kmsg.NewMetadataResponseBroker()
 	b.NodeID = h.cfg.NodeID
-	b.Host, b.Port = h.advertisedAddr()
+	b.Host, b.Port = h.advertisedAddr(creq)
 	resp.Brokers = append(resp.Brokers, b)
 	clusterID := h.cfg.Catalog.ClusterID()
 	resp.ClusterID = &clusterID

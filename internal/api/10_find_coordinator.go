@@ -11,6 +11,9 @@ import (
 // FindCoordinator: v0-6
 //
 // Behavior:
+// * The coordinator is this node at the endpoint of the listener the
+//   request came through, as Kafka answers with the coordinator's endpoint
+//   of the request's listener name.
 // * Group keys (internal/group): this node, once __consumer_offsets is
 //   loaded (COORDINATOR_NOT_AVAILABLE before).
 // * Transaction keys (internal/txn): this node, once __transaction_state
@@ -28,8 +31,29 @@ func init() { regKey(10, 0, 6, (*Handler).handleFindCoordinator) }
 const coordinatorTypeTransaction = 1
 
 func (h *Handler) handleFindCoordinator(ctx context.Context, creq *server.Request, req *kmsg.FindCoordinatorRequest) server.Response {
+	var resp server.Response
 	if req.CoordinatorType == coordinatorTypeTransaction {
-		return h.handleTxn(ctx, req)
+		resp = h.handleTxn(ctx, req)
+	} else {
+		resp = h.handleGroup(ctx, creq)
 	}
-	return h.handleGroup(ctx, creq)
+	if fc, ok := resp.Body.(*kmsg.FindCoordinatorResponse); ok {
+		h.listenerCoordinators(creq, fc)
+	}
+	return resp
+}
+
+// listenerCoordinators puts the endpoint of creq's listener into the
+// coordinators of resp that are this node (the coordinators answer with
+// the default listener's).
+func (h *Handler) listenerCoordinators(creq *server.Request, resp *kmsg.FindCoordinatorResponse) {
+	host, port := h.advertisedAddr(creq)
+	if resp.ErrorCode == 0 && resp.NodeID == h.cfg.NodeID {
+		resp.Host, resp.Port = host, port
+	}
+	for i := range resp.Coordinators {
+		if c := &resp.Coordinators[i]; c.ErrorCode == 0 && c.NodeID == h.cfg.NodeID {
+			c.Host, c.Port = host, port
+		}
+	}
 }

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -113,7 +114,7 @@ type Handler struct {
 	// to configs, so the catalogue and the open logs change together.
 	adminMu sync.Mutex
 
-	advertised atomic.Pointer[hostPort] // set by SetAdvertised before serving
+	advertised atomic.Pointer[[]Endpoint] // set by SetAdvertised before serving
 
 	mu     sync.RWMutex // guards topics and byID (not the logs' contents)
 	topics map[string]*topic
@@ -133,15 +134,30 @@ type topic struct {
 	parts []*plog.Log
 }
 
-type hostPort struct {
-	host string
-	port int32
+// Endpoint is where clients reach this broker through one listener: an
+// entry of Kafka's advertised.listeners.
+type Endpoint struct {
+	Listener string // the listener's name (server.Session.Listener)
+	Protocol server.SecurityProtocol
+	Host     string
+	Port     int32
 }
 
-// SetAdvertised sets the address Metadata and DescribeCluster tell clients
-// to connect to.
-func (h *Handler) SetAdvertised(host string, port int32) {
-	h.advertised.Store(&hostPort{host, port})
+// SetAdvertised sets the endpoints clients are told to connect to, one per
+// listener, the first the default. Metadata, DescribeCluster and
+// FindCoordinator answer each request with the endpoint of the listener it
+// came through (its Session's), as Kafka does, so a client bootstrapped on
+// a listener stays on it; a request without a session, or of a listener
+// with no endpoint, gets the first.
+func (h *Handler) SetAdvertised(endpoints ...Endpoint) {
+	if len(endpoints) == 0 {
+		return
+	}
+	endpoints = slices.Clone(endpoints)
+	h.advertised.Store(&endpoints)
+	// The coordinators' own answers name the default; FindCoordinator
+	// puts the request's listener's endpoint in (10_find_coordinator.go).
+	host, port := endpoints[0].Host, endpoints[0].Port
 	if h.groups != nil {
 		h.groups.SetAddress(host, port)
 	}
@@ -150,11 +166,26 @@ func (h *Handler) SetAdvertised(host string, port int32) {
 	}
 }
 
-func (h *Handler) advertisedAddr() (string, int32) {
-	if hp := h.advertised.Load(); hp != nil {
-		return hp.host, hp.port
+// endpoints are the advertised endpoints, the default first.
+func (h *Handler) endpoints() []Endpoint {
+	if eps := h.advertised.Load(); eps != nil {
+		return *eps
 	}
-	return "127.0.0.1", 9092
+	return []Endpoint{{Listener: server.Plaintext.String(), Protocol: server.Plaintext, Host: "127.0.0.1", Port: 9092}}
+}
+
+// advertisedAddr is the endpoint req's listener advertises (nil req, or a
+// listener without one: the default).
+func (h *Handler) advertisedAddr(req *server.Request) (string, int32) {
+	eps := h.endpoints()
+	if req != nil && req.Session != nil {
+		for _, ep := range eps {
+			if ep.Listener == req.Session.Listener {
+				return ep.Host, ep.Port
+			}
+		}
+	}
+	return eps[0].Host, eps[0].Port
 }
 
 // New opens the logs of every topic in the catalogue.

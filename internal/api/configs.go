@@ -183,7 +183,6 @@ func (h *Handler) topicConfigEntries(mt meta.Topic, names []string) []configEntr
 // configs).
 func (h *Handler) brokerConfigEntries(names []string) []configEntry {
 	d := h.cfg.Defaults
-	host, port := h.advertisedAddr()
 	source := func(name string) int8 {
 		if d.Explicit[name] {
 			return sourceStaticBroker
@@ -194,7 +193,8 @@ func (h *Handler) brokerConfigEntries(names []string) []configEntry {
 		{name: "node.id", value: strconv.Itoa(int(h.cfg.NodeID)), typ: meta.TypeInt, source: sourceStaticBroker},
 		{name: "broker.id", value: strconv.Itoa(int(h.cfg.NodeID)), typ: meta.TypeInt, source: sourceStaticBroker},
 		{name: "log.dirs", value: h.cfg.DataDir, typ: meta.TypeString, source: sourceStaticBroker},
-		{name: "advertised.listeners", value: fmt.Sprintf("PLAINTEXT://%s", net.JoinHostPort(host, strconv.Itoa(int(port)))), typ: meta.TypeList, source: sourceStaticBroker},
+		{name: "advertised.listeners", value: h.advertisedListeners(), typ: meta.TypeList, source: sourceStaticBroker},
+		{name: "listener.security.protocol.map", value: h.listenerProtocolMap(), typ: meta.TypeList, source: sourceStaticBroker},
 		{name: "auto.create.topics.enable", value: strconv.FormatBool(h.cfg.AutoCreateTopics), typ: meta.TypeBoolean, source: source("auto.create.topics.enable")},
 		{name: "num.partitions", value: strconv.Itoa(int(h.cfg.DefaultPartitions)), typ: meta.TypeInt, source: source("num.partitions")},
 		{name: "default.replication.factor", value: "1", typ: meta.TypeInt, source: sourceDefault},
@@ -347,4 +347,24 @@ func remove(list []string, s string) []string {
 		}
 	}
 	return out
+}
+
+// advertisedListeners is Kafka's advertised.listeners value:
+// NAME://host:port for each listener.
+func (h *Handler) advertisedListeners() string {
+	var parts []string
+	for _, ep := range h.endpoints() {
+		parts = append(parts, ep.Listener+"://"+net.JoinHostPort(ep.Host, strconv.Itoa(int(ep.Port))))
+	}
+	return strings.Join(parts, ",")
+}
+
+// listenerProtocolMap is Kafka's listener.security.protocol.map value:
+// NAME:PROTOCOL for each listener.
+func (h *Handler) listenerProtocolMap() string {
+	var parts []string
+	for _, ep := range h.endpoints() {
+		parts = append(parts, ep.Listener+":"+ep.Protocol.String())
+	}
+	return strings.Join(parts, ",")
 }

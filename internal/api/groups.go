@@ -38,7 +38,7 @@ func (h *Handler) startGroups() error {
 		return err
 	}
 	h.groups = svc
-	host, port := h.advertisedAddr()
+	host, port := h.advertisedAddr(nil)
 	svc.SetAddress(host, port)
 	return nil
 }

@@ -53,7 +53,7 @@ func startTestBroker(t testing.TB, cfg Config) *testBroker {
 		t.Fatal(err)
 	}
 	addr := l.Addr().(*net.TCPAddr)
-	h.SetAdvertised(addr.IP.String(), int32(addr.Port))
+	h.SetAdvertised(Endpoint{Listener: "PLAINTEXT", Host: addr.IP.String(), Port: int32(addr.Port)})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	t.Cleanup(func() {

@@ -46,7 +46,7 @@ func (h *Handler) startTxns() error {
 	if h.cfg.TxnVerifier == nil {
 		h.cfg.TxnVerifier = txnVerifier{svc}
 	}
-	host, port := h.advertisedAddr()
+	host, port := h.advertisedAddr(nil)
 	svc.SetAddress(host, port)
 	return nil
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -24,11 +25,18 @@ import (
 // conn is one client connection: a reader goroutine (serve) and a writer
 // goroutine (writeLoop), joined by the queue of pending responses.
 type conn struct {
-	s   *Server
+	s *Server
+	// nc is the connection requests are read from and responses written
+	// to: raw itself, or on a TLS listener a *tls.Conn over raw (its
+	// handshake run by serve).
 	nc  net.Conn
-	id  uint64
-	ip  string // key of the per-IP limit
-	log *slog.Logger
+	raw net.Conn
+	// batcher, on TLS, is between nc and raw: it sends each response
+	// piece's TLS records with one write.
+	batcher *recordBatcher
+	id      uint64
+	ip      string // key of the per-IP limit
+	log     *slog.Logger
 	// session is the connection's security state (Request.Session).
 	session *Session
 
@@ -66,12 +74,13 @@ type slot struct {
 	resp Response
 }
 
-func newConn(s *Server, nc net.Conn, id uint64, ip string) *conn {
+func newConn(s *Server, nc net.Conn, id uint64, ip string, ln *Listener) *conn {
 	ctx, cancel := context.WithCancel(s.baseCtx)
 	readCtx, stopRead := context.WithCancel(ctx)
 	c := &conn{
 		s:        s,
 		nc:       nc,
+		raw:      nc,
 		id:       id,
 		ip:       ip,
 		log:      s.log.With("client", nc.RemoteAddr().String()),
@@ -80,7 +89,11 @@ func newConn(s *Server, nc net.Conn, id uint64, ip string) *conn {
 		readCtx:  readCtx,
 		stopRead: stopRead,
 		queue:    make(chan *slot, s.cfg.MaxInFlight),
-		session:  NewSession(Plaintext.String(), Plaintext, nc.LocalAddr()),
+		session:  NewSession(ln.Name, ln.Protocol, nc.LocalAddr()),
+	}
+	if ln.TLS != nil {
+		c.batcher = &recordBatcher{Conn: nc}
+		c.nc = tls.Server(c.batcher, ln.TLS)
 	}
 	c.lastWriteNanos.Store(time.Now().UnixNano())
 	return c
@@ -96,13 +109,14 @@ func (c *conn) stopReading() {
 	c.nc.SetReadDeadline(time.Unix(1, 0))
 }
 
-// abort closes the connection at once.
+// abort closes the connection at once (the socket itself: a TLS
+// close_notify could wait on a client that does not read).
 func (c *conn) abort() {
 	c.mu.Lock()
 	c.aborted = true
 	c.mu.Unlock()
 	c.cancel()
-	c.nc.Close()
+	c.raw.Close()
 }
 
 // setReadDeadline sets the read deadline unless the reader was told to stop,
@@ -142,6 +156,9 @@ func (c *conn) serve() {
 		c.s.removeConn(c)
 	}()
 
+	if tc, ok := c.nc.(*tls.Conn); ok && !c.handshake(tc) {
+		return
+	}
 	var (
 		sizeBuf     [4]byte
 		lastOrdered chan struct{} // done channel of the previous ordered request
@@ -154,6 +171,12 @@ func (c *conn) serve() {
 			return
 		}
 		if size < 0 || int64(size) > maxFrame {
+			if looksLikeTLS(sizeBuf) {
+				c.s.frameLog.warn(c.log, "closing connection: a TLS handshake on a listener without TLS (is the client set to security.protocol SSL or SASL_SSL for a PLAINTEXT port?)",
+					"listener", c.session.Listener, "protocol", c.session.Protocol.String())
+				c.abort()
+				return
+			}
 			c.s.frameLog.warn(c.log, "closing connection: request frame too large", "size", size,
 				"max_request_bytes", c.s.cfg.MaxRequestBytes, "max_request_memory", c.s.cfg.MaxRequestMemory)
 			c.abort()
@@ -352,7 +375,7 @@ func (c *conn) write(buf []byte, req *Request, r Response) ([]byte, error) {
 	if responseHeaderFlexible(req) {
 		buf = append(buf, 0) // no tagged fields
 	}
-	w := progressWriter{nc: c.nc, timeout: c.s.cfg.WriteTimeout}
+	w := progressWriter{nc: c.nc, timeout: c.s.cfg.WriteTimeout, copying: c.nc != c.raw, batcher: c.batcher}
 	if r.Body != nil {
 		buf = r.Body.AppendTo(buf)
 		binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
@@ -374,13 +397,40 @@ func (c *conn) write(buf []byte, req *Request, r Response) ([]byte, error) {
 type progressWriter struct {
 	nc      net.Conn
 	timeout time.Duration
+	// copying is set on a TLS connection: no sendfile or writev (every
+	// byte is encrypted on its way), and no write retried after its
+	// deadline (crypto/tls's state is corrupt once a write timed out), so
+	// writes go in pieces of copyChunkBytes, the deadline armed before
+	// each: progress is then a piece written.
+	copying bool
+	// batcher, if set, collects each piece's TLS records into one write.
+	batcher *recordBatcher
 }
+
+// copyChunkBytes is the size of the pooled buffers file ranges are copied
+// through and of the pieces a TLS connection is written in (four TLS
+// records of 16 KiB).
+const copyChunkBytes = 64 << 10
 
 // arm sets the write deadline timeout from now.
 func (w progressWriter) arm() {
 	if w.timeout > 0 {
 		w.nc.SetWriteDeadline(time.Now().Add(w.timeout))
 	}
+}
+
+// writePiece writes p, through the batcher if there is one.
+func (w progressWriter) writePiece(p []byte) (int, error) {
+	if w.batcher == nil {
+		return w.nc.Write(p)
+	}
+	w.batcher.start()
+	n, err := w.nc.Write(p)
+	if ferr := w.batcher.flush(); err == nil && ferr != nil {
+		// crypto/tls took the records as written; the socket did not.
+		return 0, ferr
+	}
+	return n, err
 }
 
 // writeBuffers writes bufs (consuming them), re-arming the deadline each
@@ -395,9 +445,21 @@ func (w progressWriter) writeBuffers(bufs net.Buffers) error {
 	}
 }
 
-// Write writes p in full, re-arming the deadline as writeBuffers does.
+// Write writes p in full, re-arming the deadline as writeBuffers does (on
+// a copying connection, before each piece).
 func (w progressWriter) Write(p []byte) (int, error) {
 	written := 0
+	if w.copying {
+		for written < len(p) {
+			w.arm()
+			n, err := w.writePiece(p[written:min(len(p), written+copyChunkBytes)])
+			written += n
+			if err != nil {
+				return written, err
+			}
+		}
+		return written, nil
+	}
 	for {
 		w.arm()
 		n, err := w.nc.Write(p[written:])
@@ -411,6 +473,9 @@ func (w progressWriter) Write(p []byte) (int, error) {
 // writeFrame writes head then the frame's pieces: runs of byte pieces with
 // one writev, file pieces with sendfile when both ends allow it.
 func writeFrame(w progressWriter, head []byte, f *Frame) error {
+	if w.copying {
+		return writeFrameCopying(w, head, f)
+	}
 	bufs := net.Buffers{head}
 	for _, p := range f.Pieces {
 		if p.File == nil {
@@ -451,7 +516,73 @@ func sendFileRange(w progressWriter, f io.ReaderAt, pos, n int64) error {
 	return copyRange(w, f, pos, n)
 }
 
-var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+var copyBufPool = sync.Pool{New: func() any { b := make([]byte, copyChunkBytes); return &b }}
+
+// writeFrameCopying writes head and the frame's pieces through one pooled
+// buffer, each write a full buffer (the last excepted): on TLS the small
+// byte pieces of a fetch response (partition headers) and its file ranges
+// go out in full TLS records rather than one record, and one system call,
+// per piece.
+func writeFrameCopying(w progressWriter, head []byte, f *Frame) error {
+	bp := copyBufPool.Get().(*[]byte)
+	defer copyBufPool.Put(bp)
+	buf := (*bp)[:0]
+	flush := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		_, err := w.Write(buf)
+		buf = buf[:0]
+		return err
+	}
+	add := func(p []byte) error {
+		for len(p) > 0 {
+			n := copy(buf[len(buf):cap(buf)], p)
+			buf, p = buf[:len(buf)+n], p[n:]
+			if len(buf) == cap(buf) {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if err := add(head); err != nil {
+		return err
+	}
+	for _, p := range f.Pieces {
+		if p.File == nil {
+			if err := add(p.Bytes); err != nil {
+				return err
+			}
+			continue
+		}
+		for pos, n := p.Pos, p.Len; n > 0; {
+			chunk := buf[len(buf):min(int64(cap(buf)), int64(len(buf))+n)]
+			m, err := p.File.ReadAt(chunk, pos)
+			if m < len(chunk) {
+				return readSegmentError(err)
+			}
+			buf = buf[:len(buf)+m]
+			pos, n = pos+int64(m), n-int64(m)
+			if len(buf) == cap(buf) {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return flush()
+}
+
+// readSegmentError is the error of a read of a file range that came back
+// short: a segment truncated under the reader.
+func readSegmentError(err error) error {
+	if err == nil || errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("reading segment: %w", err)
+}
 
 func copyRange(w io.Writer, f io.ReaderAt, pos, n int64) error {
 	bp := copyBufPool.Get().(*[]byte)
@@ -461,10 +592,7 @@ func copyRange(w io.Writer, f io.ReaderAt, pos, n int64) error {
 		chunk := buf[:min(int64(len(buf)), n)]
 		m, err := f.ReadAt(chunk, pos)
 		if m < len(chunk) {
-			if err == nil || errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return fmt.Errorf("reading segment: %w", err)
+			return readSegmentError(err)
 		}
 		if _, err := w.Write(chunk); err != nil {
 			return err

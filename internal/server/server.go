@@ -36,7 +36,9 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -279,6 +281,7 @@ type Server struct {
 	acceptLog rateLimitedLog // accept failures
 	rejectLog rateLimitedLog // connections over a limit
 	frameLog  rateLimitedLog // bad, oversized or stalled frames, stuck writes
+	tlsLog    rateLimitedLog // failed TLS handshakes
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -315,14 +318,37 @@ func (s *Server) RequestMemoryInUse() int64 { return s.budget.inUse.Load() }
 // RequestMemoryLimit is the request memory budget.
 func (s *Server) RequestMemoryLimit() int64 { return s.budget.limit }
 
-// Serve accepts connections on l until Shutdown; it always returns a non-nil
-// error, ErrServerClosed after Shutdown, and l is closed when it returns.
-// Accept errors that can pass (a shortage of file descriptors, a
-// connection reset before it was accepted) are retried with exponential
-// backoff from 5 ms to 1 s and logged at most once a second; any other
-// error is returned.
-func (s *Server) Serve(l net.Listener) error {
+// Listener is what a listener's connections are: its name (Kafka's
+// listener name, in every connection's Session), security protocol and,
+// for SSL and SASL_SSL, the TLS configuration its handshakes use.
+type Listener struct {
+	Name     string
+	Protocol SecurityProtocol
+	TLS      *tls.Config
+}
+
+// PlaintextListener is the listener Serve serves: PLAINTEXT, named so.
+var PlaintextListener = Listener{Name: Plaintext.String(), Protocol: Plaintext}
+
+// Serve accepts connections on l as PlaintextListener (ServeListener).
+func (s *Server) Serve(l net.Listener) error { return s.ServeListener(l, PlaintextListener) }
+
+// ServeListener accepts connections on l until Shutdown, each with ln's
+// name and protocol in its Session and, for a protocol over TLS, a TLS
+// handshake run by the connection's own goroutine (never by the accept
+// loop) within FrameReadTimeout. It always returns a non-nil error,
+// ErrServerClosed after Shutdown, and l is closed when it returns. Accept
+// errors that can pass (a shortage of file descriptors, a connection reset
+// before it was accepted) are retried with exponential backoff from 5 ms
+// to 1 s and logged at most once a second; any other error is returned.
+func (s *Server) ServeListener(l net.Listener, ln Listener) error {
 	defer l.Close()
+	if ln.Protocol.TLS() != (ln.TLS != nil) {
+		return fmt.Errorf("server: listener %s is %s: a TLS configuration is needed exactly for SSL and SASL_SSL", ln.Name, ln.Protocol)
+	}
+	if ln.Name == "" {
+		ln.Name = ln.Protocol.String()
+	}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -357,7 +383,7 @@ func (s *Server) Serve(l net.Listener) error {
 			continue
 		}
 		backoff = 0
-		s.accept(nc)
+		s.accept(nc, &ln)
 	}
 }
 
@@ -390,7 +416,7 @@ func (s *Server) isClosing() bool {
 
 // accept starts serving nc, or closes it at once if a connection limit is
 // reached.
-func (s *Server) accept(nc net.Conn) {
+func (s *Server) accept(nc net.Conn, ln *Listener) {
 	ip := clientIP(nc.RemoteAddr())
 	s.mu.Lock()
 	if s.closing {
@@ -417,7 +443,7 @@ func (s *Server) accept(nc net.Conn) {
 		return
 	}
 	s.nextID++
-	c := newConn(s, nc, s.nextID, ip)
+	c := newConn(s, nc, s.nextID, ip, ln)
 	s.conns[c] = struct{}{}
 	s.perIP[ip]++
 	s.connsWG.Add(1)
