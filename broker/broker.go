@@ -132,6 +132,27 @@ type Config struct {
 	// acks=all append starts at least this long after the previous one.
 	// Default DefaultSyncInterval; negative: no pacing.
 	SyncInterval time.Duration
+
+	// SASL, on the Listeners of protocol SASL_PLAINTEXT and SASL_SSL.
+	// SASLMechanisms are the mechanisms accepted (Kafka's
+	// sasl.enabled.mechanisms: "SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN";
+	// nil: all three), every one verified against the SCRAM credentials
+	// of the metadata log.
+	SASLMechanisms []string
+	// BootstrapUser and BootstrapPassword, when BootstrapUser is set,
+	// give that user SCRAM-SHA-256 and SCRAM-SHA-512 credentials at start
+	// if it has none (--bootstrap-user): how a first administrator exists.
+	BootstrapUser     string
+	BootstrapPassword string
+	// ConnectionsMaxReauth is connections.max.reauth.ms: the session
+	// lifetime of a SASL authentication (KIP-368); 0: no limit.
+	ConnectionsMaxReauth time.Duration
+	// FailedAuthenticationDelay is connection.failed.authentication.delay.ms.
+	// Default DefaultFailedAuthenticationDelay; negative: none.
+	FailedAuthenticationDelay time.Duration
+	// MaxSASLReceiveBytes is sasl.server.max.receive.size: the largest
+	// frame before authentication. Default DefaultMaxSASLReceiveBytes.
+	MaxSASLReceiveBytes int32
 }
 
 // Listener is one of the broker's Kafka listeners.
@@ -165,6 +186,9 @@ const (
 	DefaultProducerIDExpiration = plog.DefaultProducerIDExpiration
 	DefaultMaxFetchWait         = api.DefaultMaxFetchWait
 	DefaultSyncInterval         = plog.DefaultSyncInterval
+
+	DefaultFailedAuthenticationDelay = api.DefaultFailedAuthenticationDelay
+	DefaultMaxSASLReceiveBytes       = server.DefaultMaxSASLReceiveBytes
 )
 
 // Broker is a running broker.
@@ -240,6 +264,16 @@ func New(cfg Config) (*Broker, error) {
 		cfg.MaxPartitions = meta.DefaultMaxPartitions
 	}
 	catalog.SetMaxPartitions(cfg.MaxPartitions)
+	if cfg.BootstrapUser != "" {
+		created, err := catalog.EnsureScramUser(cfg.BootstrapUser, cfg.BootstrapPassword)
+		if err != nil {
+			catalog.Close()
+			return nil, fmt.Errorf("broker: bootstrap user: %w", err)
+		}
+		if created {
+			cfg.Logger.Info("bootstrap user created with SCRAM-SHA-256 and SCRAM-SHA-512 credentials", "user", cfg.BootstrapUser)
+		}
+	}
 	b := &Broker{cfg: cfg, log: cfg.Logger, catalog: catalog, stopBG: make(chan struct{}), bgDone: make(chan struct{})}
 	for _, ln := range cfg.Listeners {
 		b.listeners = append(b.listeners, ListenerInfo{Name: ln.Name, Protocol: ln.Protocol})
@@ -261,6 +295,10 @@ func New(cfg Config) (*Broker, error) {
 		ProducerIDExpiration:  cfg.ProducerIDExpiration,
 		MaxFetchWait:          cfg.MaxFetchWait,
 		SyncInterval:          cfg.SyncInterval,
+
+		SASLMechanisms:            cfg.SASLMechanisms,
+		ConnectionsMaxReauth:      cfg.ConnectionsMaxReauth,
+		FailedAuthenticationDelay: cfg.FailedAuthenticationDelay,
 	})
 	if err != nil {
 		catalog.Close()
@@ -280,6 +318,7 @@ func New(cfg Config) (*Broker, error) {
 		OnConnection:         b.metrics.connection,
 		OnConnectionRejected: b.metrics.connectionRejected,
 		OnRequest:            b.metrics.request,
+		MaxSASLReceiveBytes:  cfg.MaxSASLReceiveBytes,
 	})
 	b.metrics.watchServer(cfg.Registry, b.srv)
 	go b.background()
@@ -448,6 +487,9 @@ func (b *Broker) Listeners() []ListenerInfo {
 	defer b.mu.Unlock()
 	return slices.Clone(b.listeners)
 }
+
+// ScramUserCount is the number of users with a SCRAM credential.
+func (b *Broker) ScramUserCount() int { return len(b.catalog.ScramUsers()) }
 
 // Registry is the broker's Prometheus registry.
 func (b *Broker) Registry() *prometheus.Registry { return b.cfg.Registry }

@@ -21,7 +21,7 @@ import (
 func runCLI(t *testing.T, brokers, stdin string, args ...string) (string, string, error) {
 	t.Helper()
 	root := &cobra.Command{Use: "sushka", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(newTopicCmd(), newProduceCmd(), newConsumeCmd(), newGroupCmd(), newTxnCmd())
+	root.AddCommand(newTopicCmd(), newProduceCmd(), newConsumeCmd(), newGroupCmd(), newTxnCmd(), newUserCmd())
 	full := append(append([]string{}, args...), "--brokers", brokers)
 	if !strings.Contains(strings.Join(args, " "), "--timeout") {
 		full = append(full, "--timeout", "5s")

@@ -21,6 +21,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	ksasl "github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/sushka-io/sushka/internal/sasl"
 )
 
 const defaultBrokers = "127.0.0.1:9092"
@@ -42,6 +47,7 @@ type clientFlags struct {
 	brokers string
 	timeout time.Duration
 	tls     clientTLSFlags
+	sasl    clientSASLFlags
 }
 
 // register adds --brokers/-b and --timeout to fs. The broker list defaults
@@ -56,6 +62,7 @@ func (f *clientFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Second,
 		"how long to wait for the broker to answer a request")
 	f.tls.register(fs)
+	f.sasl.register(fs)
 }
 
 // seeds returns the broker list, split and trimmed.
@@ -87,6 +94,13 @@ func (f *clientFlags) newClient(extra ...kgo.Opt) (*kgo.Client, error) {
 	}
 	if tlsCfg != nil {
 		opts = append(opts, kgo.DialTLSConfig(tlsCfg))
+	}
+	mech, err := f.sasl.mechanism()
+	if err != nil {
+		return nil, err
+	}
+	if mech != nil {
+		opts = append(opts, kgo.SASL(mech))
 	}
 	opts = append(opts, extra...)
 	cl, err := kgo.NewClient(opts...)
@@ -147,6 +161,12 @@ var hints = map[string]string{
 	"REQUEST_TIMED_OUT":            "the broker did not finish in time; try a larger --timeout",
 	"TOPIC_AUTHORIZATION_FAILED":   "the broker denied access to this topic",
 	"UNSUPPORTED_VERSION":          "the broker does not serve this request version",
+	"SASL_AUTHENTICATION_FAILED":   "check --sasl-user and --sasl-password (env SUSHKA_SASL_USER, SUSHKA_SASL_PASSWORD); `sushka user list` shows who has credentials",
+	"UNSUPPORTED_SASL_MECHANISM":   "the listener does not enable this mechanism: pick another --sasl-mechanism (see the broker's --sasl-enabled-mechanisms)",
+	"ILLEGAL_SASL_STATE":           "this listener does not use SASL: drop --sasl-*, or point --brokers at the SASL_PLAINTEXT/SASL_SSL listener",
+	"RESOURCE_NOT_FOUND":           "no such user credential: `sushka user list` shows the users and their mechanisms",
+	"UNACCEPTABLE_CREDENTIAL":      "SCRAM iterations must be 4096 to 16384, and a user needs a name",
+	"DUPLICATE_RESOURCE":           "name each user once per request",
 }
 
 // kafkaErrName returns Kafka's error name (e.g. TOPIC_ALREADY_EXISTS) if err
@@ -173,6 +193,10 @@ func (f *clientFlags) hintFor(err error) string {
 		return fmt.Sprintf("%s does not speak TLS: drop --tls, or point --brokers at the SSL/SASL_SSL listener", f.brokers)
 	case strings.Contains(msg, "certificate required"), strings.Contains(msg, "bad certificate"), strings.Contains(msg, "unknown certificate authority"):
 		return "the broker wants a client certificate it trusts: pass --tls-cert-file and --tls-key-file"
+	case !f.sasl.wanted() && (strings.Contains(msg, "SASL is required") || strings.Contains(msg, "EOF") || strings.Contains(msg, "connection reset")):
+		// A SASL listener closes a connection whose first request is
+		// not a SASL one.
+		return fmt.Sprintf("%s closed the connection: a SASL_PLAINTEXT or SASL_SSL listener needs --sasl-user and --sasl-password", f.brokers)
 	case errors.Is(err, syscall.ECONNREFUSED),
 		strings.Contains(err.Error(), "connection refused"):
 		return fmt.Sprintf("nothing listens on %s: is the broker running? Start one with `sushka serve`, "+
@@ -281,4 +305,41 @@ func (f *clientTLSFlags) config() (*tls.Config, error) {
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	return cfg, nil
+}
+
+// clientSASLFlags are the SASL connection flags (SASL_PLAINTEXT and
+// SASL_SSL listeners).
+type clientSASLFlags struct {
+	mechanismName string
+	user          string
+	password      string
+}
+
+func (f *clientSASLFlags) register(fs *pflag.FlagSet) {
+	mech := os.Getenv("SUSHKA_SASL_MECHANISM")
+	if mech == "" {
+		mech = sasl.NameScramSHA512
+	}
+	fs.StringVar(&f.mechanismName, "sasl-mechanism", mech, "SASL mechanism with --sasl-user: SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN (env SUSHKA_SASL_MECHANISM)")
+	fs.StringVar(&f.user, "sasl-user", os.Getenv("SUSHKA_SASL_USER"), "authenticate with SASL as this user (listeners SASL_PLAINTEXT and SASL_SSL; env SUSHKA_SASL_USER)")
+	fs.StringVar(&f.password, "sasl-password", os.Getenv("SUSHKA_SASL_PASSWORD"), "password of --sasl-user (env SUSHKA_SASL_PASSWORD, which keeps it out of the process list)")
+}
+
+// wanted reports whether the flags ask for SASL.
+func (f *clientSASLFlags) wanted() bool { return f.user != "" }
+
+// mechanism is the client's SASL mechanism, nil without --sasl-user.
+func (f *clientSASLFlags) mechanism() (ksasl.Mechanism, error) {
+	if !f.wanted() {
+		return nil, nil
+	}
+	switch strings.ToUpper(f.mechanismName) {
+	case sasl.NamePlain:
+		return plain.Auth{User: f.user, Pass: f.password}.AsMechanism(), nil
+	case sasl.NameScramSHA256:
+		return scram.Auth{User: f.user, Pass: f.password}.AsSha256Mechanism(), nil
+	case sasl.NameScramSHA512:
+		return scram.Auth{User: f.user, Pass: f.password}.AsSha512Mechanism(), nil
+	}
+	return nil, fmt.Errorf("--sasl-mechanism %q: want SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN", f.mechanismName)
 }

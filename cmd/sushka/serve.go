@@ -28,6 +28,7 @@ import (
 	"github.com/sushka-io/sushka/broker"
 	"github.com/sushka-io/sushka/internal/diskprobe"
 	"github.com/sushka-io/sushka/internal/meta"
+	"github.com/sushka-io/sushka/internal/sasl"
 	"github.com/sushka-io/sushka/internal/server"
 )
 
@@ -79,6 +80,11 @@ type serveFlags struct {
 	tlsClientAuth       string
 	adminToken          string
 	adminClientCAFile   string
+
+	// SASL (user.go for the users).
+	saslMechanisms         string
+	bootstrapUser          string
+	connectionsMaxReauthMs int64
 }
 
 func newServeCmd() *cobra.Command {
@@ -121,6 +127,15 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 			}
 			if f.maxFetchWait < time.Millisecond {
 				return fmt.Errorf("--max-fetch-wait %s: must be at least 1ms", f.maxFetchWait)
+			}
+			if _, err := sasl.ParseMechanisms(strings.Split(f.saslMechanisms, ",")); err != nil {
+				return fmt.Errorf("--sasl-enabled-mechanisms %q: %w", f.saslMechanisms, err)
+			}
+			if _, _, err := parseBootstrapUser(f.bootstrapUser); err != nil {
+				return err
+			}
+			if f.connectionsMaxReauthMs < 0 {
+				return fmt.Errorf("--connections-max-reauth-ms %d: must be at least 0 (0: no limit)", f.connectionsMaxReauthMs)
 			}
 			return runServe(cmd.Context(), f)
 		},
@@ -165,6 +180,9 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.DurationVar(&f.producerIDExpiration, "producer-id-expiration", broker.DefaultProducerIDExpiration, "forget an idempotent producer's sequence state in a partition after it has not produced there for this long (producer.id.expiration.ms)")
 	fl.DurationVar(&f.syncInterval, "sync-interval", broker.DefaultSyncInterval, "least time between a partition's fsyncs when no acks=all append waits (acks=0/1 records become visible up to this much later; 0: fsync back to back)")
 	fl.DurationVar(&f.maxFetchWait, "max-fetch-wait", broker.DefaultMaxFetchWait, "longest a fetch may wait for data (caps the client's MaxWaitMs)")
+	fl.StringVar(&f.saslMechanisms, "sasl-enabled-mechanisms", strings.Join(sasl.DefaultMechanisms, ","), "SASL mechanisms of SASL_PLAINTEXT and SASL_SSL listeners (Kafka's sasl.enabled.mechanisms); all verify against the SCRAM credentials")
+	fl.StringVar(&f.bootstrapUser, "bootstrap-user", "", "NAME:PASSWORD: give NAME SCRAM-SHA-256 and SCRAM-SHA-512 credentials at start if it has none (how a first administrator exists; prefer the env SUSHKA_BOOTSTRAP_USER)")
+	fl.Int64Var(&f.connectionsMaxReauthMs, "connections-max-reauth-ms", 0, "SASL session lifetime in ms: clients re-authenticate before it ends or are disconnected (KIP-368, Kafka's connections.max.reauth.ms; 0: no limit)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take before connections are dropped")
 	return cmd
 }
@@ -278,6 +296,7 @@ func runServe(ctx context.Context, f serveFlags) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	bootstrapName, bootstrapPassword, _ := parseBootstrapUser(f.bootstrapUser)
 	start := time.Now()
 	b, err := broker.New(broker.Config{
 		DataDir:               dataDir,
@@ -303,6 +322,10 @@ func runServe(ctx context.Context, f serveFlags) error {
 		ProducerIDExpiration:  f.producerIDExpiration,
 		MaxFetchWait:          f.maxFetchWait,
 		SyncInterval:          syncIntervalConfig(f.syncInterval),
+		SASLMechanisms:        strings.Split(f.saslMechanisms, ","),
+		BootstrapUser:         bootstrapName,
+		BootstrapPassword:     bootstrapPassword,
+		ConnectionsMaxReauth:  time.Duration(f.connectionsMaxReauthMs) * time.Millisecond,
 	})
 	if err != nil {
 		return err
@@ -354,10 +377,10 @@ func runServe(ctx context.Context, f serveFlags) error {
   limits           request memory %s, request %s; connections %d (%d per IP); idle %s, frame read %s, write %s
   open files       %s
   cluster id       %s, node %d; recovered in %s
-`, version, runtime.Version(), runtime.GOMAXPROCS(0), listenerBanner(b, f), adminAddr, dataDir, storageDesc,
+%s`, version, runtime.Version(), runtime.GOMAXPROCS(0), listenerBanner(b, f), adminAddr, dataDir, storageDesc,
 		humanBytes(f.maxRequestMemory), humanBytes(int64(f.maxRequestBytes)), f.maxConnections, f.maxConnsPerIP,
 		f.idleTimeout, f.frameReadTimeout, f.writeTimeout, openFiles,
-		b.ClusterID(), f.nodeID, recovered.Round(time.Millisecond))
+		b.ClusterID(), f.nodeID, recovered.Round(time.Millisecond), saslBanner(b, f, logger))
 	if storage.Volatile {
 		logger.Warn("the data directory is on a volatile filesystem: acknowledged data is lost at reboot", "storage", storageDesc)
 	}
@@ -481,4 +504,36 @@ func syncIntervalConfig(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// parseBootstrapUser splits --bootstrap-user NAME:PASSWORD ("" is none).
+func parseBootstrapUser(s string) (name, password string, err error) {
+	if s == "" {
+		return "", "", nil
+	}
+	name, password, ok := strings.Cut(s, ":")
+	if !ok || name == "" || password == "" {
+		return "", "", errors.New("--bootstrap-user: want NAME:PASSWORD (SUSHKA_BOOTSTRAP_USER keeps it out of the process list)")
+	}
+	return name, password, nil
+}
+
+// saslBanner is the banner's SASL line, when a listener uses SASL; it
+// warns when no user could authenticate.
+func saslBanner(b *broker.Broker, f serveFlags, logger *slog.Logger) string {
+	for _, ln := range b.Listeners() {
+		if !ln.Protocol.SASL() {
+			continue
+		}
+		users := b.ScramUserCount()
+		if users == 0 {
+			logger.Warn("a SASL listener is served and no SCRAM user exists: nobody can authenticate; start with --bootstrap-user NAME:PASSWORD (or SUSHKA_BOOTSTRAP_USER)")
+		}
+		lifetime := "no session limit"
+		if f.connectionsMaxReauthMs > 0 {
+			lifetime = fmt.Sprintf("sessions of %s, then re-authentication", time.Duration(f.connectionsMaxReauthMs)*time.Millisecond)
+		}
+		return fmt.Sprintf("  sasl             %s; SCRAM users: %d; %s\n", strings.Join(strings.Split(f.saslMechanisms, ","), ", "), users, lifetime)
+	}
+	return ""
 }

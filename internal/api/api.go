@@ -34,6 +34,7 @@ import (
 	"github.com/sushka-io/sushka/internal/group"
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/plog"
+	"github.com/sushka-io/sushka/internal/sasl"
 	"github.com/sushka-io/sushka/internal/server"
 	"github.com/sushka-io/sushka/internal/txn"
 	"github.com/sushka-io/sushka/internal/vfs"
@@ -103,7 +104,24 @@ type Config struct {
 	// FileCache bounds the open sealed-segment files of every partition
 	// (nil: plog.DefaultFileCache).
 	FileCache *plog.FileCache
+
+	// SASLMechanisms are the SASL mechanisms SaslHandshake accepts on SASL
+	// listeners (sasl.enabled.mechanisms; nil: sasl.DefaultMechanisms).
+	// They verify against the catalogue's SCRAM credentials.
+	SASLMechanisms []string
+	// ConnectionsMaxReauth is connections.max.reauth.ms: the session
+	// lifetime SaslAuthenticate v1+ gives (0: none, Kafka's default).
+	ConnectionsMaxReauth time.Duration
+	// FailedAuthenticationDelay is
+	// connection.failed.authentication.delay.ms: how long a failed SASL
+	// authentication waits before its answer and the close. Default
+	// DefaultFailedAuthenticationDelay; negative: none.
+	FailedAuthenticationDelay time.Duration
 }
+
+// DefaultFailedAuthenticationDelay is Kafka's
+// connection.failed.authentication.delay.ms default.
+const DefaultFailedAuthenticationDelay = 100 * time.Millisecond
 
 // Handler serves the Kafka API keys; it implements server.Handler.
 type Handler struct {
@@ -126,6 +144,9 @@ type Handler struct {
 	// txns is the transaction coordinator with __transaction_state
 	// (txns.go); set in New after groups, nil after Close.
 	txns *txn.Service
+	// sasl serves the SASL exchanges of SASL listeners
+	// (17_sasl_handshake.go, 36_sasl_authenticate.go).
+	sasl *sasl.Server
 }
 
 // topic is an open topic: its catalogue entry and one log per partition.
@@ -217,11 +238,22 @@ func New(cfg Config) (*Handler, error) {
 	case cfg.SyncInterval < 0:
 		cfg.SyncInterval = 0 // plog: no pacing
 	}
+	switch {
+	case cfg.FailedAuthenticationDelay == 0:
+		cfg.FailedAuthenticationDelay = DefaultFailedAuthenticationDelay
+	case cfg.FailedAuthenticationDelay < 0:
+		cfg.FailedAuthenticationDelay = 0
+	}
+	saslServer, err := sasl.NewServer(cfg.Catalog, cfg.SASLMechanisms)
+	if err != nil {
+		return nil, fmt.Errorf("SASL: %w", err)
+	}
 	h := &Handler{
 		cfg:    cfg,
 		log:    cfg.Logger,
 		topics: make(map[string]*topic),
 		byID:   make(map[[16]byte]*topic),
+		sasl:   saslServer,
 	}
 	if err := h.finishDeletions(); err != nil { // 20_delete_topics.go
 		return nil, err

@@ -8,13 +8,15 @@ import (
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/plog/batch"
+	"github.com/sushka-io/sushka/internal/sasl"
 )
 
 // errorCodes is the package's one mapping from the errors of the catalogue
-// (internal/meta) and the partition log (internal/plog, plog/batch) to the
-// Kafka error codes clients react to. The first entry the error matches
-// (errors.Is) wins; the sentinels of different packages never wrap each
-// other, so the order only matters within one package.
+// (internal/meta), the partition log (internal/plog, plog/batch), SASL
+// (internal/sasl) and this package to the Kafka error codes clients react
+// to. The first entry the error matches (errors.Is) wins; the sentinels of
+// different packages never wrap each other, so the order only matters
+// within one package.
 var errorCodes = []struct {
 	err  error
 	code int16
@@ -34,6 +36,13 @@ var errorCodes = []struct {
 	{plog.ErrInvalidTxnState, kerr.InvalidTxnState.Code},
 	{plog.ErrCoordinatorFenced, kerr.TransactionCoordinatorFenced.Code},
 	{plog.ErrOffsetOutOfRange, kerr.OffsetOutOfRange.Code},
+	{sasl.ErrIllegalState, kerr.IllegalSaslState.Code},
+	{sasl.ErrUnsupportedMechanism, kerr.UnsupportedSaslMechanism.Code},
+	{sasl.ErrAuthenticationFailed, kerr.SaslAuthenticationFailed.Code},
+	{sasl.ErrUnacceptableCredential, kerr.UnacceptableCredential.Code},
+	{meta.ErrNoScramCredential, kerr.ResourceNotFound.Code},
+	{errDuplicateUser, kerr.DuplicateResource.Code},
+
 	// A closed log is a partition this node no longer leads (deleted, or
 	// the broker is shutting down): the client refreshes its metadata.
 	{plog.ErrClosed, kerr.NotLeaderForPartition.Code},

@@ -48,6 +48,8 @@ type snapshotDoc struct {
 	ClusterID          string        `json:"cluster_id"`
 	ProducerIDBlockEnd int64         `json:"producer_id_block_end"`
 	Topics             []TopicRecord `json:"topics"`
+	// ScramCredentials are the users' SCRAM credentials (scram.go).
+	ScramCredentials []UserScramCredentialRecord `json:"scram_credentials,omitempty"`
 }
 
 // open loads the snapshot (migrating a legacy catalogue, or creating the
@@ -227,6 +229,11 @@ func loadSnapshot(fs vfs.FS, path string, version int) (*state, int64, error) {
 			return nil, 0, fmt.Errorf("meta: %s: %w", path, err)
 		}
 	}
+	for i := range d.ScramCredentials {
+		if err := st.apply(&d.ScramCredentials[i]); err != nil {
+			return nil, 0, fmt.Errorf("meta: %s: %w", path, err)
+		}
+	}
 	return st, d.NextOffset, nil
 }
 
@@ -241,6 +248,7 @@ func writeSnapshot(fs vfs.FS, dir string, st *state, next int64) (int64, error) 
 	}
 	// Sorted, so the same state always gives the same bytes.
 	sortTopicRecords(d.Topics)
+	d.ScramCredentials = st.scramRecords()
 	raw, err := json.Marshal(d)
 	if err != nil {
 		return 0, err
@@ -425,7 +433,7 @@ func (c *Catalog) maybeSnapshotCommitLocked() {
 // the copy's topics are copied too.
 func (s *state) copyTopics() *state {
 	out := &state{topics: make(map[string]*Topic, len(s.topics)), byID: make(map[[16]byte]*Topic, len(s.byID)),
-		partitions: s.partitions, producerIDBlockEnd: s.producerIDBlockEnd, clusterID: s.clusterID}
+		partitions: s.partitions, producerIDBlockEnd: s.producerIDBlockEnd, clusterID: s.clusterID, scram: s.copyScram()}
 	for name, t := range s.topics {
 		ct := *t // Configs maps are replaced, never mutated, by apply
 		out.topics[name] = &ct

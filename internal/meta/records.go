@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"maps"
 	"sort"
+
+	"github.com/sushka-io/sushka/internal/sasl"
 )
 
 // The metadata log is a sequence of typed, versioned change records (in
@@ -120,7 +122,9 @@ func decodeRecord(key, value []byte) (record, error) {
 	case typeProducerIDs:
 		r = &ProducerIDsRecord{}
 	default:
-		return nil, fmt.Errorf("unknown record type %d", typ)
+		if r = decodeScramRecord(typ); r == nil { // scram.go
+			return nil, fmt.Errorf("unknown record type %d", typ)
+		}
 	}
 	if err := json.Unmarshal(value, r); err != nil {
 		return nil, fmt.Errorf("record type %d: %w", typ, err)
@@ -137,6 +141,8 @@ type state struct {
 	partitions         int64
 	producerIDBlockEnd int64
 	clusterID          string
+	// scram holds the users' SCRAM credentials (scram.go).
+	scram map[scramKey]sasl.Credential
 }
 
 func newState() *state {
@@ -196,6 +202,9 @@ func (s *state) apply(r record) error {
 		}
 		s.producerIDBlockEnd = r.BlockEnd
 	default:
+		if ok, err := s.applyScram(r); ok { // scram.go
+			return err
+		}
 		return fmt.Errorf("%w: %T", errBadRecord, r)
 	}
 	return nil

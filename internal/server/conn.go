@@ -182,6 +182,12 @@ func (c *conn) serve() {
 			c.abort()
 			return
 		}
+		if int64(size) > c.session.saslFrameLimit(maxFrame, c.s.cfg.MaxSASLReceiveBytes) {
+			c.s.frameLog.warn(c.log, "closing connection: frame before SASL authentication larger than sasl.server.max.receive.size",
+				"size", size, "max_sasl_receive_bytes", c.s.cfg.MaxSASLReceiveBytes)
+			c.abort()
+			return
+		}
 		// Reserve before reading: while the budget is short this
 		// connection reads nothing more (backpressure), and the frame
 		// deadline starts only once we are ready to read.
@@ -199,11 +205,23 @@ func (c *conn) serve() {
 			c.readFailed(err, "connection closed mid-frame")
 			return
 		}
-		req, err := ParseRequest(frame, c.s.cfg.Handler)
+		var req *Request
+		if c.session.sasl.rawTokens.Load() {
+			req = rawSASLRequest(frame) // after SaslHandshake v0 (sasl.go)
+		} else {
+			req, err = ParseRequest(frame, c.s.cfg.Handler)
+		}
 		if err != nil {
 			putFrame(frame)
 			c.s.budget.release(reserved)
 			c.s.frameLog.warn(c.log, "closing connection: bad request", "err", err)
+			c.abort()
+			return
+		}
+		if why := c.session.saslRefusal(req.Key, time.Now()); why != "" {
+			putFrame(frame)
+			c.s.budget.release(reserved)
+			c.s.frameLog.warn(c.log, "closing connection: "+why, "key", kmsg.NameForKey(req.Key), "listener", c.session.Listener)
 			c.abort()
 			return
 		}
@@ -236,6 +254,14 @@ func (c *conn) serve() {
 			lastOrdered = mine
 		}
 		go c.handle(sl, prev, mine)
+		if c.session.saslSerial(req.Key) {
+			// Its outcome decides how the next frame is read (sasl.go).
+			select {
+			case <-sl.done:
+			case <-c.readCtx.Done():
+				return
+			}
+		}
 	}
 }
 
@@ -371,9 +397,11 @@ func responseHeaderFlexible(req *Request) bool {
 
 func (c *conn) write(buf []byte, req *Request, r Response) ([]byte, error) {
 	buf = append(buf, 0, 0, 0, 0)
-	buf = binary.BigEndian.AppendUint32(buf, uint32(req.CorrelationID))
-	if responseHeaderFlexible(req) {
-		buf = append(buf, 0) // no tagged fields
+	if !req.RawSASL { // a bare SASL token has no header (sasl.go)
+		buf = binary.BigEndian.AppendUint32(buf, uint32(req.CorrelationID))
+		if responseHeaderFlexible(req) {
+			buf = append(buf, 0) // no tagged fields
+		}
 	}
 	w := progressWriter{nc: c.nc, timeout: c.s.cfg.WriteTimeout, copying: c.nc != c.raw, batcher: c.batcher}
 	if r.Body != nil {

@@ -91,6 +91,11 @@ type Request struct {
 	// Session is the connection's security state (listener, protocol,
 	// principal), the same for every request of the connection.
 	Session *Session
+	// RawSASL marks a bare SASL token read after a SaslHandshake v0 (no
+	// request header; Key 36 and a SaslAuthenticate body made up by the
+	// reader): its answer is written as a bare token, a Frame without a
+	// response header (sasl.go).
+	RawSASL bool
 
 	// orderDone, for a request of an Ordered key, lets the next ordered
 	// request of the connection start (see Sequenced).
@@ -226,6 +231,10 @@ type Config struct {
 	OnConnectionRejected func(reason string)
 	// OnRequest is called for every decoded request (metrics).
 	OnRequest func(key int16)
+	// MaxSASLReceiveBytes bounds a frame on a SASL listener before the
+	// connection has authenticated (Kafka's sasl.server.max.receive.size;
+	// default DefaultMaxSASLReceiveBytes).
+	MaxSASLReceiveBytes int32
 }
 
 // setDefaults gives every zero field its default.
@@ -256,6 +265,9 @@ func (cfg *Config) setDefaults() {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxSASLReceiveBytes <= 0 {
+		cfg.MaxSASLReceiveBytes = DefaultMaxSASLReceiveBytes
 	}
 }
 

@@ -80,6 +80,8 @@ type Session struct {
 	TLS *tls.ConnectionState
 
 	principal atomic.Pointer[Principal]
+	// sasl is the connection's SASL authentication state (sasl.go).
+	sasl saslState
 }
 
 // NewSession returns a session of a connection that has not authenticated:
