@@ -134,7 +134,7 @@ def auth_error(bootstrap):
         raised = {"class": type(e).__name__, "str": str(e)}
     if raised is None:
         raise SystemExit("KafkaAdminClient with refused credentials connected")
-    out({"raised": raised, "log": captured.messages[:10]})
+    out({"raised": raised, "log": list(dict.fromkeys(captured.messages))[:5]})
 
 
 def denied(bootstrap, other_topic, own_topic, other_group):
