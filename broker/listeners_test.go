@@ -28,12 +28,9 @@ type twoListeners struct {
 
 func startTwoListeners(t *testing.T) *twoListeners {
 	t.Helper()
-	set, err := certs.NewSet("example", []string{"127.0.0.1"}, "alice")
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	if err := certs.WriteSet(dir, set); err != nil {
+	set, err := certs.CreateSet(dir, "example", []string{"127.0.0.1"}, "alice")
+	if err != nil {
 		t.Fatal(err)
 	}
 	serverTLS, err := server.NewTLSConfig(server.TLSFiles{
@@ -42,14 +39,13 @@ func startTwoListeners(t *testing.T) *twoListeners {
 	if err != nil {
 		t.Fatal(err)
 	}
-	li, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var ls [2]net.Listener
+	for i := range ls {
+		if ls[i], err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
 	}
-	le, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	li, le := ls[0], ls[1]
 	b, err := New(Config{DataDir: t.TempDir(), Logger: testLogger(), Listeners: []Listener{
 		{Name: "INTERNAL", Protocol: server.Plaintext},
 		{Name: "EXTERNAL", Protocol: server.SSL, TLS: serverTLS},

@@ -261,21 +261,27 @@ type clientTLSFlags struct {
 	caFile   string
 	certFile string
 	keyFile  string
+	fs       *pflag.FlagSet
 }
 
 // register adds --tls, --tls-ca-file, --tls-cert-file and --tls-key-file,
 // defaulting to $SUSHKA_TLS, $SUSHKA_TLS_CA_FILE, ...
 func (f *clientTLSFlags) register(fs *pflag.FlagSet) {
+	f.fs = fs
 	enabled, _ := strconv.ParseBool(os.Getenv("SUSHKA_TLS"))
-	fs.BoolVar(&f.enabled, "tls", enabled, "connect with TLS (listeners SSL and SASL_SSL; implied by the other --tls-* flags; env SUSHKA_TLS)")
+	fs.BoolVar(&f.enabled, "tls", enabled, "connect with TLS (listeners SSL and SASL_SSL; implied by --tls-ca-file, or a client certificate given as a flag; env SUSHKA_TLS)")
 	fs.StringVar(&f.caFile, "tls-ca-file", os.Getenv("SUSHKA_TLS_CA_FILE"), "PEM CA to verify the broker's certificate with (default: the system's; env SUSHKA_TLS_CA_FILE)")
 	fs.StringVar(&f.certFile, "tls-cert-file", os.Getenv("SUSHKA_TLS_CERT_FILE"), "PEM client certificate, for listeners that ask for one (env SUSHKA_TLS_CERT_FILE)")
 	fs.StringVar(&f.keyFile, "tls-key-file", os.Getenv("SUSHKA_TLS_KEY_FILE"), "PEM private key of --tls-cert-file (env SUSHKA_TLS_KEY_FILE)")
 }
 
-// wanted reports whether the flags ask for TLS.
+// wanted reports whether the flags ask for TLS: --tls, a CA, or a client
+// certificate on the command line. A certificate only from the
+// environment does not: SUSHKA_TLS_CERT_FILE is also `sushka serve`'s
+// broker certificate, and a shell that exported it for the broker must
+// still reach a PLAINTEXT listener.
 func (f *clientTLSFlags) wanted() bool {
-	return f.enabled || f.caFile != "" || f.certFile != "" || f.keyFile != ""
+	return f.enabled || f.caFile != "" || f.fs.Changed("tls-cert-file") || f.fs.Changed("tls-key-file")
 }
 
 // config is the client's TLS configuration, nil without TLS.

@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/sushka-io/sushka/internal/certs"
 	"github.com/sushka-io/sushka/internal/server"
+	"github.com/sushka-io/sushka/test/testbroker"
 )
 
 // TestParseListeners: Kafka's listeners, advertised.listeners and
@@ -60,16 +63,6 @@ func TestParseListeners(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // TestTLSInitServeAndConnect is the quick start: `sushka tls init`, then
 // `sushka serve` with a PLAINTEXT and an SSL listener requiring client
 // certificates, then the CLI over each; the wrong way round fails with a
@@ -104,7 +97,7 @@ func TestTLSInitServeAndConnect(t *testing.T) {
 		t.Fatal("tls init overwrote an existing CA")
 	}
 
-	plain, ssl := "127.0.0.1:"+strconv.Itoa(freePort(t)), "127.0.0.1:"+strconv.Itoa(freePort(t))
+	plain, ssl := "127.0.0.1:"+strconv.Itoa(testbroker.FreePort(t)), "127.0.0.1:"+strconv.Itoa(testbroker.FreePort(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	serveCmd := newServeCmd()
 	serveCmd.SetArgs([]string{"--data-dir", t.TempDir(), "--admin-listen", "", "--log-level", "error",
@@ -162,6 +155,25 @@ func TestTLSInitServeAndConnect(t *testing.T) {
 		_, _, err := runCLI(t, c.addr, "", append([]string{"topic", "list", "--timeout", "3s"}, c.args...)...)
 		if err == nil || !strings.Contains(err.Error(), c.hint) {
 			t.Errorf("%s: %v, want a hint naming %s", name, err, c.hint)
+		}
+	}
+}
+
+// TestClientTLSFromEnvironment: a client certificate exported for the
+// broker (SUSHKA_TLS_CERT_FILE is serve's flag too) does not switch a
+// client to TLS; --tls, a CA or a certificate flag does.
+func TestClientTLSFromEnvironment(t *testing.T) {
+	t.Setenv("SUSHKA_TLS_CERT_FILE", "broker.crt")
+	t.Setenv("SUSHKA_TLS_KEY_FILE", "broker.key")
+	for args, want := range map[string]bool{"": false, "--tls": true, "--tls-ca-file ca.crt": true, "--tls-cert-file c.crt --tls-key-file c.key": true} {
+		cf := &clientFlags{}
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		cf.register(fs)
+		if err := fs.Parse(strings.Fields(args)); err != nil {
+			t.Fatal(err)
+		}
+		if got := cf.tls.wanted(); got != want {
+			t.Errorf("%q: TLS %v, want %v", args, got, want)
 		}
 	}
 }

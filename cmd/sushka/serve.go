@@ -147,7 +147,7 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.StringVar(&f.listeners, "listeners", "", `Kafka listeners NAME://host:port,... (Kafka's listeners), NAME a security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) or a name mapped by --listener-security-protocol-map; replaces --listen`)
 	fl.StringVar(&f.advertisedListeners, "advertised-listeners", "", "NAME://host:port,... clients of each listener are told to connect to (Kafka's advertised.listeners; default: each listener's address)")
 	fl.StringVar(&f.listenerProtocolMap, "listener-security-protocol-map", "", "NAME:PROTOCOL,... security protocol of listeners not named after one, such as EXTERNAL:SASL_SSL,INTERNAL:PLAINTEXT (Kafka's listener.security.protocol.map)")
-	fl.StringVar(&f.tlsCertFile, "tls-cert-file", "", "PEM certificate (chain) of SSL and SASL_SSL listeners, reloaded when it changes (`sushka tls init` makes one)")
+	fl.StringVar(&f.tlsCertFile, "tls-cert-file", "", "PEM certificate (chain) of SSL and SASL_SSL listeners, reloaded when it changes (sushka tls init makes one)")
 	fl.StringVar(&f.tlsKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file, reloaded with it")
 	fl.StringVar(&f.tlsClientCAFile, "tls-client-ca-file", "", "PEM CAs client certificates are verified against (with --tls-client-auth requested or required)")
 	fl.StringVar(&f.tlsClientAuth, "tls-client-auth", "none", "client certificates on TLS listeners: none, requested or required (Kafka's ssl.client.auth); on SSL the principal is User:<subject DN>")

@@ -42,11 +42,8 @@ For a quick start and tests: in production use your own CA's certificates
 			if len(hosts) == 0 {
 				hosts = defaultCertHosts()
 			}
-			set, err := certs.NewSet("Sushka", hosts, clientName)
+			set, err := certs.CreateSet(dir, "Sushka", hosts, clientName)
 			if err != nil {
-				return err
-			}
-			if err := certs.WriteSet(dir, set); err != nil {
 				return err
 			}
 			abs, _ := filepath.Abs(dir)

@@ -191,6 +191,15 @@ func NewSet(org string, hosts []string, clientName string) (Set, error) {
 	return Set{CA: ca, Server: srv, Client: cl}, nil
 }
 
+// CreateSet makes a set (NewSet) and writes it into dir (WriteSet).
+func CreateSet(dir, org string, hosts []string, clientName string) (Set, error) {
+	s, err := NewSet(org, hosts, clientName)
+	if err != nil {
+		return Set{}, err
+	}
+	return s, WriteSet(dir, s)
+}
+
 // WriteSet writes s into dir (created 0700 if missing), never overwriting
 // a file.
 func WriteSet(dir string, s Set) error {

@@ -31,12 +31,9 @@ type conn struct {
 	// handshake run by serve).
 	nc  net.Conn
 	raw net.Conn
-	// batcher, on TLS, is between nc and raw: it sends each response
-	// piece's TLS records with one write.
-	batcher *recordBatcher
-	id      uint64
-	ip      string // key of the per-IP limit
-	log     *slog.Logger
+	id  uint64
+	ip  string // key of the per-IP limit
+	log *slog.Logger
 	// session is the connection's security state (Request.Session).
 	session *Session
 
@@ -92,8 +89,7 @@ func newConn(s *Server, nc net.Conn, id uint64, ip string, ln *Listener) *conn {
 		session:  NewSession(ln.Name, ln.Protocol, nc.LocalAddr()),
 	}
 	if ln.TLS != nil {
-		c.batcher = &recordBatcher{Conn: nc}
-		c.nc = tls.Server(c.batcher, ln.TLS)
+		c.nc = tls.Server(nc, ln.TLS)
 	}
 	c.lastWriteNanos.Store(time.Now().UnixNano())
 	return c
@@ -403,7 +399,7 @@ func (c *conn) write(buf []byte, req *Request, r Response) ([]byte, error) {
 			buf = append(buf, 0) // no tagged fields
 		}
 	}
-	w := progressWriter{nc: c.nc, timeout: c.s.cfg.WriteTimeout, copying: c.nc != c.raw, batcher: c.batcher}
+	w := progressWriter{nc: c.nc, timeout: c.s.cfg.WriteTimeout, copying: c.nc != c.raw}
 	if r.Body != nil {
 		buf = r.Body.AppendTo(buf)
 		binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
@@ -431,8 +427,6 @@ type progressWriter struct {
 	// writes go in pieces of copyChunkBytes, the deadline armed before
 	// each: progress is then a piece written.
 	copying bool
-	// batcher, if set, collects each piece's TLS records into one write.
-	batcher *recordBatcher
 }
 
 // copyChunkBytes is the size of the pooled buffers file ranges are copied
@@ -445,20 +439,6 @@ func (w progressWriter) arm() {
 	if w.timeout > 0 {
 		w.nc.SetWriteDeadline(time.Now().Add(w.timeout))
 	}
-}
-
-// writePiece writes p, through the batcher if there is one.
-func (w progressWriter) writePiece(p []byte) (int, error) {
-	if w.batcher == nil {
-		return w.nc.Write(p)
-	}
-	w.batcher.start()
-	n, err := w.nc.Write(p)
-	if ferr := w.batcher.flush(); err == nil && ferr != nil {
-		// crypto/tls took the records as written; the socket did not.
-		return 0, ferr
-	}
-	return n, err
 }
 
 // writeBuffers writes bufs (consuming them), re-arming the deadline each
@@ -480,7 +460,7 @@ func (w progressWriter) Write(p []byte) (int, error) {
 	if w.copying {
 		for written < len(p) {
 			w.arm()
-			n, err := w.writePiece(p[written:min(len(p), written+copyChunkBytes)])
+			n, err := w.nc.Write(p[written:min(len(p), written+copyChunkBytes)])
 			written += n
 			if err != nil {
 				return written, err

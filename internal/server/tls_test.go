@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -66,12 +65,9 @@ type tlsFixture struct {
 
 func newTLSFixture(t *testing.T, auth ClientAuth) *tlsFixture {
 	t.Helper()
-	set, err := certs.NewSet("example", []string{"127.0.0.1"}, "alice")
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	if err := certs.WriteSet(dir, set); err != nil {
+	set, err := certs.CreateSet(dir, "example", []string{"127.0.0.1"}, "alice")
+	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
@@ -335,28 +331,31 @@ func TestTLSHostileInput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := tls.Dial("tcp", tlsAddr, fx.clientConfig(&strangers.Client))
-		if err == nil {
-			// TLS 1.3: the client's side is done before the server
-			// verifies; the refusal arrives on the first read.
-			defer c.Close()
-			c.Write(frameOf(&kmsg.ApiVersionsRequest{Version: 0}, 9))
-			expectClosed(t, c)
-		}
+		refusedCertificate(t, tlsAddr, fx.clientConfig(&strangers.Client))
 		waitLog(t, logs, "certificate signed by unknown authority")
 		stillServed()
 	})
 	t.Run("no client certificate where one is required", func(t *testing.T) {
 		nextLogSecond()
-		c, err := tls.Dial("tcp", tlsAddr, fx.clientConfig(nil))
-		if err == nil {
-			defer c.Close()
-			c.Write(frameOf(&kmsg.ApiVersionsRequest{Version: 0}, 9))
-			expectClosed(t, c)
-		}
+		refusedCertificate(t, tlsAddr, fx.clientConfig(nil))
 		waitLog(t, logs, "didn't provide a certificate")
 		stillServed()
 	})
+}
+
+// refusedCertificate connects with cfg to a listener that refuses its
+// client certificate and checks that the connection is closed. With TLS
+// 1.3 the client's side of the handshake is done before the server
+// verifies: the refusal arrives on the first read.
+func refusedCertificate(t *testing.T, addr string, cfg *tls.Config) {
+	t.Helper()
+	c, err := tls.Dial("tcp", addr, cfg)
+	if err != nil {
+		return // refused within the handshake (TLS 1.2)
+	}
+	defer c.Close()
+	c.Write(frameOf(&kmsg.ApiVersionsRequest{Version: 0}, 9))
+	expectClosed(t, c)
 }
 
 func waitLog(t *testing.T, logs *lockedBuffer, want string) {
@@ -459,8 +458,8 @@ func (c *countingConn) Write(p []byte) (int, error) {
 }
 
 // BenchmarkTLSWriteFrame writes a fetch-like frame (a 1 MiB file range)
-// over a loopback TLS connection, its records batched per piece or one
-// write per record (the client decrypting in the same process).
+// over a loopback TLS connection through the copying write path (the
+// client decrypts in the same process: profile it for the server's share).
 func BenchmarkTLSWriteFrame(b *testing.B) {
 	fx := newTLSFixture(&testing.T{}, ClientAuthNone)
 	srvCfg, err := NewTLSConfig(fx.files, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -476,42 +475,72 @@ func BenchmarkTLSWriteFrame(b *testing.B) {
 		b.Fatal(err)
 	}
 	frame := &Frame{Pieces: []Piece{{Bytes: make([]byte, 60)}, {File: f, Pos: 0, Len: 1 << 20}}}
-	for _, batched := range []bool{false, true} {
-		b.Run(fmt.Sprintf("batched=%v", batched), func(b *testing.B) {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer l.Close()
-			go func() {
-				c, err := tls.Dial("tcp", l.Addr().String(), fx.clientConfig(nil))
-				if err != nil {
-					return
-				}
-				io.Copy(io.Discard, c)
-				c.Close()
-			}()
-			raw, err := l.Accept()
-			if err != nil {
-				b.Fatal(err)
-			}
-			batcher := &recordBatcher{Conn: raw}
-			tc := tls.Server(batcher, srvCfg)
-			defer tc.Close()
-			if err := tc.Handshake(); err != nil {
-				b.Fatal(err)
-			}
-			w := progressWriter{nc: tc, copying: true, timeout: 10 * time.Second}
-			if batched {
-				w.batcher = batcher
-			}
-			b.SetBytes(frame.Len())
-			b.ResetTimer()
-			for range b.N {
-				if err := writeFrame(w, nil, frame); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		c, err := tls.Dial("tcp", l.Addr().String(), fx.clientConfig(nil))
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, c)
+		c.Close()
+	}()
+	raw, err := l.Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	tc := tls.Server(raw, srvCfg)
+	defer tc.Close()
+	if err := tc.Handshake(); err != nil {
+		b.Fatal(err)
+	}
+	w := progressWriter{nc: tc, copying: true, timeout: 10 * time.Second}
+	b.SetBytes(frame.Len())
+	b.ResetTimer()
+	for range b.N {
+		if err := writeFrame(w, nil, frame); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestTLSHandshakeCountsTowardConnectionLimits: a connection that has not
+// finished its handshake holds its connection slot (the handshake runs in
+// the connection's goroutine, after accept counted it) until the
+// handshake deadline frees it.
+func TestTLSHandshakeCountsTowardConnectionLimits(t *testing.T) {
+	fx := newTLSFixture(t, ClientAuthNone)
+	_, tlsAddr, _ := startTLSServer(t, &stubHandler{}, SSL, fx.files, Config{MaxConnections: 1, FrameReadTimeout: 500 * time.Millisecond})
+	stalled, err := net.Dial("tcp", tlsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	time.Sleep(100 * time.Millisecond) // accepted and counted
+	c, err := tls.Dial("tcp", tlsAddr, fx.clientConfig(nil))
+	if err == nil {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+		c.Close()
+	}
+	if err == nil {
+		t.Fatal("a second connection was served beside a stalled handshake with MaxConnections 1")
+	}
+	expectClosed(t, stalled) // the handshake deadline
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := tls.Dial("tcp", tlsAddr, fx.clientConfig(nil))
+		if err == nil {
+			roundTrip(t, c, 1)
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot was not freed: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

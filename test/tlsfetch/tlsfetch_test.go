@@ -44,16 +44,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // round is one full read of the topic through one listener.
 type round struct {
 	tls         bool
@@ -70,14 +60,11 @@ func TestTLSFetchCPU(t *testing.T) {
 		t.Skip("measurement: run with -args -tlsfetch")
 	}
 	dir := t.TempDir()
-	set, err := certs.NewSet("bench", []string{"127.0.0.1"}, "bench")
+	set, err := certs.CreateSet(filepath.Join(dir, "tls"), "bench", []string{"127.0.0.1"}, "bench")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := certs.WriteSet(filepath.Join(dir, "tls"), set); err != nil {
-		t.Fatal(err)
-	}
-	plainAddr, tlsAddr := freeAddr(t), freeAddr(t)
+	plainAddr, tlsAddr := "127.0.0.1:"+strconv.Itoa(testbroker.FreePort(t)), "127.0.0.1:"+strconv.Itoa(testbroker.FreePort(t))
 	cmd := exec.Command(testbroker.Binary(t), "serve", "--data-dir", filepath.Join(dir, "data"), "--admin-listen", "",
 		"--listeners", "PLAINTEXT://"+plainAddr+",SSL://"+tlsAddr,
 		"--tls-cert-file", filepath.Join(dir, "tls", certs.ServerCertFile), "--tls-key-file", filepath.Join(dir, "tls", certs.ServerKeyFile),
