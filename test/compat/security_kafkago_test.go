@@ -96,16 +96,28 @@ func TestSecurityKafkaGo(t *testing.T) {
 	}
 	wantError(t, client, "wrong password", fmt.Sprintf("%T %v", err, err), "SASL Authentication Failed")
 
-	// 4. Bob's topic and group, and what alice sees.
+	// 4. Bob's topic and group, and what alice sees. kafka-go's Writer
+	// looks topics up in its Transport's metadata of all topics, where
+	// the broker lists only what alice may describe (as Kafka does): for
+	// the Writer bob's topic does not exist. A Conn asks for the topic by
+	// name (DialLeader) and is told TOPIC_AUTHORIZATION_FAILED.
 	err = alice.write(ctx, s.saslSSL, otherTopic, map[string]string{"k": "v"})
 	var writeErrs kafka.WriteErrors
 	if errors.As(err, &writeErrs) && len(writeErrs) > 0 {
 		err = writeErrs[0]
 	}
-	if !errors.Is(err, kafka.TopicAuthorizationFailed) {
-		t.Fatalf("write to %s: %v, want kafka.TopicAuthorizationFailed", otherTopic, err)
+	if !errors.Is(err, kafka.UnknownTopicOrPartition) {
+		t.Fatalf("Writer to %s: %v, want kafka.UnknownTopicOrPartition (the topic is not in alice's metadata)", otherTopic, err)
 	}
-	wantError(t, client, "produce to another tenant's topic", fmt.Sprintf("%T %v", err, err), "Topic Authorization Failed")
+	wantError(t, client, "produce to another tenant's topic (Writer)", fmt.Sprintf("%T %v", err, err), "Unknown Topic Or Partition")
+	conn, err := alice.dialer.DialLeader(ctx, "tcp", s.saslSSL, otherTopic, 0)
+	if err == nil {
+		conn.Close()
+	}
+	if !errors.Is(err, kafka.TopicAuthorizationFailed) {
+		t.Fatalf("DialLeader to %s: %v, want kafka.TopicAuthorizationFailed", otherTopic, err)
+	}
+	wantError(t, client, "produce to another tenant's topic (DialLeader)", fmt.Sprintf("%T %v", err, err), "Topic Authorization Failed")
 	if _, err = read(alice, otherGroup, 1); !errors.Is(err, kafka.GroupAuthorizationFailed) {
 		t.Fatalf("read in %s: %v, want kafka.GroupAuthorizationFailed", otherGroup, err)
 	}

@@ -123,7 +123,7 @@ func TestSecuritySarama(t *testing.T) {
 	if !errors.Is(err, sarama.ErrTopicAuthorizationFailed) {
 		t.Fatalf("produce to %s: %v, want ErrTopicAuthorizationFailed", otherTopic, err)
 	}
-	wantError(t, client, "produce to another tenant's topic", err.Error(), "Topic authorization failed")
+	wantError(t, client, "produce to another tenant's topic", err.Error(), "not authorized to access this topic")
 
 	cfg = saramaConfig(t)
 	scramOn(tenantPass)(cfg)
@@ -138,7 +138,7 @@ func TestSecuritySarama(t *testing.T) {
 	if !errors.Is(err, sarama.ErrGroupAuthorizationFailed) {
 		t.Fatalf("consume in %s: %v, want ErrGroupAuthorizationFailed", otherGroup, err)
 	}
-	wantError(t, client, "consume in another tenant's group", err.Error(), "Group authorization failed")
+	wantError(t, client, "consume in another tenant's group", err.Error(), "not authorized to access this group")
 
 	cfg = saramaConfig(t)
 	scramOn(tenantPass)(cfg)

@@ -27,7 +27,7 @@ CompressionCodecs[CompressionTypes.Snappy] = SnappyCodec
 
 const [bootstrap, cmd, ...args] = process.argv.slice(2)
 
-const kafka = new Kafka({
+const kafkaConfig = {
   clientId: 'sushka-compat',
   brokers: [bootstrap],
   logLevel: logLevel.WARN,
@@ -36,7 +36,8 @@ const kafka = new Kafka({
   },
   retry: { retries: 5, initialRetryTime: 100 },
   ...JSON.parse(process.env.SUSHKA_COMPAT_CONFIG || '{}'),
-})
+}
+const kafka = new Kafka(kafkaConfig)
 
 const out = (doc) => process.stdout.write(JSON.stringify(doc) + '\n')
 const value = (prefix, i) => `${prefix} value ${i} ${'x'.repeat(i % 40)}`
@@ -208,7 +209,18 @@ async function denied (otherTopic, ownTopic, otherGroup) {
   }
   if (!produce) throw new Error(`producer.send to ${otherTopic} succeeded`)
 
-  const c = kafka.consumer({ groupId: otherGroup, maxWaitTimeInMs: 200, retry: { retries: 2, restartOnFailure: async () => false } })
+  // kafkajs tries each broker for the group's coordinator and, when all
+  // refused, throws KafkaJSGroupCoordinatorNotFound; what the broker
+  // answered it logs at debug level only: collect it.
+  const refusals = []
+  const debugKafka = new Kafka({
+    ...kafkaConfig,
+    logLevel: logLevel.DEBUG,
+    logCreator: () => ({ log }) => {
+      if (log.message === 'Tried to find group coordinator' && log.error) refusals.push(errorDoc(log.error))
+    },
+  })
+  const c = debugKafka.consumer({ groupId: otherGroup, maxWaitTimeInMs: 200, retry: { retries: 2, restartOnFailure: async () => false } })
   let crashed
   const group = new Promise((resolve) => { crashed = resolve })
   c.on(c.events.CRASH, ({ payload }) => crashed(errorDoc(payload.error)))
@@ -228,7 +240,7 @@ async function denied (otherTopic, ownTopic, otherGroup) {
   const a = kafka.admin()
   await a.connect()
   try {
-    out({ produce, group: groupError, topics: (await a.listTopics()).sort() })
+    out({ produce, group: groupError, coordinator: refusals[0], topics: (await a.listTopics()).sort() })
   } finally {
     await a.disconnect()
   }
