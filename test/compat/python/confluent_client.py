@@ -164,9 +164,9 @@ def error_doc(err):
 
 
 def auth_error(bootstrap):
-    """What a client whose credentials the broker refuses gets: the first
-    error librdkafka reports to error_cb while list_topics waits, and what
-    list_topics raises."""
+    """What a client whose credentials the broker refuses gets: what
+    list_topics raises, and the first error librdkafka reports to error_cb
+    (served by poll)."""
     errors = []
     p = Producer(conf({"bootstrap.servers": bootstrap, "error_cb": errors.append}))
     raised = None
@@ -174,6 +174,9 @@ def auth_error(bootstrap):
         p.list_topics(timeout=10)
     except KafkaException as e:
         raised = error_doc(e.args[0])
+    deadline = time.time() + 10
+    while not errors and time.time() < deadline:
+        p.poll(0.5)  # error_cb is served by poll
     if not errors:
         raise SystemExit("list_topics with refused credentials reported no error (raised %s)" % raised)
     out({"error": error_doc(errors[0]), "raised": raised})
