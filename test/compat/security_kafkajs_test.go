@@ -2,7 +2,6 @@ package compat_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -20,48 +19,26 @@ func TestSecurityKafkaJS(t *testing.T) {
 		SSL  map[string][]string `json:"ssl"`
 		SASL map[string]string   `json:"sasl"`
 	}
-	as := func(mechanism, password string, args ...string) result {
+	c := storyScript{s: s, client: client, as: func(_, mechanism, password string, args ...string) result {
 		config, err := json.Marshal(settings{
 			SSL:  map[string][]string{"ca": {s.caPEM()}},
-			SASL: map[string]string{"mechanism": mechanism, "username": tenantUser, "password": password},
+			SASL: map[string]string{"mechanism": strings.ToLower(mechanism), "username": tenantUser, "password": password},
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		env := []string{"KAFKAJS_NO_PARTITIONER_WARNING=1", "SUSHKA_COMPAT_CONFIG=" + string(config)}
 		return runCmd(2*time.Minute, dir, env, "", "node", append([]string{"client.js", s.saslSSL}, args...)...)
-	}
-	run := func(mechanism string, args ...string) string {
-		r := as(mechanism, tenantPass, args...)
-		if r.err != nil {
-			t.Fatalf("%s %v: %v\n%s%s\nbroker log:\n%s", mechanism, args, r.err, r.stdout, tail(r.stderr, 4000), tail(s.proc.Log(), 4000))
-		}
-		return r.stdout
-	}
-	produce := func(mechanism, mech, codec string) {
-		prefix, _ := storyRecords(client, mech)
-		if out := run(mechanism, "produce", tenantTopic, prefix, fmt.Sprint(secureRecords), codec); !strings.Contains(out, fmt.Sprintf(`"delivered":%d`, secureRecords)) {
-			t.Fatalf("produce with %s: %s", mechanism, out)
-		}
-	}
+	}}
 
-	// 1. and 2.: SCRAM-SHA-512, then PLAIN, both over SASL_SSL.
-	produce("scram-sha-512", "scram", "gzip")
-	first := pyRecords(t, run("scram-sha-512", "consume", tenantTopic, tenantGroup, fmt.Sprint(secureFirst), "60"))
-	produce("plain", "plain", "snappy")
-	second := pyRecords(t, run("plain", "consume", tenantTopic, tenantGroup, fmt.Sprint(2*secureRecords-secureFirst), "60"))
-	s.checkStory(client, first, second)
+	// 1. and 2.: SCRAM-SHA-512, then PLAIN, both over SASL_SSL (kafkajs's
+	// mechanisms are lower case: scram-sha-512, plain).
+	c.story("SASL_SSL", []string{"gzip"}, []string{"snappy"})
 
 	type jsError struct{ Name, Type, Message string }
 	// 3. A wrong password.
-	r := as("scram-sha-512", wrongPassword, "auth_error")
-	if r.err != nil {
-		t.Fatalf("auth_error: %v\n%s%s", r.err, r.stdout, tail(r.stderr, 4000))
-	}
 	var auth struct{ Error jsError }
-	if err := json.Unmarshal([]byte(r.stdout), &auth); err != nil {
-		t.Fatalf("auth_error: %v: %s", err, r.stdout)
-	}
+	c.wrongPassword(&auth, "auth_error")
 	if auth.Error.Name != "KafkaJSSASLAuthenticationError" {
 		t.Fatalf("wrong password: %+v, want KafkaJSSASLAuthenticationError", auth.Error)
 	}
@@ -75,9 +52,7 @@ func TestSecurityKafkaJS(t *testing.T) {
 		Produce, Group, Coordinator jsError
 		Topics                      []string
 	}
-	if err := json.Unmarshal([]byte(run("scram-sha-512", "denied", otherTopic, tenantTopic, otherGroup)), &denied); err != nil {
-		t.Fatal(err)
-	}
+	c.denied(&denied)
 	if denied.Produce.Type != "TOPIC_AUTHORIZATION_FAILED" || denied.Group.Name != "KafkaJSGroupCoordinatorNotFound" || denied.Coordinator.Type != "GROUP_AUTHORIZATION_FAILED" {
 		t.Fatalf("denied: %+v, want TOPIC_AUTHORIZATION_FAILED, and KafkaJSGroupCoordinatorNotFound after GROUP_AUTHORIZATION_FAILED", denied)
 	}

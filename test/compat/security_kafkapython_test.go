@@ -1,8 +1,6 @@
 package compat_test
 
 import (
-	"encoding/json"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,7 +22,7 @@ func TestSecurityKafkaPython(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	as := func(protocol, mechanism, password string, args ...string) result {
+	c := storyScript{s: s, client: client, as: func(protocol, mechanism, password string, args ...string) result {
 		settings := map[string]string{
 			"security_protocol":   protocol,
 			"sasl_mechanism":      mechanism,
@@ -37,43 +35,20 @@ func TestSecurityKafkaPython(t *testing.T) {
 			settings["ssl_cafile"] = s.caFile
 		}
 		return s.pythonSecurity(py, script, settings, bootstrap, args...)
-	}
-	run := func(protocol, mechanism string, args ...string) string {
-		r := as(protocol, mechanism, tenantPass, args...)
-		if r.err != nil {
-			t.Fatalf("%s %s %v: %v\n%s%s\nbroker log:\n%s", protocol, mechanism, args, r.err, r.stdout, tail(r.stderr, 4000), tail(s.proc.Log(), 4000))
-		}
-		return r.stdout
-	}
-	produce := func(protocol, mechanism, mech, codec string) {
-		prefix, _ := storyRecords(client, mech)
-		if out := run(protocol, mechanism, "produce", tenantTopic, prefix, fmt.Sprint(secureRecords), codec); !strings.Contains(out, fmt.Sprintf(`"delivered": %d`, secureRecords)) {
-			t.Fatalf("produce with %s: %s", mechanism, out)
-		}
-	}
+	}}
 
 	// 1. and 2.: SCRAM-SHA-512 over SASL_SSL, then PLAIN over SASL_PLAINTEXT.
-	produce("SASL_SSL", "SCRAM-SHA-512", "scram", "gzip")
-	first := pyRecords(t, run("SASL_SSL", "SCRAM-SHA-512", "consume", tenantTopic, tenantGroup, fmt.Sprint(secureFirst), "40"))
-	produce("SASL_PLAINTEXT", "PLAIN", "plain", "none")
-	second := pyRecords(t, run("SASL_PLAINTEXT", "PLAIN", "consume", tenantTopic, tenantGroup, fmt.Sprint(2*secureRecords-secureFirst), "40"))
-	s.checkStory(client, first, second)
+	c.story("SASL_PLAINTEXT", []string{"gzip"}, []string{"none"})
 
 	type pyError struct{ Class, Str string }
 	// 3. A wrong password: over SaslHandshake v0 the broker can only close
 	// the connection (Kafka does the same: there is no response to carry
 	// an error), so kafka-python reports the connection it lost.
-	r := as("SASL_SSL", "SCRAM-SHA-512", wrongPassword, "auth_error")
-	if r.err != nil {
-		t.Fatalf("auth_error: %v\n%s%s", r.err, r.stdout, tail(r.stderr, 4000))
-	}
 	var auth struct {
 		Raised pyError
 		Log    []string
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &auth); err != nil {
-		t.Fatalf("auth_error: %v: %s", err, r.stdout)
-	}
+	c.wrongPassword(&auth, "auth_error")
 	if auth.Raised.Class != "NoBrokersAvailable" {
 		t.Fatalf("wrong password: KafkaAdminClient raised %+v, want NoBrokersAvailable (log: %q)", auth.Raised, auth.Log)
 	}
@@ -89,9 +64,7 @@ func TestSecurityKafkaPython(t *testing.T) {
 		Produce, Describe, Group pyError
 		Topics                   []string
 	}
-	if err := json.Unmarshal([]byte(run("SASL_SSL", "SCRAM-SHA-512", "denied", otherTopic, tenantTopic, otherGroup)), &denied); err != nil {
-		t.Fatal(err)
-	}
+	c.denied(&denied)
 	if denied.Produce.Class != "KafkaTimeoutError" || denied.Describe.Class != "TopicAuthorizationFailedError" || denied.Group.Class != "GroupAuthorizationFailedError" {
 		t.Fatalf("denied: %+v, want KafkaTimeoutError from send, TopicAuthorizationFailedError from describe_topics, GroupAuthorizationFailedError", denied)
 	}

@@ -136,43 +136,18 @@ func TestSecurityConfluentKafkaPython(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// as runs the script as alice on the listener of protocol with
-	// mechanism and password; run fails the test when it fails.
-	as := func(protocol, mechanism, password string, args ...string) result {
+	c := storyScript{s: s, client: client, as: func(protocol, mechanism, password string, args ...string) result {
 		bootstrap, props := s.librdkafkaProps(protocol, mechanism, password)
 		return s.pythonSecurity(py, script, props, bootstrap, args...)
-	}
-	run := func(protocol, mechanism string, args ...string) string {
-		r := as(protocol, mechanism, tenantPass, args...)
-		if r.err != nil {
-			t.Fatalf("%s %s %v: %v\n%s%s\nbroker log:\n%s", protocol, mechanism, args, r.err, r.stdout, tail(r.stderr, 4000), tail(s.proc.Log(), 4000))
-		}
-		return r.stdout
-	}
-	produce := func(protocol, mechanism, mech, codec string) {
-		prefix, _ := storyRecords(client, mech)
-		if out := run(protocol, mechanism, "produce", tenantTopic, prefix, fmt.Sprint(secureRecords), codec, "1"); !strings.Contains(out, fmt.Sprintf(`"delivered": %d`, secureRecords)) {
-			t.Fatalf("produce with %s: %s", mechanism, out)
-		}
-	}
+	}}
 
 	// 1. and 2.: SCRAM-SHA-512, then PLAIN, both over SASL_SSL.
-	produce("SASL_SSL", "SCRAM-SHA-512", "scram", "zstd")
-	first := pyRecords(t, run("SASL_SSL", "SCRAM-SHA-512", "consume", tenantTopic, tenantGroup, fmt.Sprint(secureFirst), "40"))
-	produce("SASL_SSL", "PLAIN", "plain", "lz4")
-	second := pyRecords(t, run("SASL_SSL", "PLAIN", "consume", tenantTopic, tenantGroup, fmt.Sprint(2*secureRecords-secureFirst), "40"))
-	s.checkStory(client, first, second)
+	c.story("SASL_SSL", []string{"zstd", "1"}, []string{"lz4", "1"})
 
 	type kafkaError struct{ Name, Str string }
 	// 3. A wrong password.
-	r := as("SASL_SSL", "SCRAM-SHA-512", wrongPassword, "auth_error")
-	if r.err != nil {
-		t.Fatalf("auth_error: %v\n%s%s", r.err, r.stdout, tail(r.stderr, 4000))
-	}
 	var auth struct{ Error kafkaError }
-	if err := json.Unmarshal([]byte(r.stdout), &auth); err != nil {
-		t.Fatalf("auth_error: %v: %s", err, r.stdout)
-	}
+	c.wrongPassword(&auth, "auth_error")
 	if auth.Error.Name != "_AUTHENTICATION" {
 		t.Fatalf("wrong password: error_cb got %+v, want KafkaError._AUTHENTICATION", auth.Error)
 	}
@@ -183,9 +158,7 @@ func TestSecurityConfluentKafkaPython(t *testing.T) {
 		Produce, Group kafkaError
 		Topics         []string
 	}
-	if err := json.Unmarshal([]byte(run("SASL_SSL", "SCRAM-SHA-512", "denied", otherTopic, tenantTopic, otherGroup)), &denied); err != nil {
-		t.Fatal(err)
-	}
+	c.denied(&denied)
 	if denied.Produce.Name != "TOPIC_AUTHORIZATION_FAILED" || denied.Group.Name != "GROUP_AUTHORIZATION_FAILED" {
 		t.Fatalf("denied: %+v, want TOPIC_AUTHORIZATION_FAILED and GROUP_AUTHORIZATION_FAILED", denied)
 	}

@@ -239,3 +239,73 @@ func within(t *testing.T, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// storyScript is a client of the story that runs as a script (python,
+// node): as runs it as alice on the listener of protocol with mechanism
+// and password; its commands print JSON lines (test/compat/python,
+// test/compat/kafkajs).
+type storyScript struct {
+	s      *secureBroker
+	client string
+	as     func(protocol, mechanism, password string, args ...string) result
+}
+
+// run runs the script as alice with her password and returns what it
+// printed; it fails the test (with the broker's log) when the script
+// fails.
+func (c storyScript) run(protocol, mechanism string, args ...string) string {
+	c.s.t.Helper()
+	r := c.as(protocol, mechanism, tenantPass, args...)
+	if r.err != nil {
+		c.s.t.Fatalf("%s %s %s %v: %v\n%s%s\nbroker log:\n%s", c.client, protocol, mechanism, args, r.err, r.stdout, tail(r.stderr, 4000), tail(c.s.proc.Log(), 4000))
+	}
+	return r.stdout
+}
+
+// step is steps 1 and 2 of the story for one mechanism: produce the
+// story's records of mech (`produce TOPIC PREFIX N produceArgs...`), then
+// consume max of the group's records (`consume TOPIC GROUP MAX SECONDS`).
+func (c storyScript) step(protocol, mechanism, mech string, max int, produceArgs ...string) []record {
+	c.s.t.Helper()
+	prefix, _ := storyRecords(c.client, mech)
+	var produced struct{ Delivered int }
+	c.decode(c.run(protocol, mechanism, append([]string{"produce", tenantTopic, prefix, fmt.Sprint(secureRecords)}, produceArgs...)...), &produced)
+	if produced.Delivered != secureRecords {
+		c.s.t.Fatalf("%s produce with %s: %d delivered, want %d", c.client, mechanism, produced.Delivered, secureRecords)
+	}
+	return pyRecords(c.s.t, c.run(protocol, mechanism, "consume", tenantTopic, tenantGroup, fmt.Sprint(max), "60"))
+}
+
+// story runs steps 1 and 2 (SCRAM-SHA-512 over SASL_SSL, then PLAIN over
+// plainProtocol) with each step's produce arguments, and checks them.
+func (c storyScript) story(plainProtocol string, scramArgs, plainArgs []string) {
+	c.s.t.Helper()
+	first := c.step("SASL_SSL", "SCRAM-SHA-512", "scram", secureFirst, scramArgs...)
+	second := c.step(plainProtocol, "PLAIN", "plain", 2*secureRecords-secureFirst, plainArgs...)
+	c.s.checkStory(c.client, first, second)
+}
+
+// wrongPassword runs the script's command (auth_error) as alice with a
+// wrong password and decodes what it printed into v.
+func (c storyScript) wrongPassword(v any, args ...string) {
+	c.s.t.Helper()
+	r := c.as("SASL_SSL", "SCRAM-SHA-512", wrongPassword, args...)
+	if r.err != nil {
+		c.s.t.Fatalf("%s %v with a wrong password: %v\n%s%s", c.client, args, r.err, r.stdout, tail(r.stderr, 4000))
+	}
+	c.decode(r.stdout, v)
+}
+
+// denied runs the script's `denied OTHER_TOPIC OWN_TOPIC OTHER_GROUP` as
+// alice (SCRAM-SHA-512 over SASL_SSL) and decodes what it printed into v.
+func (c storyScript) denied(v any) {
+	c.s.t.Helper()
+	c.decode(c.run("SASL_SSL", "SCRAM-SHA-512", "denied", otherTopic, tenantTopic, otherGroup), v)
+}
+
+func (c storyScript) decode(out string, v any) {
+	c.s.t.Helper()
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		c.s.t.Fatalf("%s: %v: %q", c.client, err, out)
+	}
+}
