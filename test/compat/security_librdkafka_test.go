@@ -75,7 +75,7 @@ func TestSecurityKcat(t *testing.T) {
 	s.checkStory(client, first, second)
 
 	// 3. A wrong password: kcat -L gives up on the metadata.
-	r := runCmd(time.Minute, "", nil, "", kcat, append(scram(wrongPassword), "-L", "-m", "10")...)
+	r := runCmd(time.Minute, "", nil, "", kcat, append(scram(wrongPassword), "-L", "-m", "3")...)
 	if r.err == nil {
 		t.Fatalf("kcat -L with a wrong password succeeded:\n%s", r.stdout)
 	}
@@ -89,7 +89,7 @@ func TestSecurityKcat(t *testing.T) {
 	wantError(t, client, "produce to another tenant's topic", lastLines(r.stderr, 3), "Topic authorization failed")
 	// kcat's balanced consumer reports the group's error and goes on
 	// trying: it runs until the timeout, and what it printed is checked.
-	r = runCmd(15*time.Second, "", nil, "", kcat, append(scram(tenantPass), "-G", otherGroup, "-X", "auto.offset.reset=earliest", "-q", "-e", tenantTopic)...)
+	r = runCmd(8*time.Second, "", nil, "", kcat, append(scram(tenantPass), "-G", otherGroup, "-X", "auto.offset.reset=earliest", "-q", "-e", tenantTopic)...)
 	if r.stdout != "" {
 		t.Fatalf("kcat -G %s consumed:\n%s", otherGroup, r.stdout)
 	}
