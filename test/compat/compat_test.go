@@ -11,7 +11,10 @@
 //   - IBM/sarama and segmentio/kafka-go, in process: sarama_test.go,
 //     kafkago_test.go;
 //   - kafkajs (npm, test/compat/kafkajs) and Debian's python3-kafka:
-//     kafkajs_test.go, kafkapython_test.go.
+//     kafkajs_test.go, kafkapython_test.go;
+//   - every one of them with TLS, SASL (SCRAM-SHA-512, PLAIN) and ACLs:
+//     security_*_test.go (the story is in security_test.go), and
+//     franz-go's suite over TLS with its SCRAM tests (franzgo_test.go).
 //
 // A client that is not installed makes its test skip, unless CI is set,
 // where the test fails: .ci/run installs them all (apt-get install -y kcat
@@ -76,6 +79,7 @@ type broker struct {
 	bin  string
 	proc *testbroker.Proc
 	addr string
+	opts []kgo.Opt // of every franz-go client on the broker (SASL for a secure one)
 }
 
 func startBroker(t *testing.T, extraArgs ...string) *broker {
@@ -89,7 +93,7 @@ func startBroker(t *testing.T, extraArgs ...string) *broker {
 // ends.
 func (b *broker) kgoClient(opts ...kgo.Opt) *kgo.Client {
 	b.t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.addr)}, opts...)...)
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(b.addr)}, b.opts...), opts...)...)
 	if err != nil {
 		b.t.Fatal(err)
 	}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/test/testbroker"
 )
 
 // franz-go's integration suite: the tests of github.com/twmb/franz-go/pkg/kgo
@@ -25,6 +27,7 @@ import (
 // in a child process, against the built broker:
 //
 //	KGO_SEEDS=<broker> KGO_TEST_RF=1 KGO_TEST_RECORDS=500000 \
+//	    KGO_TEST_SCRAM_SEEDS=<SASL_PLAINTEXT listener> KGO_TEST_SCRAM=kgo:<password> \
 //	    go test -count=1 github.com/twmb/franz-go/pkg/kgo
 //
 // 500000 is the suite's own default (the group ETL tests move that many
@@ -33,12 +36,25 @@ import (
 // count (10000 for a quicker run); SUSHKA_COMPAT_KGO_RUN passes a -run
 // expression; KGO_LOG_LEVEL is passed through (default none).
 //
-// TestTxnEtl (transactional consume-process-produce through three levels
-// of groups, with rebalances) runs with the rest, and once more alone with
-// KGO_TEST_UNSAFE=1 (the suite's unsafe variant: the group is left and
-// rejoined while a transaction is open). Skipped by the suite itself: the share group tests (ShareFetch, Kafka 4.2, not served),
-// SCRAM and OAUTHBEARER (no SASL; they need KGO_TEST_SCRAM_SEEDS and
-// KGO_TEST_OAUTH_SEEDS). Any other skip or any failure fails this test.
+// The broker has a PLAINTEXT listener (KGO_SEEDS) and a SASL_PLAINTEXT one
+// (KGO_TEST_SCRAM_SEEDS: TestSCRAMAuth authenticates with SCRAM-SHA-256 as
+// the --bootstrap-user, TestSCRAMAuthBadCredentials as a user that does
+// not exist). TestTxnEtl (transactional consume-process-produce through
+// three levels of groups, with rebalances) runs with the rest, and once
+// more alone with KGO_TEST_UNSAFE=1 (the suite's unsafe variant: the group
+// is left and rejoined while a transaction is open).
+//
+// TestFranzGoSuiteTLS runs the whole suite once more over TLS with client
+// certificates (KGO_TEST_TLS=ca:…,cert:…,key:…, the files of `sushka tls
+// init`, a broker with an SSL listener and --tls-client-auth required) and
+// SCRAM-SHA-512, with KGO_TEST_RECORDS=franzTLSRecords: every test of the
+// suite but TestIssue769 (its own dialer cannot be combined with TLS) runs
+// over TLS, and the ETL tests move a fifth of the records, which keeps the
+// second run to about half the first's time.
+//
+// Skipped by the suite itself: the share group tests (ShareFetch, Kafka
+// 4.2, not served), OAUTHBEARER (not served; needs KGO_TEST_OAUTH_SEEDS).
+// Any other skip or any failure fails the test.
 
 // franzSelfSkipped are the top-level tests the suite skips by itself
 // against Sushka.
@@ -48,15 +64,13 @@ var franzSelfSkipped = map[string]string{
 	"TestShareGroupAckOnClose":           "share groups are not served",
 	"TestShareGroupOffsetsAdmin":         "share groups are not served",
 	"TestConsumeRegexShareSkipsInternal": "share groups are not served",
-	"TestSCRAMAuth":                      "SASL is not served (needs KGO_TEST_SCRAM_SEEDS)",
-	"TestSCRAMAuthBadCredentials":        "SASL is not served (needs KGO_TEST_SCRAM_SEEDS)",
-	"TestOAuthAuth":                      "SASL is not served (needs KGO_TEST_OAUTH_SEEDS)",
+	"TestOAuthAuth":                      "OAUTHBEARER is not served (needs KGO_TEST_OAUTH_SEEDS)",
 }
 
-// franzMustPass are the 31 tests of the suite that talk to the broker and
-// need neither share groups nor SASL: a run in which any
-// of them did not pass (or did not run) fails. The suite's other tests are
-// unit tests of the client.
+// franzMustPass are the 33 tests of the suite that talk to the broker and
+// need neither share groups nor OAUTHBEARER: a run in which any of them
+// did not pass (or did not run) fails. The suite's other tests are unit
+// tests of the client.
 var franzMustPass = []string{
 	"TestGroupETL", "TestGroupSimple", "TestClient_Produce", "TestClient_ProduceLargeMessages",
 	"TestIssue1034", "TestPing", "TestConsumeRegex", "Test848RegexBrokerResolves",
@@ -67,8 +81,14 @@ var franzMustPass = []string{
 	"TestConsumeTopicRetrieval", "TestConsumeMaxDecompressBatchBytes",
 	"TestIssueProduceBrokerTooOldFailsRecords", "TestIssueProduceSyncManualPartitionNegativeDoesNotPanic",
 	"TestUnknownGroupOffsetFetchPinned", "TestConsumeTopicRetrieval_Many",
-	"TestTxnEtl",
+	"TestTxnEtl", "TestSCRAMAuth", "TestSCRAMAuthBadCredentials",
 }
+
+// The suite's SCRAM user, made by --bootstrap-user (SCRAM-SHA-256 and 512).
+const franzScramUser, franzScramPassword = "kgo", "kgo-scram-secret"
+
+// franzTLSRecords is KGO_TEST_RECORDS of the run over TLS.
+const franzTLSRecords = "100000"
 
 // testEvent is one line of `go test -json`.
 type testEvent struct {
@@ -78,12 +98,18 @@ type testEvent struct {
 	Elapsed float64
 }
 
-func TestFranzGoSuite(t *testing.T) {
-	b := startBroker(t)
-	modDir := moduleRoot(t)
-	goModuleVersions(t, "github.com/twmb/franz-go", "github.com/twmb/franz-go/pkg/kmsg")
+// franzSuite runs franz-go's kgo tests against one broker.
+type franzSuite struct {
+	t      *testing.T
+	b      *broker
+	modDir string
+	env    []string          // KGO_* of every run
+	skip   map[string]string // tests not run (go test -skip), and why
+}
 
-	records := "500000"
+func newFranzSuite(t *testing.T, b *broker, records string, env ...string) *franzSuite {
+	t.Helper()
+	goModuleVersions(t, "github.com/twmb/franz-go", "github.com/twmb/franz-go/pkg/kmsg")
 	if v := os.Getenv("SUSHKA_COMPAT_KGO_RECORDS"); v != "" {
 		if n, err := strconv.Atoi(v); err != nil || n <= 0 {
 			t.Fatalf("SUSHKA_COMPAT_KGO_RECORDS=%q: want a positive count", v)
@@ -94,28 +120,49 @@ func TestFranzGoSuite(t *testing.T) {
 	if logLevel == "" {
 		logLevel = "none"
 	}
-	env := []string{
+	return &franzSuite{t: t, b: b, modDir: moduleRoot(t), env: append([]string{
 		"KGO_SEEDS=" + b.addr,
 		"KGO_TEST_RF=1",
 		"KGO_TEST_RECORDS=" + records,
 		"KGO_LOG_LEVEL=" + logLevel,
-	}
-	// The whole run takes about a minute and a half; a hang ends well
-	// within .ci/run's 25 minutes even when a failed test is run again.
-	run := func(runExpr string, timeout time.Duration, extraEnv ...string) *suiteRun {
-		args := []string{"test", "-json", "-count=1", "-timeout", (timeout - 30*time.Second).String()}
-		if runExpr != "" {
-			args = append(args, "-run", runExpr)
-		}
-		args = append(args, "github.com/twmb/franz-go/pkg/kgo")
-		t.Logf("KGO_SEEDS=%s KGO_TEST_RF=1 KGO_TEST_RECORDS=%s go %s", b.addr, records, strings.Join(args, " "))
-		start := time.Now()
-		r := runCmd(timeout, modDir, append(append([]string{}, env...), extraEnv...), "", "go", args...)
-		t.Logf("suite ran in %s", time.Since(start).Round(time.Second))
-		return parseSuite(r)
-	}
+	}, env...)}
+}
 
-	s := run(os.Getenv("SUSHKA_COMPAT_KGO_RUN"), 10*time.Minute) // -run, to run a part while debugging
+// run runs the suite (the tests matching runExpr, all when "") bounded by
+// timeout; a hang ends well within .ci/run's 25 minutes even when a failed
+// test is run again.
+func (f *franzSuite) run(runExpr string, timeout time.Duration, extraEnv ...string) *suiteRun {
+	t := f.t
+	t.Helper()
+	args := []string{"test", "-json", "-count=1", "-timeout", (timeout - 30*time.Second).String()}
+	if runExpr != "" {
+		args = append(args, "-run", runExpr)
+	}
+	if len(f.skip) > 0 {
+		names := make([]string, 0, len(f.skip))
+		for name := range f.skip {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		args = append(args, "-skip", "^("+strings.Join(names, "|")+")$")
+	}
+	args = append(args, "github.com/twmb/franz-go/pkg/kgo")
+	env := append(append([]string{}, f.env...), extraEnv...)
+	t.Logf("%s go %s", strings.Join(env, " "), strings.Join(args, " "))
+	start := time.Now()
+	r := runCmd(timeout, f.modDir, env, "", "go", args...)
+	t.Logf("suite ran in %s", time.Since(start).Round(time.Second))
+	return parseSuite(r)
+}
+
+// check runs the whole suite (or SUSHKA_COMPAT_KGO_RUN's part) and fails
+// the test for an unexpected skip, a failure (a test failing once, then
+// passing alone, is reported as FLAKY) or a must-pass test that did not
+// pass.
+func (f *franzSuite) check() {
+	t := f.t
+	t.Helper()
+	s := f.run(os.Getenv("SUSHKA_COMPAT_KGO_RUN"), 10*time.Minute) // -run, to run a part while debugging
 	passed, failed, skipped := s.by("pass"), s.by("fail"), s.by("skip")
 	t.Logf("franz-go kgo suite: %d passed, %d failed, %d skipped (subtests: %d failed, %d skipped)", len(passed), len(failed), len(skipped), len(s.subFailed), len(s.subSkipped))
 	t.Logf("passed: %s", strings.Join(passed, " "))
@@ -134,7 +181,7 @@ func TestFranzGoSuite(t *testing.T) {
 		// The group ETL tests are timing-sensitive on a loaded 2-core
 		// machine; a test that fails is run once more, alone, and a pass
 		// then is reported as FLAKY with the first failure's output.
-		again := run("^("+strings.Join(failed, "|")+")$", 6*time.Minute)
+		again := f.run("^("+strings.Join(failed, "|")+")$", 6*time.Minute)
 		for _, name := range failed {
 			if again.status[name] == "pass" {
 				t.Logf("FLAKY: %s failed, then passed when run again alone; first failure:\n%s", name, tail(s.output(name), 6000))
@@ -148,25 +195,70 @@ func TestFranzGoSuite(t *testing.T) {
 			t.Errorf("%s failed:\n%s", name, tail(s.output(name), 6000))
 		}
 	}
-	if os.Getenv("SUSHKA_COMPAT_KGO_RUN") == "" {
-		for _, name := range franzMustPass {
-			if s.status[name] != "pass" {
-				t.Errorf("%s: %q, want pass", name, s.status[name])
-			}
-		}
+	for name, why := range f.skip {
+		t.Logf("not run: %s: %s", name, why)
 	}
 	if os.Getenv("SUSHKA_COMPAT_KGO_RUN") == "" {
-		unsafe := run("^TestTxnEtl$", 6*time.Minute, "KGO_TEST_UNSAFE=1")
-		if unsafe.status["TestTxnEtl"] != "pass" {
-			t.Errorf("TestTxnEtl with KGO_TEST_UNSAFE=1: %q, want pass:\n%s", unsafe.status["TestTxnEtl"], tail(unsafe.output("TestTxnEtl"), 6000))
+		for _, name := range franzMustPass {
+			if _, skipped := f.skip[name]; !skipped && s.status[name] != "pass" {
+				t.Errorf("%s: %q, want pass", name, s.status[name])
+			}
 		}
 	}
 	if s.err != nil && len(failed) == 0 {
 		t.Errorf("go test: %v\nstderr:\n%s\nstdout:\n%s", s.err, tail(s.stderr, 4000), tail(s.stdout, 4000))
 	}
 	if t.Failed() {
-		t.Logf("broker log:\n%s", tail(b.proc.Log(), 8000))
+		t.Logf("broker log:\n%s", tail(f.b.proc.Log(), 8000))
 	}
+}
+
+// startFranzBroker starts the broker of a suite run: a first listener of
+// the named protocol (KGO_SEEDS) and a SASL_PLAINTEXT one
+// (KGO_TEST_SCRAM_SEEDS) with the suite's SCRAM user.
+func startFranzBroker(t *testing.T, protocol string, extraArgs ...string) *broker {
+	t.Helper()
+	bin := testbroker.Binary(t)
+	p := testbroker.StartListeners(t, bin, []string{protocol, "SASL_PLAINTEXT"},
+		append([]string{"--bootstrap-user", franzScramUser + ":" + franzScramPassword}, extraArgs...)...)
+	return &broker{t: t, bin: bin, proc: p, addr: p.Addr}
+}
+
+func TestFranzGoSuite(t *testing.T) {
+	b := startFranzBroker(t, "PLAINTEXT")
+	f := newFranzSuite(t, b, "500000",
+		"KGO_TEST_SCRAM_SEEDS="+b.proc.Listeners["SASL_PLAINTEXT"],
+		"KGO_TEST_SCRAM="+franzScramUser+":"+franzScramPassword)
+	f.check()
+	if os.Getenv("SUSHKA_COMPAT_KGO_RUN") == "" {
+		unsafe := f.run("^TestTxnEtl$", 6*time.Minute, "KGO_TEST_UNSAFE=1")
+		if unsafe.status["TestTxnEtl"] != "pass" {
+			t.Errorf("TestTxnEtl with KGO_TEST_UNSAFE=1: %q, want pass:\n%s", unsafe.status["TestTxnEtl"], tail(unsafe.output("TestTxnEtl"), 6000))
+		}
+	}
+}
+
+// TestFranzGoSuiteTLS is the suite over TLS: an SSL listener that requires
+// a client certificate signed by the CA of `sushka tls init`, whose client
+// pair the suite presents (KGO_TEST_TLS), and SCRAM-SHA-512 for its SCRAM
+// tests.
+func TestFranzGoSuiteTLS(t *testing.T) {
+	dir := tlsInit(t, testbroker.Binary(t))
+	file := func(name string) string { return filepath.Join(dir, name) }
+	b := startFranzBroker(t, "SSL",
+		"--tls-cert-file", file("broker.crt"), "--tls-key-file", file("broker.key"),
+		"--tls-client-ca-file", file("ca.crt"), "--tls-client-auth", "required")
+	f := newFranzSuite(t, b, franzTLSRecords,
+		"KGO_TEST_TLS=ca:"+file("ca.crt")+",cert:"+file("client.crt")+",key:"+file("client.key"),
+		"KGO_TEST_SCRAM_SEEDS="+b.proc.Listeners["SASL_PLAINTEXT"],
+		"KGO_TEST_SCRAM="+franzScramUser+":"+franzScramPassword+":512")
+	f.skip = map[string]string{
+		// kgo.Dialer and kgo.DialTLSConfig exclude each other: under
+		// KGO_TEST_TLS the test's NewClient fails and it panics on the nil
+		// client, which ends the whole run.
+		"TestIssue769": "sets kgo.Dialer, which franz-go refuses together with KGO_TEST_TLS's DialTLSConfig",
+	}
+	f.check()
 }
 
 // suiteRun is what one `go test -json` run of the suite reported.

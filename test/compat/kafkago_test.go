@@ -18,7 +18,17 @@ import (
 
 func kafkaGoConsume(t *testing.T, addr, group, topic string, max int) []record {
 	t.Helper()
-	r := kafka.NewReader(kafka.ReaderConfig{
+	got, err := kafkaGoRead(t, kafkaGoReaderConfig(addr, group, topic), max)
+	if err != nil {
+		t.Fatalf("kafka-go FetchMessage after %d records: %v", len(got), err)
+	}
+	return got
+}
+
+// kafkaGoReaderConfig is the Reader of the tests: a group member reading
+// from the first offset, with short waits and backoffs.
+func kafkaGoReaderConfig(addr, group, topic string) kafka.ReaderConfig {
+	return kafka.ReaderConfig{
 		Brokers:           []string{addr},
 		GroupID:           group,
 		Topic:             topic,
@@ -28,7 +38,15 @@ func kafkaGoConsume(t *testing.T, addr, group, topic string, max int) []record {
 		SessionTimeout:    10 * time.Second,
 		ReadBackoffMin:    50 * time.Millisecond,
 		ReadBackoffMax:    200 * time.Millisecond,
-	})
+	}
+}
+
+// kafkaGoRead reads max records with a Reader of cfg, commits them
+// (CommitMessages) and closes it; an error of FetchMessage ends it early
+// and is returned.
+func kafkaGoRead(t *testing.T, cfg kafka.ReaderConfig, max int) ([]record, error) {
+	t.Helper()
+	r := kafka.NewReader(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var got []record
@@ -37,7 +55,7 @@ func kafkaGoConsume(t *testing.T, addr, group, topic string, max int) []record {
 		m, err := r.FetchMessage(ctx)
 		if err != nil {
 			r.Close()
-			t.Fatalf("kafka-go FetchMessage after %d records: %v", len(got), err)
+			return got, err
 		}
 		got = append(got, record{Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset, Key: string(m.Key), Value: string(m.Value)})
 		msgs = append(msgs, m)
@@ -48,7 +66,7 @@ func kafkaGoConsume(t *testing.T, addr, group, topic string, max int) []record {
 	if err := r.Close(); err != nil {
 		t.Fatalf("kafka-go Reader.Close: %v", err)
 	}
-	return got
+	return got, nil
 }
 
 func TestKafkaGo(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -68,12 +69,15 @@ func Cleanup() {
 
 // Proc is a running broker process.
 type Proc struct {
-	Addr    string // host:port of the Kafka listener
+	Addr    string // host:port of the Kafka listener (StartListeners: the first listener's)
 	Admin   string // host:port of the admin HTTP listener (/metrics, /healthz)
 	DataDir string
-	cmd     *exec.Cmd
-	log     *SyncBuffer
-	done    chan struct{}
+	// Listeners maps each listener's name to its host:port: {"PLAINTEXT":
+	// Addr} for Start, one entry per name for StartListeners.
+	Listeners map[string]string
+	cmd       *exec.Cmd
+	log       *SyncBuffer
+	done      chan struct{}
 }
 
 // Pid is the broker process's id.
@@ -98,21 +102,56 @@ func FreePort(t testing.TB) int {
 // then SIGKILL) when the test ends.
 func Start(t testing.TB, bin string, extraArgs ...string) *Proc {
 	t.Helper()
+	return start(t, bin, []string{"PLAINTEXT"}, func(addrs []string) []string {
+		return []string{"--listen", addrs[0]}
+	}, extraArgs)
+}
+
+// StartListeners is Start with one listener per name instead of --listen:
+// each name (a security protocol such as "SASL_SSL", or a name that
+// extraArgs map to one with --listener-security-protocol-map) gets a free
+// 127.0.0.1 port in Kafka's --listeners "NAME://host:port,...". Proc.Addr
+// is the first listener's address, Proc.Listeners has them all; the broker
+// is ready when every listener accepts connections.
+func StartListeners(t testing.TB, bin string, names []string, extraArgs ...string) *Proc {
+	t.Helper()
+	if len(names) == 0 {
+		t.Fatal("testbroker.StartListeners: no listener names")
+	}
+	return start(t, bin, names, func(addrs []string) []string {
+		ls := make([]string, len(names))
+		for i, name := range names {
+			ls[i] = name + "://" + addrs[i]
+		}
+		return []string{"--listeners", strings.Join(ls, ",")}
+	}, extraArgs)
+}
+
+// start runs the broker with listenArgs(addresses), one free 127.0.0.1
+// address per listener name, trying fresh ports up to three times.
+func start(t testing.TB, bin string, names []string, listenArgs func(addrs []string) []string, extraArgs []string) *Proc {
+	t.Helper()
 	dataDir := t.TempDir()
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		addr := "127.0.0.1:" + strconv.Itoa(FreePort(t))
+		addrs := make([]string, len(names))
+		listeners := make(map[string]string, len(names))
+		for i, name := range names {
+			addrs[i] = "127.0.0.1:" + strconv.Itoa(FreePort(t))
+			listeners[name] = addrs[i]
+		}
 		admin := "127.0.0.1:" + strconv.Itoa(FreePort(t))
-		p := &Proc{Addr: addr, Admin: admin, DataDir: dataDir, log: &SyncBuffer{}, done: make(chan struct{})}
-		args := append([]string{"serve", "--data-dir", dataDir, "--listen", addr, "--admin-listen", admin}, extraArgs...)
+		p := &Proc{Addr: addrs[0], Admin: admin, DataDir: dataDir, Listeners: listeners, log: &SyncBuffer{}, done: make(chan struct{})}
+		args := append(append([]string{"serve", "--data-dir", dataDir}, listenArgs(addrs)...), "--admin-listen", admin)
+		args = append(args, extraArgs...)
 		p.cmd = exec.Command(bin, args...)
 		p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-		p.cmd.Env = append(os.Environ(), "SUSHKA_BROKERS="+addr)
+		p.cmd.Env = append(os.Environ(), "SUSHKA_BROKERS="+p.Addr)
 		if err := p.cmd.Start(); err != nil {
 			t.Fatalf("starting %s: %v", bin, err)
 		}
 		go func() { _ = p.cmd.Wait(); close(p.done) }()
-		if lastErr = p.waitReady(20 * time.Second); lastErr == nil {
+		if lastErr = p.waitReady(20*time.Second, addrs); lastErr == nil {
 			t.Cleanup(func() { p.Stop(t) })
 			return p
 		}
@@ -122,22 +161,27 @@ func Start(t testing.TB, bin string, extraArgs ...string) *Proc {
 	return nil
 }
 
-func (p *Proc) waitReady(d time.Duration) error {
+func (p *Proc) waitReady(d time.Duration, addrs []string) error {
 	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.done:
-			return fmt.Errorf("exited early: %v\n%s", p.cmd.ProcessState, p.log.String())
-		default:
+	for _, addr := range addrs {
+		for {
+			select {
+			case <-p.done:
+				return fmt.Errorf("exited early: %v\n%s", p.cmd.ProcessState, p.log.String())
+			default:
+			}
+			c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+			if err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("no listener on %s after %s\n%s", addr, d, p.log.String())
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		c, err := net.DialTimeout("tcp", p.Addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("no listener on %s after %s\n%s", p.Addr, d, p.log.String())
+	return nil
 }
 
 // Stop ends the broker gracefully (SIGTERM), killing it after 10 s.

@@ -7,10 +7,17 @@
 //   node client.js BOOTSTRAP groups TOPIC GROUP
 //   node client.js BOOTSTRAP txn TOPIC PREFIX N COMMIT(0|1) GROUP INTOPIC INOFFSET
 //   node client.js BOOTSTRAP read TOPIC N SECONDS
+//   node client.js BOOTSTRAP auth_error
+//   node client.js BOOTSTRAP denied OTHER_TOPIC OWN_TOPIC OTHER_GROUP
 //
 // Every command prints JSON lines on stdout (kafkajs logs go to stderr);
 // consume prints the records it got, commits them and disconnects. Any
 // error exits non-zero.
+//
+// $SUSHKA_COMPAT_CONFIG, a JSON object of kafkajs client settings (ssl,
+// sasl), is added to the Kafka client's. auth_error and denied print the
+// errors kafkajs throws (see their comments), for the security story of
+// security_test.go.
 'use strict'
 
 const { Kafka, CompressionTypes, CompressionCodecs, logLevel } = require('kafkajs')
@@ -20,7 +27,7 @@ CompressionCodecs[CompressionTypes.Snappy] = SnappyCodec
 
 const [bootstrap, cmd, ...args] = process.argv.slice(2)
 
-const kafka = new Kafka({
+const kafkaConfig = {
   clientId: 'sushka-compat',
   brokers: [bootstrap],
   logLevel: logLevel.WARN,
@@ -28,7 +35,9 @@ const kafka = new Kafka({
     process.stderr.write(`${label} ${namespace} ${JSON.stringify(log)}\n`)
   },
   retry: { retries: 5, initialRetryTime: 100 },
-})
+  ...JSON.parse(process.env.SUSHKA_COMPAT_CONFIG || '{}'),
+}
+const kafka = new Kafka(kafkaConfig)
 
 const out = (doc) => process.stdout.write(JSON.stringify(doc) + '\n')
 const value = (prefix, i) => `${prefix} value ${i} ${'x'.repeat(i % 40)}`
@@ -161,7 +170,83 @@ async function read (topic, n, seconds, isolation) {
   await c.disconnect()
 }
 
-const cmds = { admin, produce, consume, groups, txn, read }
+// errorDoc is the innermost error of a kafkajs error (a retrier's
+// KafkaJSNonRetriableError or KafkaJSNumberOfRetriesExceeded wraps the
+// one the broker's answer made).
+function errorDoc (err) {
+  while (err.cause || err.originalError) err = err.cause || err.originalError
+  return { name: err.name, type: err.type, message: err.message }
+}
+
+// authError is what admin.connect() throws when the broker refuses the
+// credentials.
+async function authError () {
+  const a = kafka.admin()
+  try {
+    await a.connect()
+  } catch (err) {
+    out({ error: errorDoc(err) })
+    return
+  } finally {
+    await a.disconnect()
+  }
+  throw new Error('admin.connect() with refused credentials succeeded')
+}
+
+// denied prints what a tenant gets on another tenant's resources: the
+// error of producer.send to OTHER_TOPIC, the error that crashes a consumer
+// of OWN_TOPIC in OTHER_GROUP, and the topics admin.listTopics() shows.
+async function denied (otherTopic, ownTopic, otherGroup) {
+  const p = kafka.producer()
+  await p.connect()
+  let produce
+  try {
+    await p.send({ topic: otherTopic, messages: [{ key: 'k', value: 'v' }] })
+  } catch (err) {
+    produce = errorDoc(err)
+  } finally {
+    await p.disconnect()
+  }
+  if (!produce) throw new Error(`producer.send to ${otherTopic} succeeded`)
+
+  // kafkajs tries each broker for the group's coordinator and, when all
+  // refused, throws KafkaJSGroupCoordinatorNotFound; what the broker
+  // answered it logs at debug level only: collect it.
+  const refusals = []
+  const debugKafka = new Kafka({
+    ...kafkaConfig,
+    logLevel: logLevel.DEBUG,
+    logCreator: () => ({ log }) => {
+      if (log.message === 'Tried to find group coordinator' && log.error) refusals.push(errorDoc(log.error))
+    },
+  })
+  const c = debugKafka.consumer({ groupId: otherGroup, maxWaitTimeInMs: 200, retry: { retries: 2, restartOnFailure: async () => false } })
+  let crashed
+  const group = new Promise((resolve) => { crashed = resolve })
+  c.on(c.events.CRASH, ({ payload }) => crashed(errorDoc(payload.error)))
+  const timer = setTimeout(() => crashed(null), 30000)
+  await c.connect()
+  try {
+    await c.subscribe({ topics: [ownTopic], fromBeginning: true })
+    await c.run({ eachMessage: async () => { throw new Error(`consumer in ${otherGroup} got a record`) } })
+  } catch (err) {
+    crashed(errorDoc(err))
+  }
+  const groupError = await group
+  clearTimeout(timer)
+  await c.disconnect()
+  if (!groupError) throw new Error(`consumer in ${otherGroup} did not fail in 30 s`)
+
+  const a = kafka.admin()
+  await a.connect()
+  try {
+    out({ produce, group: groupError, coordinator: refusals[0], topics: (await a.listTopics()).sort() })
+  } finally {
+    await a.disconnect()
+  }
+}
+
+const cmds = { admin, produce, consume, groups, txn, read, auth_error: authError, denied }
 cmds[cmd](...args).then(() => process.exit(0), (err) => {
   process.stderr.write(`${err.stack || err}\n`)
   process.exit(1)

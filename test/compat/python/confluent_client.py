@@ -6,18 +6,34 @@
     confluent_client.py BOOTSTRAP consume TOPIC GROUP MAX SECONDS
     confluent_client.py BOOTSTRAP txn TOPIC PREFIX N COMMIT(0|1)
     confluent_client.py BOOTSTRAP read_committed|read_uncommitted TOPIC SECONDS
+    confluent_client.py BOOTSTRAP auth_error
+    confluent_client.py BOOTSTRAP denied OTHER_TOPIC OWN_TOPIC OTHER_GROUP
 
 Every command prints one JSON document per line on stdout; consume prints
 the records it got ({"topic", "partition", "offset", "key", "value"}), then
 commits synchronously what it consumed and closes. Errors exit non-zero.
+
+$SUSHKA_COMPAT_CONFIG, a JSON object of librdkafka properties
+(security.protocol, sasl.mechanisms, ...), is added to the configuration of
+every client. auth_error and denied print the errors librdkafka reports
+(see their doc strings), for the security story of security_test.go.
 """
 import json
+import os
 import sys
 import time
 
 import confluent_kafka
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
+
+EXTRA_CONFIG = json.loads(os.environ.get("SUSHKA_COMPAT_CONFIG") or "{}")
+
+
+def conf(c):
+    """c with $SUSHKA_COMPAT_CONFIG's properties added."""
+    return dict(c, **EXTRA_CONFIG)
 
 
 def out(doc):
@@ -29,7 +45,7 @@ def value(prefix, i):
 
 
 def admin(bootstrap, topic, partitions):
-    a = AdminClient({"bootstrap.servers": bootstrap})
+    a = AdminClient(conf({"bootstrap.servers": bootstrap}))
     for _, f in a.create_topics([NewTopic(topic, num_partitions=int(partitions), replication_factor=1)]).items():
         f.result(timeout=20)
     md = a.list_topics(topic=topic, timeout=20)
@@ -50,10 +66,10 @@ def admin(bootstrap, topic, partitions):
 
 def produce(bootstrap, topic, prefix, n, codec, idempotent):
     n = int(n)
-    conf = {"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 20, "acks": "all"}
+    settings = {"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 20, "acks": "all"}
     if idempotent == "1":
-        conf["enable.idempotence"] = True
-    p = Producer(conf)
+        settings["enable.idempotence"] = True
+    p = Producer(conf(settings))
     errors = []
     delivered = [0]
 
@@ -79,13 +95,13 @@ def produce(bootstrap, topic, prefix, n, codec, idempotent):
 
 def consume(bootstrap, topic, group, max_records, seconds):
     max_records, deadline = int(max_records), time.time() + float(seconds)
-    c = Consumer({
+    c = Consumer(conf({
         "bootstrap.servers": bootstrap,
         "group.id": group,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         "session.timeout.ms": 10000,
-    })
+    }))
     c.subscribe([topic])
     got = 0
     while got < max_records and time.time() < deadline:
@@ -104,7 +120,7 @@ def consume(bootstrap, topic, group, max_records, seconds):
 
 def txn(bootstrap, topic, prefix, n, commit):
     """One transaction of N records, committed or aborted."""
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "py-" + prefix})
+    p = Producer(conf({"bootstrap.servers": bootstrap, "transactional.id": "py-" + prefix}))
     p.init_transactions(30)
     p.begin_transaction()
     for i in range(int(n)):
@@ -122,13 +138,13 @@ def read(bootstrap, isolation, topic, seconds):
     """Every record a consumer of isolation.level ISOLATION (read_committed
     or read_uncommitted; no group commits) gets until it has been idle for
     SECONDS."""
-    c = Consumer({
+    c = Consumer(conf({
         "bootstrap.servers": bootstrap,
         "group.id": "py-" + isolation,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         "isolation.level": isolation,
-    })
+    }))
     c.subscribe([topic])
     idle_until = time.time() + float(seconds)
     while time.time() < idle_until:
@@ -143,9 +159,63 @@ def read(bootstrap, isolation, topic, seconds):
     c.close()
 
 
+def error_doc(err):
+    return {"name": err.name(), "code": err.code(), "str": err.str()}
+
+
+def auth_error(bootstrap):
+    """What a client whose credentials the broker refuses gets: what
+    list_topics raises, and the first error librdkafka reports to error_cb
+    (served by poll)."""
+    errors = []
+    p = Producer(conf({"bootstrap.servers": bootstrap, "error_cb": errors.append}))
+    raised = None
+    try:
+        p.list_topics(timeout=10)
+    except KafkaException as e:
+        raised = error_doc(e.args[0])
+    deadline = time.time() + 10
+    while not errors and time.time() < deadline:
+        p.poll(0.5)  # error_cb is served by poll
+    if not errors:
+        raise SystemExit("list_topics with refused credentials reported no error (raised %s)" % raised)
+    out({"error": error_doc(errors[0]), "raised": raised})
+
+
+def denied(bootstrap, other_topic, own_topic, other_group):
+    """A tenant's attempts on another tenant's resources: the delivery
+    error of a record produced to OTHER_TOPIC, the error a consumer of
+    OWN_TOPIC in OTHER_GROUP polls, and the topics list_topics shows."""
+    p = Producer(conf({"bootstrap.servers": bootstrap}))
+    delivery = []
+    p.produce(other_topic, key="k", value="v", on_delivery=lambda err, msg: delivery.append(err))
+    p.flush(30)
+    if len(delivery) != 1 or delivery[0] is None:
+        raise SystemExit("produce to %s: delivery reports %s, want one error" % (other_topic, delivery))
+
+    c = Consumer(conf({"bootstrap.servers": bootstrap, "group.id": other_group,
+                       "auto.offset.reset": "earliest", "enable.auto.commit": False}))
+    c.subscribe([own_topic])
+    group_error, deadline = None, time.time() + 30
+    while group_error is None and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if not m.error():
+            raise SystemExit("consumer in %s got a record of %s" % (other_group, own_topic))
+        group_error = m.error()
+    c.close()
+    if group_error is None:
+        raise SystemExit("consumer in %s polled no error in 30 s" % other_group)
+
+    topics = sorted(AdminClient(conf({"bootstrap.servers": bootstrap})).list_topics(timeout=20).topics)
+    out({"produce": error_doc(delivery[0]), "group": error_doc(group_error), "topics": topics})
+
+
 def main():
     bootstrap, cmd, args = sys.argv[1], sys.argv[2], sys.argv[3:]
     {"admin": admin, "produce": produce, "consume": consume, "txn": txn,
+     "auth_error": auth_error, "denied": denied,
      "read_committed": lambda b, *a: read(b, "read_committed", *a),
      "read_uncommitted": lambda b, *a: read(b, "read_uncommitted", *a)}[cmd](bootstrap, *args)
 
