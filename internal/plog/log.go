@@ -33,23 +33,34 @@ const (
 
 // Log is one partition's log: a directory of segments, one writer goroutine
 // that owns the active segment (group commit), and readers that take file
-// ranges of published batches.
+// ranges of published batches. The writer (and its publisher) runs only
+// while there is work: the first append of an idle log starts it, and it
+// stops once its queue has stayed empty for writerIdle, so an idle
+// partition holds no goroutine, no queue and no descriptor (issue 12).
 //
-// Lock order: closeMu before mu. The writer goroutine takes mu only to
-// publish; it never holds mu during I/O.
+// Lock order: closeMu before qmu before mu. The writer goroutine takes mu
+// only to publish; it never holds mu during I/O.
 type Log struct {
 	cfgMu sync.Mutex
 	cfg   Config // dynamic fields read by the writer under cfgMu
 
-	fs     interface{ SyncDir(string) error }
-	dir    string
-	logger *slog.Logger
+	fs         interface{ SyncDir(string) error }
+	dir        string
+	baseLogger *slog.Logger // Config.Logger (static): see logger
 
-	closeMu sync.RWMutex // held for reading while sending to queue
-	closed  bool         // (closeMu)
-	queue   chan *appendReq
-	stop    chan struct{}
-	done    chan struct{}
+	closeMu sync.RWMutex  // held for reading while sending to queue
+	closed  bool          // (closeMu)
+	stop    chan struct{} // closed by Close: the running writer drains and ends
+
+	// The writer on demand (acquireQueue): queue is the running writer's
+	// queue, nil while none runs; senders counts the appenders holding it
+	// outside qmu (about to send, or blocked on a full queue), which keep
+	// the writer from stopping; writerDone is closed when the last writer
+	// started has ended (nil before the first).
+	qmu        sync.Mutex
+	queue      chan *appendReq // (qmu)
+	senders    int             // (qmu)
+	writerDone chan struct{}   // (qmu)
 
 	mu       sync.RWMutex
 	segments []*segment    // (mu) ordered by base offset; the last is active
@@ -93,11 +104,9 @@ type Log struct {
 // its other partitions. Nothing on disk is touched.
 func Failed(cfg Config, err error) *Log {
 	cfg.setNilDefaults()
-	done := make(chan struct{})
-	close(done)
 	return &Log{
-		cfg: cfg, fs: cfg.FS, dir: cfg.Dir, logger: cfg.Logger.With("dir", cfg.Dir),
-		stop: make(chan struct{}), done: done, waitCh: make(chan struct{}),
+		cfg: cfg, fs: cfg.FS, dir: cfg.Dir, baseLogger: cfg.Logger,
+		stop: make(chan struct{}), waitCh: make(chan struct{}),
 		failed: err, broken: true,
 	}
 }
@@ -113,14 +122,12 @@ func Open(cfg Config) (*Log, error) {
 		return nil, err
 	}
 	l := &Log{
-		cfg:    cfg,
-		fs:     cfg.FS,
-		dir:    cfg.Dir,
-		logger: cfg.Logger.With("dir", cfg.Dir),
-		queue:  make(chan *appendReq, cfg.QueueDepth),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
-		waitCh: make(chan struct{}),
+		cfg:        cfg,
+		fs:         cfg.FS,
+		dir:        cfg.Dir,
+		baseLogger: cfg.Logger,
+		stop:       make(chan struct{}),
+		waitCh:     make(chan struct{}),
 
 		firstTxn: noTxn,
 	}
@@ -136,7 +143,11 @@ func Open(cfg Config) (*Log, error) {
 		l.closeFiles()
 		return nil, err
 	}
-	go l.w.run()
+	if l.w.path != WriteMmap {
+		// Idle until the first append: the file cache may close the
+		// active file (the mapping of WriteMmap needs it open).
+		l.w.active.unpinWriter()
+	}
 	return l, nil
 }
 
@@ -223,13 +234,46 @@ func (l *Log) enqueueReq(req *appendReq) (Pending, error) {
 		putReq(req)
 		return Pending{}, ErrClosed
 	}
-	l.queue <- req
+	q := l.acquireQueue()
+	q <- req
+	l.releaseQueue()
 	l.closeMu.RUnlock()
 	if ack == AckNone {
 		return Pending{l: l}, nil // the writer recycles req
 	}
 	return Pending{l: l, req: req}, nil
 }
+
+// logger is the log's logger: Config.Logger with the directory, made
+// when something is logged (rare) rather than held by every partition.
+func (l *Log) logger() *slog.Logger { return l.baseLogger.With("dir", l.dir) }
+
+// acquireQueue returns the running writer's queue, starting a writer if
+// none runs, and counts the caller as a sender until releaseQueue: a
+// writer never stops while a sender holds its queue. Call with closeMu
+// read-held (Close waits for the senders, then for the writer).
+func (l *Log) acquireQueue() chan<- *appendReq {
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	if l.queue == nil {
+		l.queue = make(chan *appendReq, l.cfg.QueueDepth)
+		prev, done := l.writerDone, make(chan struct{})
+		l.writerDone = done
+		go l.w.run(l.queue, prev, done)
+	}
+	l.senders++
+	return l.queue
+}
+
+func (l *Log) releaseQueue() {
+	l.qmu.Lock()
+	l.senders--
+	l.qmu.Unlock()
+}
+
+// writerIdle is how long a writer waits with an empty queue before it
+// stops (a variable for tests).
+var writerIdle = time.Second
 
 // Wait blocks until the append is acknowledged as its AckPolicy says and
 // returns its result. For AckNone it returns at once with BaseOffset -1.
@@ -472,7 +516,12 @@ func (l *Log) Close() error {
 		return nil
 	}
 	close(l.stop)
-	<-l.done
+	l.qmu.Lock()
+	done := l.writerDone
+	l.qmu.Unlock()
+	if done != nil {
+		<-done
+	}
 	err := l.w.closeActive()
 
 	l.mu.Lock()
@@ -523,7 +572,7 @@ func (l *Log) readCheckpoint(file string) (int64, error) {
 		// checkpoints only narrow what recovery assumes, so losing one
 		// loses an optimisation (log start) or strictness (recovery
 		// point), never data.
-		l.logger.Warn("ignoring unreadable checkpoint", "file", file, "err", err)
+		l.logger().Warn("ignoring unreadable checkpoint", "file", file, "err", err)
 		return -1, nil
 	}
 	return v, nil

@@ -89,7 +89,7 @@ func (l *Log) recover() error {
 	}
 	// An expired producer is not restored (producer.id.expiration.ms).
 	if n := l.w.producers.expire(sc.nowMs, l.cfg.ProducerIDExpiration); n > 0 {
-		l.logger.Info("not restoring idle idempotent producers", "producers", n, "idle_for", l.cfg.ProducerIDExpiration)
+		l.logger().Info("not restoring idle idempotent producers", "producers", n, "idle_for", l.cfg.ProducerIDExpiration)
 	}
 	if n := len(l.segments); n > 0 {
 		// After a crash of the process (not of the machine) the page cache
@@ -277,7 +277,7 @@ func (sc *scanner) invalid(s *segment, last bool, pos, fileSize, want int64, rea
 	if corrupt {
 		return &CorruptionError{File: s.path, Pos: pos, Reason: reason}
 	}
-	l.logger.Warn("truncating the unsynced tail of segment", "file", s.path, "pos", pos,
+	l.logger().Warn("truncating the unsynced tail of segment", "file", s.path, "pos", pos,
 		"bytes", fileSize-pos, "offset", want, "recovery_point", sc.recoveryPoint, "reason", reason)
 	if err := s.file.Truncate(pos); err != nil {
 		return &IOError{Op: "truncate " + s.path, Err: err}

@@ -247,7 +247,7 @@ func (l *Log) deleteSegments(victims []*segment) error {
 				first = &IOError{Op: "remove transaction index", Err: err}
 			}
 		}
-		l.logger.Info("deleted segment", "file", s.path, "bytes", s.size)
+		l.logger().Info("deleted segment", "file", s.path, "bytes", s.size)
 		s.drop()
 	}
 	return first

@@ -35,8 +35,8 @@ type publisher struct {
 	// not report a writeback error from before the reopen (errseq), and
 	// the fsync could succeed over pages the kernel dropped.
 	handedPins int
-	wake       chan struct{} // capacity 1: something was handed over
-	quit       chan struct{} // closed by stop
+	wake       chan struct{} // capacity 1: something was handed over (nil while run is not running)
+	quit       chan struct{} // closed by stop (new for each run: writer.startPublisher)
 	exited     chan struct{} // closed when run returns
 
 	interval  time.Duration // Config.SyncInterval: pacing of publications without AckForced appends
@@ -57,9 +57,6 @@ type publisher struct {
 
 func (p *publisher) init(l *Log) {
 	p.l, p.clock = l, l.cfg.Clock
-	p.wake = make(chan struct{}, 1)
-	p.quit = make(chan struct{})
-	p.exited = make(chan struct{})
 	p.interval = l.cfg.SyncInterval
 	p.recoveryPointAt = p.clock.Now()
 }
@@ -166,6 +163,31 @@ func (p *publisher) stop() {
 	<-p.exited
 }
 
+// start starts run (WriteSyscall), with channels of its own.
+func (p *publisher) start() {
+	p.wake, p.quit, p.exited = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	go p.run()
+}
+
+// release lets go of what only a running publisher needs (its channels,
+// its timer, the buffers of its publications), once run has ended and
+// before the writer goroutine ends: an idle log holds none of it.
+func (p *publisher) release() {
+	p.wake, p.quit, p.exited = nil, nil, nil
+	if p.paceTimer != nil {
+		p.paceTimer.Stop()
+		p.paceTimer = nil
+	}
+	p.publishMu.Lock()
+	p.handMu.Lock()
+	if len(p.handedPend) == 0 && len(p.handedForced) == 0 {
+		p.handedPend, p.handedForced = nil, nil
+	}
+	p.handMu.Unlock()
+	p.pend, p.forced = nil, nil
+	p.publishMu.Unlock()
+}
+
 // publish takes everything handed over, syncs it, publishes it and
 // acknowledges its AckForced appends. It returns the log's sticky error:
 // after a failed write or fsync nothing is ever published again (fsync is
@@ -255,7 +277,7 @@ func (p *publisher) checkpointRecoveryPointLocked(force bool) {
 	}
 	p.recoveryPointAt = now
 	if err := p.l.writeCheckpoint(recoveryPointFile, p.published); err != nil {
-		p.l.logger.Warn("recovery point not checkpointed; retrying later", "err", err)
+		p.l.logger().Warn("recovery point not checkpointed; retrying later", "err", err)
 		return
 	}
 	p.recoveryPoint = p.published
@@ -275,9 +297,9 @@ func (l *Log) fail(err error) error {
 	if l.failed == nil {
 		l.failed = err
 		if resumable(err) {
-			l.logger.Error("partition log failed: disk full; appends refused until space is back", "err", err)
+			l.logger().Error("partition log failed: disk full; appends refused until space is back", "err", err)
 		} else {
-			l.logger.Error("partition log failed; appends refused until restart", "err", err)
+			l.logger().Error("partition log failed; appends refused until restart", "err", err)
 		}
 	}
 	return l.failed

@@ -311,7 +311,7 @@ func (l *Log) syncTxnIndex(s *segment, exists bool) error {
 			}
 		}
 	}
-	l.logger.Info("rewriting the aborted-transactions index from the segment", "file", name, "entries", len(s.aborted))
+	l.logger().Info("rewriting the aborted-transactions index from the segment", "file", name, "entries", len(s.aborted))
 	if err := l.replaceFile(txnIndexName(s.base), want); err != nil {
 		return &IOError{Op: "rewrite " + name, Err: err}
 	}

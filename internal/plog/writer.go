@@ -70,6 +70,7 @@ type writer struct {
 	next      int64 // next offset to assign
 	producers producerTable
 
+	q         <-chan *appendReq // the running writer's queue (run)
 	group     []*appendReq
 	lastGroup int            // appends in the previous group
 	iov       [][]byte       // bytes of the group not yet written, for one writev
@@ -91,8 +92,6 @@ type writer struct {
 func (w *writer) init(l *Log) {
 	w.l = l
 	w.path = l.cfg.WritePath
-	w.group = make([]*appendReq, 0, maxGroup)
-	w.iov = make([][]byte, 0, maxGroup)
 	if w.producers.states == nil {
 		w.producers = newProducerTable()
 	}
@@ -220,13 +219,49 @@ func (w *writer) closeActive() error {
 // one system call (or one copy per append into the mapping), acknowledges
 // what asked for the page cache only and hands the rest to the publisher,
 // which syncs, publishes and acknowledges the AckForced appends.
-func (w *writer) run() {
-	defer close(w.l.done)
+//
+// It runs on demand (Log.acquireQueue): it starts once the writer before
+// it (prev) has ended, and ends, closing done, when Close stops it or its
+// queue q has stayed empty for writerIdle with no sender holding it
+// (stopIfIdle); its publisher ends with it, once it has published what it
+// was handed.
+func (w *writer) run(q chan *appendReq, prev, done chan struct{}) {
+	defer func() {
+		close(done)
+		l := w.l
+		l.qmu.Lock()
+		if l.writerDone == done {
+			l.writerDone = nil // nothing left to wait for
+		}
+		l.qmu.Unlock()
+	}()
+	if prev != nil {
+		<-prev
+	}
+	w.q = q
 	w.startPublisher()
-	defer w.stopPublisher()
+	defer func() {
+		w.stopPublisher()
+		// An idle log's recovery point is where it stopped: a restart
+		// recovers nothing of what was published.
+		w.pub.checkpointRecoveryPoint(true)
+	}()
+	// The idle check runs every writerIdle; it stops the writer when no
+	// group was committed since the previous check (no timer reset per
+	// group: the hot path pays nothing for it).
+	idle := time.NewTimer(writerIdle)
+	defer idle.Stop()
+	groups, groupsAtCheck := 0, 0
 	for {
 		select {
-		case r := <-w.l.queue:
+		case <-idle.C:
+			if groups == groupsAtCheck && w.stopIfIdle(q) {
+				return
+			}
+			groupsAtCheck = groups
+			idle.Reset(writerIdle)
+			continue
+		case r := <-q:
 			w.group = append(w.group[:0], r)
 			if w.lastGroup > 1 && yieldBeforeDrain {
 				// The producers acknowledged by the last group were just
@@ -250,20 +285,39 @@ func (w *writer) run() {
 		w.drain()
 		w.lastGroup = len(w.group)
 		w.commit()
-		if len(w.l.queue) == 0 && w.path != WriteMmap {
+		if len(q) == 0 && w.path != WriteMmap {
 			// Idle: the file cache may close the active file (reopened
 			// on the next group), so idle partitions hold no descriptor.
 			// The mapping of WriteMmap needs the file: it stays pinned.
 			w.active.unpinWriter()
 		}
+		groups++
 	}
+}
+
+// stopIfIdle ends the writer's run if its queue is empty and no appender
+// holds it: the log then has no queue until the next append starts a
+// writer (which waits for this one to end). It lets go of the group's
+// buffers, so an idle log holds none.
+func (w *writer) stopIfIdle(q chan *appendReq) bool {
+	l := w.l
+	l.qmu.Lock()
+	if l.senders > 0 || len(q) > 0 || l.queue != q {
+		l.qmu.Unlock()
+		return false
+	}
+	l.queue = nil
+	l.qmu.Unlock()
+	w.q = nil
+	w.group, w.iov, w.pend = nil, nil, nil
+	return true
 }
 
 // startPublisher starts the publisher goroutine of a WriteSyscall log.
 func (w *writer) startPublisher() {
 	if w.path != WriteMmap && !w.publishing {
 		w.publishing = true
-		go w.pub.run()
+		w.pub.start()
 	}
 }
 
@@ -272,6 +326,7 @@ func (w *writer) stopPublisher() {
 	if w.publishing {
 		w.publishing = false
 		w.pub.stop()
+		w.pub.release()
 	}
 }
 
@@ -282,7 +337,7 @@ var yieldBeforeDrain = true
 func (w *writer) drain() {
 	for len(w.group) < maxGroup {
 		select {
-		case r := <-w.l.queue:
+		case r := <-w.q:
 			w.group = append(w.group, r)
 		default:
 			return
@@ -372,10 +427,10 @@ func (w *writer) writeGroup() error {
 			return err
 		}
 		if rerr := w.resume(now); rerr != nil {
-			l.logger.Warn("partition log still cannot resume after disk full", "err", rerr, "retry_in", w.resumeBackoff)
+			l.logger().Warn("partition log still cannot resume after disk full", "err", rerr, "retry_in", w.resumeBackoff)
 			return err
 		}
-		l.logger.Info("partition log resumed after disk full", "high_watermark", w.next)
+		l.logger().Info("partition log resumed after disk full", "high_watermark", w.next)
 	}
 	if w.writePos > 0 && now.Sub(w.active.created) >= cfg.SegmentMaxAge {
 		if err := w.roll(); err != nil {
@@ -385,7 +440,7 @@ func (w *writer) writeGroup() error {
 	if now.Sub(w.producersCheckedAt) >= producerExpiryCheckInterval {
 		w.producersCheckedAt = now
 		if n := w.producers.expire(now.UnixMilli(), cfg.ProducerIDExpiration); n > 0 {
-			l.logger.Info("forgot idle idempotent producers", "producers", n, "idle_for", cfg.ProducerIDExpiration)
+			l.logger().Info("forgot idle idempotent producers", "producers", n, "idle_for", cfg.ProducerIDExpiration)
 		}
 	}
 	appendTime := int64(-1)
@@ -596,7 +651,7 @@ func (w *writer) resume(now time.Time) error {
 		s.file.Unmap() // recovery truncates the file
 		s.mapped = nil
 	}
-	fresh := &Log{cfg: l.config(), fs: l.fs, dir: l.dir, logger: l.logger, firstTxn: noTxn}
+	fresh := &Log{cfg: l.config(), fs: l.fs, dir: l.dir, baseLogger: l.baseLogger, firstTxn: noTxn}
 	if err := fresh.recover(); err != nil {
 		fresh.closeFiles()
 		w.resumeBackoff = min(2*w.resumeBackoff, diskFullRetryMax)
