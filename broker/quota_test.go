@@ -139,10 +139,10 @@ func TestProduceQuota(t *testing.T) {
 		wg.Add(2)
 		go func() { defer wg.Done(); pacedProducer(ctx, t, limited, "quota-produce", offered, &limitedAcked) }()
 		go func() { defer wg.Done(); pacedProducer(ctx, t, free, "quota-produce", offered, &freeAcked) }()
-		var freeRate float64
-		go func() { freeRate = rateBetween(&freeAcked, 1500*time.Millisecond, 6500*time.Millisecond) }()
+		freeRateCh := make(chan float64, 1)
+		go func() { freeRateCh <- rateBetween(&freeAcked, 1500*time.Millisecond, 6500*time.Millisecond) }()
 		limitedRate := rateBetween(&limitedAcked, 1500*time.Millisecond, 6500*time.Millisecond)
-		time.Sleep(10 * time.Millisecond)
+		freeRate := <-freeRateCh
 		cancel()
 		wg.Wait()
 		limited.Close()
