@@ -8,7 +8,8 @@ import "github.com/twmb/franz-go/pkg/kmsg"
 // * A group that does not exist returns no error and no offsets (offset -1
 //   for the partitions named), as Kafka does.
 // * A null topic list returns every committed offset of the group.
-// * RequireStable has nothing to wait for (no transactions yet).
+// * RequireStable: a partition with transactional offsets pending answers
+//   UNSTABLE_OFFSET_COMMIT (KIP-447; internal/group/offsets.go).
 //
 // Version notes:
 // * v2: top-level ErrorCode; v3: ThrottleMillis; v5: LeaderEpoch
