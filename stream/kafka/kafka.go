@@ -262,12 +262,15 @@ func (c *consumer) Poll(ctx context.Context, buf []*stream.Record) ([]*stream.Re
 		}
 		// A Seek interrupts the poll (cancelPoll): otherwise a seek back
 		// on an idle partition would wait for a record that never comes.
+		// So does a Resume with held records, which are ready at once.
 		pollCtx, cancel := context.WithCancel(ctx)
+		// A Resume after takeHeld looked and before cancelPoll was set
+		// is seen here.
 		c.mu.Lock()
 		c.cancelPoll = cancel
-		seekPending := len(c.seeks) > 0
+		interrupted := len(c.seeks) > 0 || c.heldReadyLocked()
 		c.mu.Unlock()
-		if seekPending {
+		if interrupted {
 			cancel()
 		}
 		fetches := c.cl.PollRecords(pollCtx, limit)
@@ -284,60 +287,82 @@ func (c *consumer) Poll(ctx context.Context, buf []*stream.Record) ([]*stream.Re
 		// Fetch errors are per partition and kgo retries them itself
 		// (a topic being created answers UNKNOWN_TOPIC_OR_PARTITION for a
 		// while): they are not the App's to stop on.
-		var pauseFetch map[string][]int32
-		c.mu.Lock()
-		fetches.EachRecord(func(r *kgo.Record) {
-			h := c.held[stream.TopicPartition{Topic: r.Topic, Partition: r.Partition}]
-			if h == nil || (!h.paused && len(h.records) == 0) {
-				buf = append(buf, fromKgo(r))
-				return
-			}
-			// Behind the partition's held records (resumed during this
-			// poll): they leave first, at the next Poll.
-			h.records = append(h.records, r)
-			h.bytes += len(r.Value)
-			c.heldBytes += len(r.Value)
-			if c.heldBytes >= holdBytes && !h.fetchPaused {
-				h.fetchPaused = true
-				if pauseFetch == nil {
-					pauseFetch = map[string][]int32{}
+		// A partition's records go to the App unless the partition is
+		// held; c.mu is taken once per partition, and records are
+		// converted outside it (the App's workers Mark under it).
+		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) > 0 && !c.hold(p.Topic, p.Partition, p.Records) {
+				for _, r := range p.Records {
+					buf = append(buf, fromKgo(r))
 				}
-				pauseFetch[r.Topic] = append(pauseFetch[r.Topic], r.Partition)
 			}
 		})
-		if pauseFetch != nil {
-			// Under mu, so that kgo sees Pause and Resume in their order.
-			c.cl.PauseFetchPartitions(pauseFetch)
-		}
-		c.mu.Unlock()
 		if len(buf) > 0 {
 			return buf, nil
 		}
 	}
 }
 
+// hold keeps records (one partition's, in offset order) when the
+// partition is paused, or resumed with held records still to leave
+// first; it reports whether it kept them. Once the held records of all
+// partitions reach holdBytes, kgo stops fetching the partition too.
+func (c *consumer) hold(topic string, partition int32, records []*kgo.Record) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.held[stream.TopicPartition{Topic: topic, Partition: partition}]
+	if h == nil || (!h.paused && len(h.records) == 0) {
+		return false
+	}
+	h.records = append(h.records, records...)
+	for _, r := range records {
+		h.bytes += len(r.Value)
+		c.heldBytes += len(r.Value)
+	}
+	if c.heldBytes >= holdBytes && !h.fetchPaused {
+		h.fetchPaused = true
+		// Under mu, so that kgo sees Pause and Resume in their order.
+		c.cl.PauseFetchPartitions(map[string][]int32{topic: {partition}})
+	}
+	return true
+}
+
+// heldReadyLocked reports whether a resumed partition has held records.
+func (c *consumer) heldReadyLocked() bool {
+	for _, h := range c.held {
+		if !h.paused && len(h.records) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // takeHeld appends to buf, up to limit, the held records of partitions no
 // longer paused, in offset order per partition.
 func (c *consumer) takeHeld(buf []*stream.Record, limit int) []*stream.Record {
+	var ready [][]*kgo.Record
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	room := limit - len(buf)
 	for tp, h := range c.held {
-		if h.paused {
+		if h.paused || room == 0 {
 			continue
 		}
-		n := min(len(h.records), limit-len(buf))
+		n := min(len(h.records), room)
+		ready = append(ready, h.records[:n:n])
 		for _, r := range h.records[:n] {
-			buf = append(buf, fromKgo(r))
 			h.bytes -= len(r.Value)
 			c.heldBytes -= len(r.Value)
 		}
-		clear(h.records[:n])
 		h.records = h.records[n:]
+		room -= n
 		if len(h.records) == 0 {
 			delete(c.held, tp)
 		}
-		if len(buf) == limit {
-			break
+	}
+	c.mu.Unlock()
+	for _, records := range ready {
+		for _, r := range records {
+			buf = append(buf, fromKgo(r))
 		}
 	}
 	return buf
