@@ -71,3 +71,59 @@ func TestExactlyOnceLostEndTxnAnswer(t *testing.T) {
 	}
 	checkOnce(t, deliveryMode{name: "exactly-once", exactlyOnce: true}, counts, n)
 }
+
+// TestExactlyOnceEndTxnGivenUp: the answers to a transaction's EndTxn
+// commit and to kgo's retry of it are both lost, and kgo gives up (one
+// retry allowed), although the broker committed. The transport must not
+// take the unknown outcome for an abort: it reads the group's committed
+// offsets (OffsetFetch, RequireStable) and, finding its marks there, does
+// not commit the same results again in the next transaction.
+func TestExactlyOnceEndTxnGivenUp(t *testing.T) {
+	addr := streamtest.StartSushka(t, 3)
+	const n = 100
+	publishInputs(t, addr, "in", n)
+	armed := &atomic.Int32{}
+	armed.Store(2) // the first EndTxn commit's answer and its retry's
+	dial := func(ctx context.Context, network, host string) (net.Conn, error) {
+		conn, err := (&net.Dialer{}).DialContext(ctx, network, host)
+		if err != nil {
+			return nil, err
+		}
+		return &loseAnswersConn{Conn: conn, key: int16(kmsg.EndTxn), left: armed}, nil
+	}
+	tr := kafka.New([]kgo.Opt{kgo.SeedBrokers(addr), kgo.AllowAutoTopicCreation(), kgo.TransactionTimeout(3 * time.Second),
+		kgo.Dialer(dial), kgo.RequestRetries(1)},
+		kafka.ConsumerOpts(kgo.FetchMaxWait(100*time.Millisecond)), kafka.CommitInterval(50*time.Millisecond),
+		kafka.ExactlyOnce("given-up"))
+	app := stream.New(tr, stream.Group("g"))
+	stream.Handle(app, "in", func(ctx context.Context, v string) (string, error) {
+		time.Sleep(time.Millisecond)
+		return "r" + v, nil
+	}, stream.PublishTo("out"))
+	stop := runApp(app)
+	counts := readCommitted(t, addr, "out", n, time.Second)
+	if err := stop(); err != nil {
+		t.Log(err)
+	}
+	if armed.Load() > 0 {
+		t.Fatal("the EndTxn answers were not lost: the test did not run its scenario")
+	}
+	checkOnce(t, deliveryMode{name: "exactly-once", exactlyOnce: true}, counts, n)
+}
+
+// loseAnswersConn closes its connection right after writing each request
+// of key while *left is positive: the broker handles them, the client
+// never learns the outcomes.
+type loseAnswersConn struct {
+	net.Conn
+	key  int16
+	left *atomic.Int32
+}
+
+func (c *loseAnswersConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if err == nil && len(b) >= 6 && int16(binary.BigEndian.Uint16(b[4:6])) == c.key && c.left.Add(-1) >= 0 {
+		c.Conn.Close()
+	}
+	return n, err
+}
