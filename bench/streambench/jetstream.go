@@ -157,6 +157,17 @@ func (j *JetStream) fill(ctx context.Context, topic string, run *Run) error {
 	for i := range run.Messages {
 		key, value := run.Payloads.Message(i)
 		f, err := j.js.PublishMsgAsync(natsMessage(topic, key, value))
+		for errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			// natsFillPending acknowledgements outstanding for longer than
+			// nats.go's stall wait (a loaded host): wait for them, then
+			// publish the same message again.
+			select {
+			case <-j.js.PublishAsyncComplete():
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			f, err = j.js.PublishMsgAsync(natsMessage(topic, key, value))
+		}
 		if err != nil {
 			return fmt.Errorf("publish the backlog's message %d: %w", i, err)
 		}
