@@ -79,6 +79,18 @@ type StreamLoop struct {
 	// exactly once.
 	Published []int `json:"published"`
 	Received  []int `json:"received"`
+	// CPUPerMessage is the generator process's CPU time (user+system)
+	// within each round's window divided by its messages, in µs: with the
+	// backlog published before the window, the consumer loop's own cost.
+	CPUPerMessage Rounds `json:"cpu_us_per_message"`
+	// BrokerCPUPerMessage is the broker process's, per round, when it
+	// runs on this machine (omitted otherwise).
+	BrokerCPUPerMessage []float64 `json:"broker_cpu_us_per_message,omitempty"`
+	// AfterPublishSeconds is, per round, from the publishers' stop to the
+	// window's end; PublishBound marks a round whose window ended within
+	// PublishBoundSlack of it (its consumer only kept pace).
+	AfterPublishSeconds []float64 `json:"after_publish_s,omitempty"`
+	PublishBound        []bool    `json:"publish_bound,omitempty"`
 }
 
 // StreamScenario is one row of the first table: a scenario on a target,
@@ -95,11 +107,16 @@ type StreamScenario struct {
 	// name), after one discarded calibration round.
 	Pairs int `json:"pairs"`
 	// Partitions of each run's topic, and Publishers publishing at once.
-	Partitions int32      `json:"partitions"`
-	Publishers int        `json:"publishers"`
-	Raw        StreamLoop `json:"raw"`
-	Adapter    StreamLoop `json:"adapter"`
-	Framework  StreamLoop `json:"framework"`
+	Partitions int32 `json:"partitions"`
+	Publishers int   `json:"publishers"`
+	// Publish marks a publish-only scenario (each loop's publisher, no
+	// consumer); otherwise Backlog is the messages every measured round
+	// consumed, published before its consumer started.
+	Publish   bool       `json:"publish,omitempty"`
+	Backlog   int        `json:"backlog,omitempty"`
+	Raw       StreamLoop `json:"raw"`
+	Adapter   StreamLoop `json:"adapter"`
+	Framework StreamLoop `json:"framework"`
 	// OverheadPercent is how much slower the framework's median round is
 	// than the raw client's, in percent of the raw median (negative:
 	// faster). Always recorded; printed only when Verdict is measured.
@@ -112,6 +129,19 @@ type StreamScenario struct {
 	// medians, in percent of the adapter's), with its verdict.
 	RuntimeOverheadPercent float64 `json:"runtime_overhead_percent"`
 	RuntimeVerdict         string  `json:"runtime_verdict"`
+	// The same three comparisons of the generator's CPU per message
+	// (medians; positive: the first loop costs more), far less sensitive
+	// to the machine's load than msg/s.
+	CPUOverheadPercent        float64 `json:"cpu_overhead_percent"`
+	CPUVerdict                string  `json:"cpu_verdict"`
+	AdapterCPUOverheadPercent float64 `json:"adapter_cpu_overhead_percent"`
+	AdapterCPUVerdict         string  `json:"adapter_cpu_verdict"`
+	RuntimeCPUOverheadPercent float64 `json:"runtime_cpu_overhead_percent"`
+	RuntimeCPUVerdict         string  `json:"runtime_cpu_verdict"`
+	// PublishBoundRounds counts the rounds of any loop that were
+	// publish-bound; with one, every verdict is PublishBound: such a
+	// round measured its publishers, and no comparison is given.
+	PublishBoundRounds int `json:"publish_bound_rounds"`
 	// BrokerBound: the raw loop spent most of its median round blocked
 	// waiting for records (RawPollWaitPercent above BrokerBoundPercent),
 	// so the difference is a lower bound of the dispatch cost.
@@ -124,6 +154,9 @@ type StreamScenario struct {
 // waiting in its poll for a row to be marked broker_bound.
 const BrokerBoundPercent = 50
 
+// PublishBound is the verdict of a row with a publish-bound round.
+const PublishBound = "publish-bound"
+
 // StreamRound is one loop's measured run.
 type StreamRound struct {
 	// Published and Messages (handled) must be equal.
@@ -131,6 +164,28 @@ type StreamRound struct {
 	Messages  int
 	Window    time.Duration
 	PollWait  time.Duration
+	// CPU and BrokerCPU are the generator's and (BrokerCPUOK) the
+	// broker's CPU time within the window.
+	CPU         time.Duration
+	BrokerCPU   time.Duration
+	BrokerCPUOK bool
+	// AfterPublish is from the publishers' stop to the window's end, for
+	// a consuming round (HasPublishStop); PublishBound says it was within
+	// the slack that makes the round publish-bound.
+	AfterPublish   time.Duration
+	HasPublishStop bool
+	PublishBound   bool
+}
+
+// CPUPerMessage is the generator's CPU per message, in µs.
+func (r StreamRound) CPUPerMessage() float64 { return MicrosPerMessage(r.CPU, r.Messages) }
+
+// MicrosPerMessage is d per message, in µs (0 without messages).
+func MicrosPerMessage(d time.Duration, messages int) float64 {
+	if messages <= 0 {
+		return 0
+	}
+	return float64(d.Nanoseconds()) / 1e3 / float64(messages)
 }
 
 // Rate is the round's throughput in messages per second.
@@ -145,14 +200,27 @@ func (r StreamRound) PollWaitPercent() float64 {
 func SummarizeLoop(rounds []StreamRound) StreamLoop {
 	var l StreamLoop
 	rates := make([]float64, len(rounds))
+	cpu := make([]float64, len(rounds))
+	brokerOK := true
 	for i, r := range rounds {
 		rates[i] = math.Round(r.Rate()) // whole messages per second: the figure's resolution
+		cpu[i] = round3(r.CPUPerMessage())
 		l.PollWaitPercent = append(l.PollWaitPercent, round1(r.PollWaitPercent()))
 		l.WindowSeconds = append(l.WindowSeconds, round3(r.Window.Seconds()))
 		l.Published = append(l.Published, r.Published)
 		l.Received = append(l.Received, r.Messages)
+		l.BrokerCPUPerMessage = append(l.BrokerCPUPerMessage, round3(MicrosPerMessage(r.BrokerCPU, r.Messages)))
+		brokerOK = brokerOK && r.BrokerCPUOK
+		if r.HasPublishStop {
+			l.AfterPublishSeconds = append(l.AfterPublishSeconds, round3(r.AfterPublish.Seconds()))
+			l.PublishBound = append(l.PublishBound, r.PublishBound)
+		}
+	}
+	if !brokerOK {
+		l.BrokerCPUPerMessage = nil
 	}
 	l.Rounds = Summarize(rates, Higher)
+	l.CPUPerMessage = Summarize(cpu, Lower)
 	return l
 }
 
@@ -164,6 +232,25 @@ func (s *StreamScenario) Finish() {
 	s.AdapterOverheadPercent, s.AdapterVerdict = round1(-a.DiffPercent), a.Verdict
 	r := CompareMedians(s.Framework.Rounds, s.Adapter.Rounds)
 	s.RuntimeOverheadPercent, s.RuntimeVerdict = round1(-r.DiffPercent), r.Verdict
+	f = CompareMedians(s.Framework.CPUPerMessage, s.Raw.CPUPerMessage)
+	a = CompareMedians(s.Adapter.CPUPerMessage, s.Raw.CPUPerMessage)
+	r = CompareMedians(s.Framework.CPUPerMessage, s.Adapter.CPUPerMessage)
+	s.CPUOverheadPercent, s.CPUVerdict = round1(f.DiffPercent), f.Verdict
+	s.AdapterCPUOverheadPercent, s.AdapterCPUVerdict = round1(a.DiffPercent), a.Verdict
+	s.RuntimeCPUOverheadPercent, s.RuntimeCPUVerdict = round1(r.DiffPercent), r.Verdict
+	s.PublishBoundRounds = 0
+	for _, l := range []StreamLoop{s.Raw, s.Adapter, s.Framework} {
+		for _, b := range l.PublishBound {
+			if b {
+				s.PublishBoundRounds++
+			}
+		}
+	}
+	if s.PublishBoundRounds > 0 {
+		for _, v := range []*string{&s.Verdict, &s.AdapterVerdict, &s.RuntimeVerdict, &s.CPUVerdict, &s.AdapterCPUVerdict, &s.RuntimeCPUVerdict} {
+			*v = PublishBound
+		}
+	}
 	// The median round's poll wait, by the same rule as the rates' median
 	// (the lower middle): the typical round, not the luckiest.
 	w := Summarize(s.Raw.PollWaitPercent, Lower)
@@ -401,8 +488,8 @@ func (d *StreamDocument) Validate() error {
 				}
 			}
 		}
-		for _, v := range []string{s.Verdict, s.AdapterVerdict, s.RuntimeVerdict} {
-			if v != Measured && v != Indistinguishable {
+		for _, v := range []string{s.Verdict, s.AdapterVerdict, s.RuntimeVerdict, s.CPUVerdict, s.AdapterCPUVerdict, s.RuntimeCPUVerdict} {
+			if v != Measured && v != Indistinguishable && (v != PublishBound || s.PublishBoundRounds == 0) {
 				errs = append(errs, fmt.Errorf("%s: verdict %q", s.Name, v))
 			}
 		}
@@ -428,7 +515,8 @@ func PrintStreamPassport(w io.Writer, d *StreamDocument) {
 
 // PrintStreamTable prints the first table: per row, best (median) of each
 // loop in msg/s, the two overheads or "indistinguishable", and the raw
-// loop's poll wait with the broker-bound mark.
+// loop's poll wait with the broker-bound mark; then the same rows in the
+// generator's CPU per message.
 func PrintStreamTable(w io.Writer, d *StreamDocument) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "target\tscenario\tmessages\traw msg/s\tadapter msg/s\tframework msg/s\tadapter vs raw\tframework vs raw\tframework vs adapter\traw poll wait\t")
@@ -445,11 +533,40 @@ func PrintStreamTable(w io.Writer, d *StreamDocument) {
 	tw.Flush()
 	fmt.Fprintln(w, "# cells: best (median) over the rounds; the worst round is in the document and sets the spread.")
 	fmt.Fprintln(w, "# overhead: (raw median − loop median) / raw median; \"indistinguishable\" when the gap is below the larger best-to-worst spread.")
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "target\tscenario\traw µs/msg\tadapter µs/msg\tframework µs/msg\tadapter vs raw\tframework vs raw\tframework vs adapter\tbroker µs/msg (raw, adapter, framework)\t")
+	for _, s := range d.Scenarios {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Target, s.Name,
+			cellMicros(s.Raw.CPUPerMessage), cellMicros(s.Adapter.CPUPerMessage), cellMicros(s.Framework.CPUPerMessage),
+			overhead(s.AdapterCPUVerdict, s.AdapterCPUOverheadPercent), overhead(s.CPUVerdict, s.CPUOverheadPercent),
+			overhead(s.RuntimeCPUVerdict, s.RuntimeCPUOverheadPercent),
+			brokerMedians(s.Raw, s.Adapter, s.Framework))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "# CPU: the generator process's user+system time within each window ÷ its messages, best (median); overhead: (loop median − raw median) / raw median.")
+}
+
+func cellMicros(r Rounds) string { return fmt.Sprintf("%.2f (%.2f)", r.Best, r.Median) }
+
+// brokerMedians is the broker's median CPU per message under each loop.
+func brokerMedians(loops ...StreamLoop) string {
+	var parts []string
+	for _, l := range loops {
+		if len(l.BrokerCPUPerMessage) == 0 {
+			return "unknown"
+		}
+		parts = append(parts, fmt.Sprintf("%.2f", Summarize(l.BrokerCPUPerMessage, Lower).Median))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func cell(r Rounds) string { return fmt.Sprintf("%.0f (%.0f)", r.Best, r.Median) }
 
 func overhead(verdict string, percent float64) string {
+	if verdict == PublishBound {
+		return PublishBound
+	}
 	if verdict == Indistinguishable {
 		return fmt.Sprintf("%s (%+.1f%%)", Indistinguishable, percent)
 	}

@@ -93,3 +93,66 @@ func TestReadCodeRows(t *testing.T) {
 		t.Errorf("a row without gated: %v", err)
 	}
 }
+
+// TestStreamScenarioCPUAndPublishBound: the CPU comparisons are the
+// medians' gap in percent of the raw median (positive: costs more), and a
+// single publish-bound round withholds every verdict, which Validate then
+// accepts, and only then.
+func TestStreamScenarioCPUAndPublishBound(t *testing.T) {
+	withCPU := func(micros ...float64) []StreamRound {
+		var out []StreamRound
+		for _, us := range micros {
+			out = append(out, StreamRound{Published: 1000, Messages: 1000, Window: time.Second, CPU: time.Duration(us * 1000 * float64(time.Microsecond)),
+				AfterPublish: 2 * time.Second, HasPublishStop: true})
+		}
+		return out
+	}
+	row := func() *StreamScenario {
+		s := &StreamScenario{Name: "x", Target: "t", Unit: "msg/s", Messages: 1000, Pairs: 3,
+			Raw: SummarizeLoop(withCPU(10, 10.2, 10.1)), Adapter: SummarizeLoop(withCPU(10.1, 10.3, 10.2)),
+			Framework: SummarizeLoop(withCPU(12, 12.1, 12.2))}
+		s.Finish()
+		return s
+	}
+	s := row()
+	if s.CPUVerdict != Measured || s.CPUOverheadPercent != 19.8 {
+		t.Errorf("framework CPU: %s %v%%, want measured 19.8%% ((12.1-10.1)/10.1)", s.CPUVerdict, s.CPUOverheadPercent)
+	}
+	if s.AdapterCPUVerdict != Indistinguishable {
+		t.Errorf("adapter CPU: %s, want indistinguishable", s.AdapterCPUVerdict)
+	}
+	if s.Framework.CPUPerMessage.Best != 12 || s.Framework.CPUPerMessage.Worst != 12.2 {
+		t.Errorf("framework CPU rounds %+v: best is the lowest", s.Framework.CPUPerMessage)
+	}
+	if s.PublishBoundRounds != 0 || s.Verdict == PublishBound {
+		t.Errorf("no publish-bound round, yet %d and verdict %s", s.PublishBoundRounds, s.Verdict)
+	}
+	d := NewStreamDocument("test", "sushka bench stream")
+	d.Environment.Broker, d.Environment.RoundTrip = "b", "r"
+	d.Scenarios = []*StreamScenario{s}
+	if err := d.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s.Verdict = PublishBound
+	if err := d.Validate(); err == nil {
+		t.Error("a publish-bound verdict without a publish-bound round passed")
+	}
+
+	s = row()
+	fr := withCPU(12, 12.1, 12.2)
+	fr[1].PublishBound, fr[1].AfterPublish = true, 3*time.Millisecond
+	s.Framework = SummarizeLoop(fr)
+	s.Finish()
+	for _, v := range []string{s.Verdict, s.AdapterVerdict, s.RuntimeVerdict, s.CPUVerdict, s.AdapterCPUVerdict, s.RuntimeCPUVerdict} {
+		if v != PublishBound {
+			t.Errorf("a row with a publish-bound round gave verdict %q", v)
+		}
+	}
+	if s.PublishBoundRounds != 1 || s.Framework.AfterPublishSeconds[1] != 0.003 {
+		t.Errorf("publish-bound rounds %d, after-publish %v", s.PublishBoundRounds, s.Framework.AfterPublishSeconds)
+	}
+	d.Scenarios = []*StreamScenario{s}
+	if err := d.Validate(); err != nil {
+		t.Errorf("a publish-bound row: %v", err)
+	}
+}

@@ -242,8 +242,15 @@ func (a *App) revoke(partitions []TopicPartition) {
 	stopping := a.takeWorkersLocked(partitions)
 	a.mu.Unlock()
 	if !a.stopWorkers(stopping) {
-		// Still running: shutdown must wait for them before it closes the
-		// transport they may publish on.
+		// Still running past the deadline: once revoke returns the
+		// transport commits and the partitions may be another member's,
+		// so what these handlers finish from now on is marked nowhere
+		// (redelivered to the new owner: at least once). Shutdown must
+		// still wait for them before it closes the transport they may
+		// publish on.
+		for _, w := range stopping {
+			w.dropMarks()
+		}
 		a.mu.Lock()
 		a.abandoned = append(a.abandoned, stopping...)
 		a.mu.Unlock()

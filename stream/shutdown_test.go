@@ -108,3 +108,33 @@ func TestSlowRevokeCancelsOnlyItsPartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMarkAfterRevocationIsDropped: a handler abandoned at the revocation
+// deadline that ignores its context and then succeeds must not mark its
+// offset: the partition may be another member's by then, and a mark would
+// be committed over the new owner's progress.
+func TestMarkAfterRevocationIsDropped(t *testing.T) {
+	store := memory.New(memory.Partitions(1))
+	app := stream.New(store.Connect(), stream.Group("g"), stream.ShutdownTimeout(10*time.Millisecond))
+	blocked, release := make(chan struct{}), make(chan struct{})
+	stream.Consume(app, "in", func(ctx context.Context, v string) error {
+		close(blocked)
+		<-release // ignores ctx, then succeeds
+		return nil
+	})
+	if err := store.Publish(context.Background(), &stream.Record{Topic: "in", Partition: 0, Value: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- app.Run(ctx) }()
+	<-blocked
+	tp := stream.TopicPartition{Topic: "in", Partition: 0}
+	store.Revoke("g", []stream.TopicPartition{tp}) // returns at the deadline, the handler still running
+	close(release)
+	cancel()
+	<-ran // shutdown waits for the abandoned handler: its mark, if any, is made by now
+	if got := store.Committed("g", tp); got > 0 {
+		t.Fatalf("committed %d: the handler abandoned at the revocation marked its offset after the partition was revoked", got)
+	}
+}

@@ -45,7 +45,7 @@ type partitionWorker struct {
 	slotCount  int        // guarded by track
 	unfinished int        // guarded by track: slots still pending
 	failed     int64      // guarded by track: lowest failed offset, or -1
-	dropped    bool       // guarded by track: the partition was lost; mark nothing more
+	dropped    bool       // guarded by track: the partition was lost, or revoked with handlers still running; mark nothing more
 
 	// Owned by the dispatcher goroutine.
 	redeliveredOffset int64
@@ -154,11 +154,18 @@ func (w *partitionWorker) stop() {
 // drop returns nothing more is marked, then the handlers' context is
 // cancelled and the worker stops.
 func (w *partitionWorker) drop() {
+	w.dropMarks()
+	w.cancel()
+	w.stop()
+}
+
+// dropMarks makes the worker mark nothing from now on (its partition was
+// revoked while its handlers still ran), without stopping or cancelling
+// anything more.
+func (w *partitionWorker) dropMarks() {
 	w.track.Lock()
 	w.dropped = true
 	w.track.Unlock()
-	w.cancel()
-	w.stop()
 }
 
 // pop takes the next queued record whose value fits in maxBytes (a first

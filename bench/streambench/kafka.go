@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -45,17 +46,29 @@ type Kafka struct {
 	seeds          []string
 	adminClient    *kgo.Client
 	admin          *kadm.Client
-	keepTopics     bool
+	// generator is the one producer that publishes every run's backlog
+	// (ClientOpts: the same payloads in the same order for every loop).
+	generator  *kgo.Client
+	keepTopics bool
+	cpu        cpuClock
 }
 
 // NewKafka returns the target named name at seeds; describe is what the
-// passport says about the broker (how it runs, its durability).
+// passport says about the broker (how it runs, its durability). The
+// broker's CPU is measured when a process of this machine listens on the
+// first seed.
 func NewKafka(name string, seeds []string, describe string, keepTopics bool) (*Kafka, error) {
 	cl, err := kgo.NewClient(ClientOpts(seeds)...)
 	if err != nil {
 		return nil, err
 	}
-	return &Kafka{name: name, describe: describe, seeds: seeds, adminClient: cl, admin: kadm.NewClient(cl), keepTopics: keepTopics}, nil
+	gen, err := kgo.NewClient(ClientOpts(seeds)...)
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
+	return &Kafka{name: name, describe: describe, seeds: seeds, adminClient: cl, admin: kadm.NewClient(cl), generator: gen,
+		keepTopics: keepTopics, cpu: cpuClock{brokerPID: bench.ListenerPID(seeds[0])}}, nil
 }
 
 func (k *Kafka) Name() string     { return k.name }
@@ -67,11 +80,14 @@ func (k *Kafka) Client() string {
 func (k *Kafka) Partitions(requested int32) int32 { return requested }
 
 func (k *Kafka) Close() error {
+	k.generator.Close()
 	k.adminClient.Close()
 	return nil
 }
 
-// RunLoop runs one loop on a fresh topic and group.
+// RunLoop runs one loop on a fresh topic and group: the group's position
+// is committed at the start of every partition, the generator publishes
+// the backlog, and only then does the loop's consumer start.
 func (k *Kafka) RunLoop(ctx context.Context, loop Loop, run *Run) (Result, error) {
 	topic := run.Name
 	group := run.Name + "-group"
@@ -91,19 +107,11 @@ func (k *Kafka) RunLoop(ctx context.Context, loop Loop, run *Run) (Result, error
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	m := newMeter()
-	assigned := make(chan struct{})
-	onAssigned := kgo.OnPartitionsAssigned(assignedHook(topic, run.Partitions, assigned))
 	var res Result
-	switch loop {
-	case Raw:
-		res, err = k.raw(ctx, run, topic, group, m, onAssigned, assigned)
-	case Adapter:
-		res, err = k.adapter(ctx, run, topic, group, m, onAssigned, assigned)
-	case Framework:
-		res, err = k.framework(ctx, run, topic, group, m, onAssigned, assigned)
-	default:
-		err = fmt.Errorf("unknown loop %d", loop)
+	if run.Scenario.Publish {
+		res, err = k.publishLoop(ctx, loop, run, topic)
+	} else {
+		res, err = k.consumeLoop(ctx, loop, run, topic, group)
 	}
 	if err == nil {
 		err = res.Check(run)
@@ -111,36 +119,120 @@ func (k *Kafka) RunLoop(ctx context.Context, loop Loop, run *Run) (Result, error
 	return res, err
 }
 
-// assignedHook closes assigned once every partition of topic is assigned
-// to the member: the group is joined and the consumer subscribed.
-func assignedHook(topic string, partitions int32, assigned chan struct{}) func(context.Context, *kgo.Client, map[string][]int32) {
-	var mu sync.Mutex
-	seen := map[int32]bool{}
-	return func(_ context.Context, _ *kgo.Client, a map[string][]int32) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, p := range a[topic] {
-			seen[p] = true
-		}
-		if len(seen) == int(partitions) && assigned != nil {
-			close(assigned)
-			assigned = nil
-		}
+func (k *Kafka) consumeLoop(ctx context.Context, loop Loop, run *Run, topic, group string) (Result, error) {
+	if err := k.startAtZero(ctx, group, topic, run.Partitions); err != nil {
+		return Result{}, err
 	}
+	if err := k.fill(ctx, topic, run); err != nil {
+		return Result{}, err
+	}
+	m := newMeter(k.cpu)
+	m.backlog(run.Messages)
+	settle()
+	switch loop {
+	case Raw:
+		return k.raw(ctx, run, topic, group, m)
+	case Adapter:
+		tr := k.transport()
+		defer tr.Close()
+		return adapterLoop(ctx, run, topic, group, m, tr)
+	case Framework:
+		return frameworkLoop(ctx, run, topic, group, m, k.transport())
+	}
+	return Result{}, fmt.Errorf("unknown loop %d", loop)
 }
 
-// waitAssigned waits for the subscription, or for failed (a loop whose
-// consumer stopped early) or ctx.
-func waitAssigned(ctx context.Context, assigned <-chan struct{}, failed <-chan error) error {
-	select {
-	case <-assigned:
-		return nil
-	case err := <-failed:
-		return fmt.Errorf("consumer stopped before it was assigned its partitions: %v", err)
-	case <-ctx.Done():
-		return fmt.Errorf("waiting for the group's assignment: %w", ctx.Err())
+// startAtZero commits offset 0 of every partition for group before the
+// first publish: the group's position is fixed at the start of the topic,
+// so nothing the generator publishes can be missed, whatever the
+// consumer's reset policy.
+func (k *Kafka) startAtZero(ctx context.Context, group, topic string, partitions int32) error {
+	offsets := kadm.Offsets{}
+	for p := range partitions {
+		offsets.Add(kadm.Offset{Topic: topic, Partition: p, At: 0, LeaderEpoch: -1})
 	}
+	resp, err := k.admin.CommitOffsets(ctx, group, offsets)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("commit the start of %s for group %s: %w", topic, group, err)
+	}
+	return nil
 }
+
+// fill publishes the run's backlog, messages 0..run.Messages-1, through
+// the shared generator, and waits for every acknowledgement.
+func (k *Kafka) fill(ctx context.Context, topic string, run *Run) error {
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for i := range run.Messages {
+		key, value := run.Payloads.Message(i)
+		wg.Add(1)
+		k.generator.Produce(ctx, &kgo.Record{Topic: topic, Key: key, Value: value}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				once.Do(func() { first = fmt.Errorf("publish the backlog's message %d: %w", i, err) })
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// publishLoop is the publish scenario on a Kafka broker: each loop's own
+// publisher (kgo ProduceSync, the transport's Producer.Publish, the
+// App's Producer().Publish), then the topic's end offsets counted.
+func (k *Kafka) publishLoop(ctx context.Context, loop Loop, run *Run, topic string) (Result, error) {
+	var res Result
+	var err error
+	switch loop {
+	case Raw:
+		var producer *kgo.Client
+		if producer, err = kgo.NewClient(ClientOpts(k.seeds)...); err != nil {
+			return Result{}, err
+		}
+		defer producer.Close()
+		res, err = publishFor(ctx, run, k.cpu, func(ctx context.Context, key, value []byte) error {
+			return producer.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: key, Value: value}).FirstErr()
+		})
+	case Adapter, Framework:
+		tr := k.transport()
+		defer tr.Close()
+		res, err = publishThrough(ctx, run, k.cpu, loop, tr, topic)
+	default:
+		return Result{}, fmt.Errorf("unknown loop %d", loop)
+	}
+	if err != nil {
+		return res, err
+	}
+	ends, err := k.admin.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return res, fmt.Errorf("count what %s holds: %w", topic, err)
+	}
+	ends.Each(func(o kadm.ListedOffset) { res.Received += int(o.Offset) })
+	return res, nil
+}
+
+// publishThrough is the adapter's and the framework's publish loop over
+// any transport: the transport's Producer, or an App's Producer().
+func publishThrough(ctx context.Context, run *Run, cpu cpuClock, loop Loop, tr stream.Transport, topic string) (Result, error) {
+	producer := tr.Producer()
+	if loop == Framework {
+		producer = stream.New(tr).Producer()
+	}
+	return publishFor(ctx, run, cpu, func(ctx context.Context, key, value []byte) error {
+		return producer.Publish(ctx, &stream.Record{Topic: topic, Partition: stream.AnyPartition, Key: key, Value: value})
+	})
+}
+
+// settle collects the garbage the backlog's publishing left, so that no
+// loop's window pays for it.
+func settle() { runtime.GC() }
 
 // pollUntilDone derives the polling context: cancelled when the last
 // message was handled, so that a poll waiting for more returns.
@@ -174,14 +266,9 @@ func endOfPolling(ctx context.Context, m *meter) (stop bool, err error) {
 // side (keyLanes: a goroutine per partition, as the framework's workers),
 // marks committed every CommitInterval by a goroutine of its own and on
 // close, as the transport does.
-func (k *Kafka) raw(ctx context.Context, run *Run, topic, group string, m *meter, onAssigned kgo.Opt, assigned <-chan struct{}) (Result, error) {
-	producer, err := kgo.NewClient(ClientOpts(k.seeds)...)
-	if err != nil {
-		return Result{}, err
-	}
-	defer producer.Close()
+func (k *Kafka) raw(ctx context.Context, run *Run, topic, group string, m *meter) (Result, error) {
 	c := &rawCommitter{marks: map[partitionKey]int64{}, committed: map[partitionKey]int64{}}
-	opts := append(append(ClientOpts(k.seeds), rawConsumerOpts(group, topic, func(ctx context.Context) { _ = c.commit(ctx) })...), onAssigned)
+	opts := append(ClientOpts(k.seeds), rawConsumerOpts(group, topic, func(ctx context.Context) { _ = c.commit(ctx) })...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return Result{}, err
@@ -198,44 +285,28 @@ func (k *Kafka) raw(ctx context.Context, run *Run, topic, group string, m *meter
 	loop := newConsumeLoop(run.Scenario, m, c.mark)
 	pollCtx, stopPoll := pollUntilDone(ctx, m)
 	defer stopPoll()
-	polling := make(chan error, 1)
-	go func() {
-		polling <- func() error {
-			for {
-				start := time.Now()
-				fetches := cl.PollRecords(pollCtx, PollRecords)
-				m.polled(start, fetches.NumRecords())
-				if fetches.IsClientClosed() {
-					return errors.New("client closed")
-				}
-				if stop, err := endOfPolling(pollCtx, m); stop {
-					return err
-				}
-				fetches.EachRecord(func(r *kgo.Record) {
-					loop.dispatch(item{r.Topic, r.Partition, r.Offset, r.Key, r.Value})
-				})
+	pollErr := func() error {
+		for {
+			start := time.Now()
+			fetches := cl.PollRecords(pollCtx, PollRecords)
+			m.polled(start, fetches.NumRecords())
+			if fetches.IsClientClosed() {
+				return errors.New("client closed")
 			}
-		}()
+			if stop, err := endOfPolling(pollCtx, m); stop {
+				return err
+			}
+			fetches.EachRecord(func(r *kgo.Record) {
+				loop.dispatch(item{r.Topic, r.Partition, r.Offset, r.Key, r.Value})
+			})
+		}
 	}()
-	if err := waitAssigned(ctx, assigned, polling); err != nil {
-		return Result{}, err
-	}
-	pubCtx, stopPublishing := context.WithCancel(ctx)
-	defer stopPublishing()
-	published := publish(pubCtx, run, m, func(ctx context.Context, key, value []byte) error {
-		return producer.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: key, Value: value}).FirstErr()
-	})
-	pollErr := <-polling
-	if pollErr != nil {
-		stopPublishing()
-	}
 	pollErr = errors.Join(pollErr, loop.close())
 	stopCommits()
 	commitErr := c.commit(ctx)
 	cl.Close()
 	closed = true
-	res := m.finished()
-	return res, errors.Join(pollErr, commitErr, <-published)
+	return m.finished(), errors.Join(pollErr, commitErr)
 }
 
 // rawCommitter is the raw loop's commit of marks: the same bookkeeping
@@ -324,23 +395,15 @@ func (c *rawCommitter) commit(ctx context.Context) error {
 }
 
 // transport is the Kafka transport every adapter and framework run uses:
-// ClientOpts, the subscription hook, the shared commit interval.
-func (k *Kafka) transport(onAssigned kgo.Opt) *kafka.Kafka {
-	return kafka.New(ClientOpts(k.seeds), kafka.ConsumerOpts(onAssigned), kafka.CommitInterval(CommitInterval))
+// ClientOpts and the shared commit interval.
+func (k *Kafka) transport() *kafka.Kafka {
+	return kafka.New(ClientOpts(k.seeds), kafka.CommitInterval(CommitInterval))
 }
 
-// adapter is the transport's own Consumer (Poll, Mark, Close) and
-// Producer (Publish) driven by the shared handler, without the App.
-func (k *Kafka) adapter(ctx context.Context, run *Run, topic, group string, m *meter, onAssigned kgo.Opt, assigned <-chan struct{}) (Result, error) {
-	tr := k.transport(onAssigned)
-	defer tr.Close()
-	return adapterLoop(ctx, run, topic, group, m, tr, assigned)
-}
-
-// adapterLoop runs the adapter loop over any transport whose consumer
-// closes assigned once subscribed; a nil assigned means subscribed when
-// Consume returns (JetStream: the durable consumer exists).
-func adapterLoop(ctx context.Context, run *Run, topic, group string, m *meter, tr stream.Transport, assigned <-chan struct{}) (Result, error) {
+// adapterLoop runs the adapter loop over any transport: the transport's
+// own Consumer (Poll, Mark, Close) driven by the shared handler side,
+// without the App.
+func adapterLoop(ctx context.Context, run *Run, topic, group string, m *meter, tr stream.Transport) (Result, error) {
 	consumer, err := tr.Consume(ctx, stream.ConsumerConfig{Group: group, Topics: []string{topic}})
 	if err != nil {
 		return Result{}, err
@@ -356,62 +419,34 @@ func adapterLoop(ctx context.Context, run *Run, topic, group string, m *meter, t
 	})
 	pollCtx, stopPoll := pollUntilDone(ctx, m)
 	defer stopPoll()
-	polling := make(chan error, 1)
-	go func() {
-		polling <- func() error {
-			buf := make([]*stream.Record, 0, PollRecords)
-			for {
-				start := time.Now()
-				records, err := consumer.Poll(pollCtx, buf)
-				m.polled(start, len(records))
-				if stop, err := endOfPolling(pollCtx, m); stop {
-					return err
-				}
-				if err != nil {
-					return err
-				}
-				for _, r := range records {
-					loop.dispatch(item{r.Topic, r.Partition, r.Offset, r.Key, r.Value})
-				}
-				buf = records
+	pollErr := func() error {
+		buf := make([]*stream.Record, 0, PollRecords)
+		for {
+			start := time.Now()
+			records, err := consumer.Poll(pollCtx, buf)
+			m.polled(start, len(records))
+			if stop, err := endOfPolling(pollCtx, m); stop {
+				return err
 			}
-		}()
-	}()
-	if assigned != nil {
-		if err := waitAssigned(ctx, assigned, polling); err != nil {
-			return Result{}, err
+			if err != nil {
+				return err
+			}
+			for _, r := range records {
+				loop.dispatch(item{r.Topic, r.Partition, r.Offset, r.Key, r.Value})
+			}
+			buf = records
 		}
-	}
-	producer := tr.Producer()
-	pubCtx, stopPublishing := context.WithCancel(ctx)
-	defer stopPublishing()
-	published := publish(pubCtx, run, m, func(ctx context.Context, key, value []byte) error {
-		return producer.Publish(ctx, &stream.Record{Topic: topic, Partition: stream.AnyPartition, Key: key, Value: value})
-	})
-	pollErr := <-polling
-	if pollErr != nil {
-		stopPublishing()
-	}
+	}()
 	pollErr = errors.Join(pollErr, loop.close())
 	closeErr := consumer.Close(ctx)
 	closed = true
-	res := m.finished()
-	return res, errors.Join(pollErr, closeErr, <-published)
+	return m.finished(), errors.Join(pollErr, closeErr)
 }
 
-// framework is the service as a user writes it, on the Kafka transport.
-func (k *Kafka) framework(ctx context.Context, run *Run, topic, group string, m *meter, onAssigned kgo.Opt, assigned <-chan struct{}) (Result, error) {
-	return frameworkLoop(ctx, run, topic, group, m, k.transport(onAssigned), assigned)
-}
-
-// frameworkLoop runs the framework loop over any transport whose consumer
-// closes assigned once subscribed; a nil assigned means subscribed when
-// the App's Consume returns. The App owns (and closes) tr.
-func frameworkLoop(ctx context.Context, run *Run, topic, group string, m *meter, tr stream.Transport, assigned <-chan struct{}) (Result, error) {
-	timed := &timedTransport{Transport: tr, m: m, consuming: make(chan struct{})}
-	if assigned == nil {
-		assigned = timed.consuming
-	}
+// frameworkLoop runs the service as a user writes it over any transport.
+// The App owns (and closes) tr.
+func frameworkLoop(ctx context.Context, run *Run, topic, group string, m *meter, tr stream.Transport) (Result, error) {
+	timed := &timedTransport{Transport: tr, m: m}
 	app := stream.New(timed, stream.Group(group))
 	handle := func(_ context.Context, o Order) error {
 		m.handled(o.ID)
@@ -432,8 +467,6 @@ func frameworkLoop(ctx context.Context, run *Run, topic, group string, m *meter,
 	}
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
-	running := make(chan error, 1)
-	go func() { running <- app.Run(runCtx) }()
 	go func() {
 		select {
 		case <-m.done:
@@ -441,24 +474,11 @@ func frameworkLoop(ctx context.Context, run *Run, topic, group string, m *meter,
 		case <-runCtx.Done():
 		}
 	}()
-	if err := waitAssigned(ctx, assigned, running); err != nil {
-		stopRun()
-		return Result{}, err
-	}
-	producer := app.Producer()
-	pubCtx, stopPublishing := context.WithCancel(ctx)
-	defer stopPublishing()
-	published := publish(pubCtx, run, m, func(ctx context.Context, key, value []byte) error {
-		return producer.Publish(ctx, &stream.Record{Topic: topic, Partition: stream.AnyPartition, Key: key, Value: value})
-	})
-	runErr := <-running
-	if runErr != nil {
-		stopPublishing()
-	}
+	runErr := app.Run(runCtx)
 	if _, err := endOfPolling(ctx, m); err != nil {
 		runErr = errors.Join(runErr, err)
 	}
-	return timed.result(), errors.Join(runErr, <-published)
+	return timed.result(), runErr
 }
 
 // timedTransport wraps the framework loop's transport to take the same
@@ -468,8 +488,6 @@ func frameworkLoop(ctx context.Context, run *Run, topic, group string, m *meter,
 type timedTransport struct {
 	stream.Transport
 	m *meter
-	// consuming is closed when Consume has returned a consumer.
-	consuming chan struct{}
 
 	mu     sync.Mutex
 	res    Result // guarded by mu
@@ -481,7 +499,6 @@ func (t *timedTransport) Consume(ctx context.Context, cfg stream.ConsumerConfig)
 	if err != nil {
 		return nil, err
 	}
-	close(t.consuming)
 	return &timedConsumer{Consumer: c, t: t}, nil
 }
 

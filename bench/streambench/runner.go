@@ -13,29 +13,36 @@ import (
 // Config is one measurement: every scenario on every target.
 type Config struct {
 	Scenarios []Scenario
-	// Duration is the least length of a measured run's window: its
-	// publishers go on until the window has lasted this long.
+	// Duration is the least length of a measured run's window: the
+	// backlog is sized from the calibration so that the fastest loop
+	// takes at least this long to consume it (BacklogMargin); a publish
+	// scenario publishes for this long.
 	Duration time.Duration
 	// Rounds is the number of measured rounds of each loop.
 	Rounds int
-	// CalibrationMessages is the size of the discarded calibration round.
+	// CalibrationMessages is the backlog of the discarded calibration
+	// round, whose rates size the measured rounds' backlog.
 	CalibrationMessages int
 	Partitions          int32
-	Publishers          int
+	// Publishers is the publish scenario's concurrency.
+	Publishers int
 	// TopicPrefix starts every run's topic name.
 	TopicPrefix string
 	// Progress gets a line per run.
 	Progress io.Writer
 }
 
-// DefaultConfig is the method's defaults: runs of at least 5 s, three
-// interleaved rounds. Publish is synchronous (it returns with the broker's
-// acknowledgement, after its fsync), so each publisher waits a produce
-// round trip per message: 1024 of them keep the consumer fed (on the
-// 2-core host, 64 publishers left the raw loop waiting in its poll 87% of
-// the window; 1024, 23-36%).
+// BacklogMargin scales the calibration's fastest rate × Duration into the
+// measured rounds' backlog: a calibration round is short and starts cold,
+// so it underestimates the rate.
+const BacklogMargin = 1.5
+
+// DefaultConfig is the method's defaults: windows of at least 5 s, three
+// interleaved rounds. The publish scenario's publishes are synchronous
+// (each returns with the broker's acknowledgement, after its fsync), so
+// 1024 publishers keep the broker busy.
 func DefaultConfig() Config {
-	return Config{Scenarios: Scenarios(), Duration: 5 * time.Second, Rounds: 3, CalibrationMessages: 20000,
+	return Config{Scenarios: Scenarios(), Duration: 5 * time.Second, Rounds: 3, CalibrationMessages: 50000,
 		Partitions: 4, Publishers: 1024, TopicPrefix: "sushka-bench-stream", Progress: io.Discard}
 }
 
@@ -54,6 +61,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("at least one partition")
 	case c.Publishers < 1:
 		return fmt.Errorf("at least one publisher")
+	case c.Duration < time.Millisecond:
+		return fmt.Errorf("a duration below 1ms cannot size a backlog")
 	}
 	for _, s := range c.Scenarios {
 		if s.BatchMaxCount > MaxInFlight {
@@ -64,7 +73,7 @@ func (c Config) Validate() error {
 }
 
 // RoundTripProbe says how broker_bound is decided, for the passport.
-const RoundTripProbe = "each loop times its polling goroutine's blocking poll call (kgo PollRecords, Consumer.Poll) from the first " +
+const RoundTripProbe = "the backlog is published before each round's consumer starts; each loop times its polling goroutine's blocking poll call (kgo PollRecords, Consumer.Poll) from the first " +
 	"record to the last handled one; raw_poll_wait_percent is the raw loop's median round's share of its window spent there, " +
 	"broker_bound when above 50%"
 
@@ -97,46 +106,71 @@ func measureScenario(ctx context.Context, cfg Config, t Target, sc Scenario) (*b
 		r := &Run{Scenario: sc, Messages: messages, Duration: duration, Payloads: payloads, Partitions: t.Partitions(cfg.Partitions),
 			Publishers: cfg.Publishers, Name: fmt.Sprintf("%s-%s-%s-%s-%d", cfg.TopicPrefix, t.Name(), sc.Slug(), loop, time.Now().UnixNano())}
 		// A stuck run fails instead of hanging.
-		runCtx, cancel := context.WithTimeout(ctx, 10*cfg.Duration+time.Minute)
+		runCtx, cancel := context.WithTimeout(ctx, 20*cfg.Duration+2*time.Minute)
 		defer cancel()
 		res, err := t.RunLoop(runCtx, loop, r)
 		if err != nil {
 			return res, fmt.Errorf("%s round %s: %w", loop, round, err)
 		}
-		fmt.Fprintf(cfg.Progress, "# %s, %s, round %s, %-9s %9.0f msg/s  (%d messages in %.2fs, poll wait %.0f%%)\n",
+		bound := ""
+		if !sc.Publish && res.PublishBound() {
+			bound = ", PUBLISH-BOUND"
+		}
+		fmt.Fprintf(cfg.Progress, "# %s, %s, round %s, %-9s %9.0f msg/s  (%d messages in %.2fs, poll wait %.0f%%, CPU %.2f µs/msg, broker %.2f µs/msg%s)\n",
 			t.Name(), sc.Name, round, loop.String()+":", float64(res.Received)/res.Window.Seconds(), res.Received,
-			res.Window.Seconds(), 100*res.PollWait.Seconds()/res.Window.Seconds())
+			res.Window.Seconds(), 100*res.PollWait.Seconds()/res.Window.Seconds(),
+			bench.MicrosPerMessage(res.CPU, res.Received), bench.MicrosPerMessage(res.BrokerCPU, res.Received), bound)
 		return res, nil
 	}
 
-	// The calibration round, R A F of CalibrationMessages, discarded:
-	// connections, the group protocol, the first allocations and the
-	// broker's first files are start-up, not the message.
+	// The calibration round, R A F, discarded: connections, the group
+	// protocol, the first allocations and the broker's first files are
+	// start-up, not the message. Its fastest rate sizes the backlog.
+	calibration := min(cfg.Duration, time.Second)
+	fastest := 0.0
 	for _, loop := range Loops {
-		if _, err := run(loop, "calibration", cfg.CalibrationMessages, 0); err != nil {
+		res, err := run(loop, "calibration", cfg.CalibrationMessages, calibration)
+		if err != nil {
 			return nil, err
 		}
+		fastest = max(fastest, float64(res.Received)/res.Window.Seconds())
 	}
-	// A measured run publishes until its window has lasted Duration: on a
-	// busy machine a run sized from a calibration comes out shorter.
+	backlog := max(cfg.CalibrationMessages, int(math.Ceil(fastest*cfg.Duration.Seconds()*BacklogMargin)))
 	row := &bench.StreamScenario{Name: sc.Name, Target: t.Name(), Unit: "msg/s", Pairs: cfg.Rounds,
-		Partitions: t.Partitions(cfg.Partitions), Publishers: cfg.Publishers}
+		Partitions: t.Partitions(cfg.Partitions), Publish: sc.Publish}
+	if sc.Publish {
+		row.Publishers = cfg.Publishers
+	} else {
+		row.Backlog = backlog
+	}
 	rounds := map[Loop][]bench.StreamRound{}
+	short := 0
 	for i := range cfg.Rounds {
 		for _, loop := range Loops {
-			res, err := run(loop, fmt.Sprint(i+1), math.MaxInt32, cfg.Duration)
+			res, err := run(loop, fmt.Sprint(i+1), backlog, cfg.Duration)
 			if err != nil {
 				return nil, err
 			}
 			if row.Messages == 0 || res.Received < row.Messages {
 				row.Messages = res.Received
 			}
-			rounds[loop] = append(rounds[loop], bench.StreamRound{Published: res.Published, Messages: res.Received, Window: res.Window, PollWait: res.PollWait})
+			if res.Window < cfg.Duration {
+				short++
+			}
+			rounds[loop] = append(rounds[loop], bench.StreamRound{Published: res.Published, Messages: res.Received, Window: res.Window,
+				PollWait: res.PollWait, CPU: res.CPU, BrokerCPU: res.BrokerCPU, BrokerCPUOK: res.BrokerCPUOK,
+				AfterPublish: res.AfterPublish, HasPublishStop: !sc.Publish, PublishBound: !sc.Publish && res.PublishBound()})
 		}
 	}
 	row.Raw = bench.SummarizeLoop(rounds[Raw])
 	row.Adapter = bench.SummarizeLoop(rounds[Adapter])
 	row.Framework = bench.SummarizeLoop(rounds[Framework])
 	row.Finish()
+	if short > 0 {
+		row.Notes = append(row.Notes, fmt.Sprintf("%d of %d rounds' windows were shorter than %v: the calibration underestimated the rate", short, 3*cfg.Rounds, cfg.Duration))
+	}
+	if row.PublishBoundRounds > 0 {
+		row.Notes = append(row.Notes, fmt.Sprintf("%d rounds were publish-bound (the window ended within %v of the publishers' stop): no verdict", row.PublishBoundRounds, PublishBoundSlack))
+	}
 	return row, nil
 }

@@ -49,6 +49,10 @@ type Scenario struct {
 	// the hash of their key, sequential per key (KeyConcurrency), with at
 	// most MaxInFlight records of a partition in flight.
 	KeyLanes int
+	// Publish makes the scenario a publish-only one: no consumer, each
+	// loop's own publisher (Run.Publishers goroutines, one message at a
+	// time each) for Run.Duration.
+	Publish bool
 }
 
 // Slug is the scenario's name as a topic name part.
@@ -65,13 +69,15 @@ func (s Scenario) Slug() string {
 	return strings.TrimSuffix(b.String(), "-")
 }
 
-// Scenarios are the three: ack each, batch handler, ordered
-// concurrency by key.
+// Scenarios are the three, ack each, batch handler and ordered
+// concurrency by key, each consuming a backlog, and a publish scenario:
+// the loops' publishers alone.
 func Scenarios() []Scenario {
 	return []Scenario{
 		{Name: "512 B JSON, ack each", ValueBytes: 512},
 		{Name: "1 KiB JSON, batch handler (up to 100)", ValueBytes: 1024, BatchMaxCount: 100},
 		{Name: "512 B JSON, ordered by key, 8 lanes", ValueBytes: 512, KeyLanes: 8},
+		{Name: "512 B publish, one at a time per publisher", ValueBytes: 512, Publish: true},
 	}
 }
 

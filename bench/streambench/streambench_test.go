@@ -22,7 +22,7 @@ func TestLoopsDeliverEveryMessage(t *testing.T) {
 		}
 		defer k.Close()
 		deliverEveryMessage(t, k, 3)
-		t.Run("until-the-window-lasted", func(t *testing.T) { lastsItsDuration(t, k) })
+		t.Run("start-at-zero", func(t *testing.T) { groupStartsAtZero(t, k) })
 	})
 	t.Run("jetstream", func(t *testing.T) {
 		j, err := NewJetStream(natstest.Start(t), "test nats-server")
@@ -45,12 +45,28 @@ func deliverEveryMessage(t *testing.T, target Target, partitions int32) {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				run := &Run{Scenario: sc, Name: "t-" + sc.Slug() + "-" + loop.String(), Messages: 3000, Payloads: payloads,
-					Partitions: partitions, Publishers: 16}
+					Partitions: partitions, Publishers: 16, Duration: 300 * time.Millisecond}
 				res, err := target.RunLoop(ctx, loop, run)
 				if err != nil {
 					t.Fatal(err)
 				}
-				t.Logf("%d messages in %v, poll wait %v", res.Received, res.Window, res.PollWait)
+				t.Logf("%d messages in %v, poll wait %v, CPU %v, broker CPU %v (%v)", res.Received, res.Window, res.PollWait, res.CPU, res.BrokerCPU, res.BrokerCPUOK)
+				switch {
+				case sc.Publish:
+					// A run bounded by time publishes until then, and the
+					// broker holds exactly what it acknowledged.
+					if res.Window < run.Duration || res.Published == 0 {
+						t.Errorf("published %d in a window of %v, want at least %v", res.Published, res.Window, run.Duration)
+					}
+				case res.Published != run.Messages || res.PublishBound() || res.AfterPublish < res.Window:
+					// The backlog was published before the consumer
+					// started: the window ends after the publishers' stop
+					// by at least its own length.
+					t.Errorf("published %d of a backlog of %d; %v after the publishers' stop for a window of %v", res.Published, run.Messages, res.AfterPublish, res.Window)
+				}
+				if res.CPU <= 0 {
+					t.Errorf("no CPU time measured in the window (%v)", res.CPU)
+				}
 			})
 		}
 	}
@@ -107,7 +123,7 @@ func TestLanesMarkOnlyTheFinishedPrefix(t *testing.T) {
 // are not the broker's pace and do not count; the window starts when the
 // first poll with records returned.
 func TestMeterPollWait(t *testing.T) {
-	m := newMeter()
+	m := newMeter(cpuClock{})
 	m.setTotal(2)
 	m.polled(time.Now().Add(-time.Hour), 0) // subscribing, nothing published yet
 	if m.pollWait.Load() != 0 || m.firstAt.Load() != 0 {
@@ -137,27 +153,42 @@ func TestMeterPollWait(t *testing.T) {
 	}
 }
 
-// lastsItsDuration: a run bounded by time, not by count, publishes until
-// its window has lasted the duration, and consumes exactly what it
-// published.
-func lastsItsDuration(t *testing.T, target Target) {
-	sc := Scenarios()[0]
-	payloads, err := NewPayloads(sc.ValueBytes)
+// groupStartsAtZero: before the first publish, the run commits offset 0
+// of every partition for its group, so the group's position is the start
+// of the topic whatever the consumer's reset policy.
+func groupStartsAtZero(t *testing.T, k *Kafka) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const topic, group = "start-at-zero", "start-at-zero-group"
+	if _, err := k.admin.CreateTopic(ctx, 3, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.startAtZero(ctx, group, topic, 3); err != nil {
+		t.Fatal(err)
+	}
+	offsets, err := k.admin.FetchOffsets(ctx, group)
+	if err == nil {
+		err = offsets.Error()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	const d = 400 * time.Millisecond
-	for _, loop := range Loops {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		run := &Run{Scenario: sc, Name: "d-" + loop.String(), Messages: 1 << 30, Duration: d, Payloads: payloads, Partitions: 2, Publishers: 16}
-		res, err := target.RunLoop(ctx, loop, run)
-		cancel()
-		if err != nil {
-			t.Fatalf("%s: %v", loop, err)
+	for p := range int32(3) {
+		if o, ok := offsets.Lookup(topic, p); !ok || o.At != 0 {
+			t.Errorf("partition %d: committed %+v (%v), want 0", p, o, ok)
 		}
-		// The last publish may start a round trip before the deadline.
-		if res.Window < d-50*time.Millisecond || res.Published == 0 {
-			t.Errorf("%s: published %d in a window of %v, want at least %v", loop, res.Published, res.Window, d)
+	}
+}
+
+// TestPublishBound: a consuming round whose window ended within the slack
+// of the publishers' stop is publish-bound.
+func TestPublishBound(t *testing.T) {
+	for _, c := range []struct {
+		after time.Duration
+		want  bool
+	}{{0, true}, {PublishBoundSlack - time.Millisecond, true}, {PublishBoundSlack, false}, {5 * time.Second, false}, {-time.Second, true}} {
+		if got := (Result{AfterPublish: c.after}).PublishBound(); got != c.want {
+			t.Errorf("%v after the publishers' stop: publish-bound %v, want %v", c.after, got, c.want)
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sushka-io/sushka/bench"
 )
 
 // Loop names one of the three loops.
@@ -58,17 +60,17 @@ type Run struct {
 	Scenario Scenario
 	// Name is unique per run: the loop names its topic and group after it.
 	Name string
-	// Messages is the most the run publishes; Duration, when positive,
-	// ends publishing once the window (from the first record received)
-	// has lasted that long, so that a run lasts it whatever the machine's
-	// pace. The run then consumes exactly what was published.
+	// Messages is the backlog: the shared generator publishes messages
+	// 0..Messages-1 into the run's fresh topic before the loop starts, and
+	// the loop consumes exactly those. (A publish scenario ignores it.)
 	Messages   int
-	Duration   time.Duration
 	Payloads   *Payloads
 	Partitions int32
-	// Publishers is the number of goroutines publishing concurrently,
-	// each one message at a time through the loop's publisher.
+	// Publishers and Duration are the publish scenario's: that many
+	// goroutines publish one message at a time each through the loop's
+	// publisher until Duration has passed.
 	Publishers int
+	Duration   time.Duration
 }
 
 // Result is what a run measured.
@@ -79,20 +81,43 @@ type Result struct {
 	Checksum  int64
 	// Window is from the return of the poll that delivered the first
 	// record to the return of the consumer's close (the commit of the
-	// last offset).
+	// last offset); in a publish scenario, from the first publish to the
+	// return of the last.
 	Window time.Duration
 	// PollWait is the time the polling goroutine spent blocked in its
 	// poll within the window, until the last message was handled.
 	PollWait time.Duration
+	// AfterPublish is from the publishers' stop to the window's end: how
+	// long the consumer still had work once nothing more was published.
+	// Negative when the publishers stopped after the window's end.
+	AfterPublish time.Duration
+	// CPU is the generator process's user+system CPU time within the
+	// window (the consumer loop alone: the backlog was published before),
+	// and BrokerCPU the broker process's, when it can be read.
+	CPU, BrokerCPU time.Duration
+	BrokerCPUOK    bool
 }
+
+// PublishBoundSlack is how close to the publishers' stop a window may end
+// for its round to count as publish-bound: its consumer had kept up, so
+// the window measured the publishers, not the consumer.
+const PublishBoundSlack = 25 * time.Millisecond
+
+// PublishBound reports whether the run's consumer only kept pace with its
+// publishers (its window ended within PublishBoundSlack of their stop).
+func (r Result) PublishBound() bool { return r.AfterPublish < PublishBoundSlack }
 
 // Check reports whether the run delivered every message exactly once.
 func (r Result) Check(run *Run) error {
-	if want := run.Payloads.Checksum(r.Published); r.Published == 0 || r.Received != r.Published || r.Checksum != want {
+	if run.Scenario.Publish {
+		if r.Published == 0 || r.Received != r.Published {
+			return fmt.Errorf("published %d messages, the broker holds %d", r.Published, r.Received)
+		}
+	} else if want := run.Payloads.Checksum(r.Published); r.Published == 0 || r.Received != r.Published || r.Checksum != want {
 		return fmt.Errorf("received %d messages with checksum %d, published %d with %d", r.Received, r.Checksum, r.Published, want)
 	}
-	if r.Window <= 0 || r.PollWait < 0 || r.PollWait > r.Window {
-		return fmt.Errorf("impossible window %v with poll wait %v: the measurer is broken", r.Window, r.PollWait)
+	if r.Window <= 0 || r.PollWait < 0 || r.PollWait > r.Window || r.CPU < 0 || r.BrokerCPU < 0 {
+		return fmt.Errorf("impossible window %v with poll wait %v, CPU %v, broker CPU %v: the measurer is broken", r.Window, r.PollWait, r.CPU, r.BrokerCPU)
 	}
 	return nil
 }
@@ -101,8 +126,7 @@ func (r Result) Check(run *Run) error {
 // the poll's wait, the window's start. handled and polled may be called
 // from any goroutine; polled from one at a time.
 type meter struct {
-	// total is what the run published: unbounded until the publishers
-	// have returned (setTotal).
+	// total is what the run published (setTotal).
 	total    atomic.Int64
 	received atomic.Int64
 	checksum atomic.Int64
@@ -112,14 +136,28 @@ type meter struct {
 	doneAt   atomic.Int64 // unix nanoseconds, set before done is closed
 	firstAt  atomic.Int64 // unix nanoseconds of the first poll that returned records
 	pollWait atomic.Int64 // nanoseconds
-	// published is set once the publishers have returned.
-	published atomic.Int64
+	// published is set once the publishers have returned, publishedAt
+	// (unix nanoseconds) when.
+	published   atomic.Int64
+	publishedAt atomic.Int64
+	// cpu is the generator's and the broker's CPU clocks, read when the
+	// window opens (cpuAtFirst, set before firstAt) and when it closes.
+	cpu        cpuClock
+	cpuAtFirst cpuReading
 }
 
-func newMeter() *meter {
-	m := &meter{done: make(chan struct{})}
+func newMeter(cpu cpuClock) *meter {
+	m := &meter{done: make(chan struct{}), cpu: cpu}
 	m.total.Store(math.MaxInt64)
 	return m
+}
+
+// backlog says that n messages were published, all before the consumer
+// started: the run ends when it has handled n.
+func (m *meter) backlog(n int) {
+	m.published.Store(int64(n))
+	m.publishedAt.Store(time.Now().UnixNano())
+	m.setTotal(n)
 }
 
 // setTotal says how many messages were published. Whichever comes last,
@@ -138,12 +176,6 @@ func (m *meter) finish() {
 	})
 }
 
-// windowLasted reports whether d has passed since the first record.
-func (m *meter) windowLasted(d time.Duration) bool {
-	f := m.firstAt.Load()
-	return f != 0 && time.Now().UnixNano()-f >= int64(d)
-}
-
 // handled counts one decoded order by its ID: the decoded result is kept
 // alive in the checksum, which the run verifies. (An ID, not a pointer:
 // the framework's handler gets its Order by value, and taking its address
@@ -156,17 +188,19 @@ func (m *meter) handled(id int64) {
 }
 
 // polled accounts one poll that started at start and returned records
-// records. A poll before the first record is the wait for the publishers,
-// not the broker's pace, and a poll's time after the last message was
-// handled is not waiting for anything: neither counts.
+// records. A poll before the first record is the consumer's start (the
+// group's join, the first fetch), not the broker's pace, and a poll's time
+// after the last message was handled is not waiting for anything: neither
+// counts.
 func (m *meter) polled(start time.Time, records int) {
-	end := time.Now().UnixNano()
 	if m.firstAt.Load() == 0 {
 		if records > 0 {
-			m.firstAt.Store(end)
+			m.cpuAtFirst = m.cpu.read()
+			m.firstAt.Store(time.Now().UnixNano())
 		}
 		return
 	}
+	end := time.Now().UnixNano()
 	if d := m.doneAt.Load(); d != 0 && d < end {
 		end = d
 	}
@@ -180,34 +214,73 @@ func (m *meter) finished() Result {
 	r := Result{Published: int(m.published.Load()), Received: int(m.received.Load()), Checksum: m.checksum.Load(),
 		PollWait: time.Duration(m.pollWait.Load())}
 	if f := m.firstAt.Load(); f != 0 {
-		r.Window = time.Duration(time.Now().UnixNano() - f)
+		cpu := m.cpu.read()
+		now := time.Now().UnixNano()
+		r.Window = time.Duration(now - f)
+		if p := m.publishedAt.Load(); p != 0 {
+			r.AfterPublish = time.Duration(now - p)
+		}
+		r.CPU, r.BrokerCPU, r.BrokerCPUOK = cpu.since(m.cpuAtFirst)
 	}
 	return r
 }
 
-// publish publishes messages 0, 1, 2... from run.Publishers goroutines
-// through one, until run.Messages or, with run.Duration, until the window
-// has lasted that long; then it tells m how many it published (setTotal)
-// and the returned channel yields the first error (or nil). Each
-// publisher checks the end before it takes the next index, and publishes
-// every index it takes, so what was published is exactly 0..n-1.
-func publish(ctx context.Context, run *Run, m *meter, one func(ctx context.Context, key, value []byte) error) <-chan error {
+// cpuClock reads this process's CPU time and, when brokerPID is set, the
+// broker's (bench.ProcCPU: /proc/PID/stat, 10 ms resolution, far below a
+// window's seconds of CPU).
+type cpuClock struct{ brokerPID string }
+
+type cpuReading struct {
+	self, broker time.Duration
+	selfOK       bool
+	brokerOK     bool
+}
+
+func (c cpuClock) read() cpuReading {
+	var r cpuReading
+	var err error
+	r.self, err = bench.ProcCPU("self")
+	r.selfOK = err == nil
+	if c.brokerPID != "" {
+		r.broker, err = bench.ProcCPU(c.brokerPID)
+		r.brokerOK = err == nil
+	}
+	return r
+}
+
+// since is the CPU used from start to r: the generator's (0 when it could
+// not be read) and the broker's with whether it could be read.
+func (r cpuReading) since(start cpuReading) (self, broker time.Duration, brokerOK bool) {
+	if r.selfOK && start.selfOK {
+		self = r.self - start.self
+	}
+	if r.brokerOK && start.brokerOK {
+		return self, r.broker - start.broker, true
+	}
+	return self, 0, false
+}
+
+// publishFor is the publish scenario's loop: run.Publishers goroutines
+// publish messages 0, 1, 2... one at a time each through one, until
+// run.Duration has passed since the first began; the window runs from
+// then to the return of the last publish. Each publisher checks the end
+// before it takes the next index and publishes every index it takes, so
+// what was published is exactly 0..n-1 (Published). The caller counts
+// what the broker holds (Received).
+func publishFor(ctx context.Context, run *Run, cpu cpuClock, one func(ctx context.Context, key, value []byte) error) (Result, error) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var once sync.Once
 	var first error
+	cpu0 := cpu.read()
+	start := time.Now()
+	deadline := start.Add(run.Duration)
 	for range max(run.Publishers, 1) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				if run.Duration > 0 && m.windowLasted(run.Duration) {
-					return
-				}
+			for time.Now().Before(deadline) {
 				i := int(next.Add(1) - 1)
-				if i >= run.Messages {
-					return
-				}
 				key, value := run.Payloads.Message(i)
 				if err := one(ctx, key, value); err != nil {
 					once.Do(func() { first = fmt.Errorf("publish message %d: %w", i, err) })
@@ -216,18 +289,10 @@ func publish(ctx context.Context, run *Run, m *meter, one func(ctx context.Conte
 			}
 		}()
 	}
-	out := make(chan error, 1)
-	go func() {
-		wg.Wait()
-		published := min(int(next.Load()), run.Messages)
-		m.published.Store(int64(published))
-		if first != nil {
-			published = 0 // ends the run now: its error says why
-		}
-		m.setTotal(published)
-		out <- first
-	}()
-	return out
+	wg.Wait()
+	res := Result{Published: int(next.Load()), Window: time.Since(start)}
+	res.CPU, res.BrokerCPU, res.BrokerCPUOK = cpu.read().since(cpu0)
+	return res, first
 }
 
 // errNotDelivered is the end of a run whose messages did not all arrive.

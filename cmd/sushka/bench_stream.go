@@ -45,16 +45,23 @@ func newBenchStreamCmd() *cobra.Command {
 raw (franz-go's kgo directly), adapter (stream/kafka's own Consumer and Producer,
 without the framework's runtime) and framework (stream.New + Consume/HandleBatch +
 Run, as a user writes it). Same client options, commit after the handler, the
-same payloads, the consumer subscribed before the first publish, a fresh topic and
-group per run, the window from the first record received to the close that commits
-the last. A discarded calibration round (R A F of --calibration-messages), then
---rounds rounds interleaved R A F R A F R A F, each publishing until its window
-has lasted --duration.
+same payloads, a fresh topic and group per run.
+
+Every round measures the consumer: the group's position is committed at the start
+of the topic, one shared generator publishes a backlog (byte-identical for every
+loop), and only then does the loop's consumer start; the window runs from the
+first record received to the close that commits the last. A discarded calibration
+round (R A F of --calibration-messages) sizes the backlog so that the fastest loop
+needs at least --duration; then --rounds rounds interleaved R A F R A F R A F.
+The publish scenario times each loop's own publisher (--publishers goroutines,
+one message at a time each) for --duration and counts what the broker holds.
 
 Each row prints best (median) msg/s per loop, the adapter's and the framework's
 overhead against raw (or "indistinguishable" when the gap between medians is
-below the larger best-to-worst spread), and the share of the window the raw
-loop's goroutine spent blocked in its poll (broker-bound above 50%).
+below the larger best-to-worst spread), the share of the window the raw loop's
+goroutine spent blocked in its poll (broker-bound above 50%), and the same
+comparisons of the generator's CPU time per message. A round whose window ends
+within 25ms of its publishers' stop is publish-bound, and its row gets no verdict.
 
 --targets names the brokers: sushka ("sushka serve" started as a child process
 from --serve-binary, default this executable, with a fresh data directory),
@@ -216,11 +223,11 @@ The code-cost rows come from stream/internal/costbench's results.json (--code).`
 	fs.StringVar(&codePath, "code", "", "costbench's results.json with the code-cost rows (default: "+codeResultsPath+" above the working directory)")
 	fs.StringVar(&only, "scenario", "", "run only the scenarios whose name contains this")
 	fs.BoolVar(&keepTopics, "keep-topics", false, "keep each run's topic instead of deleting it")
-	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "least length of a measured run's window (its publishers go on until then)")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "least length of a measured run's window: sizes the backlog from the calibration; the publish scenario publishes this long")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "measured rounds per loop, interleaved R A F")
-	fs.IntVar(&cfg.CalibrationMessages, "calibration-messages", cfg.CalibrationMessages, "messages of the discarded calibration round")
+	fs.IntVar(&cfg.CalibrationMessages, "calibration-messages", cfg.CalibrationMessages, "backlog of the discarded calibration round, which sizes the measured rounds' backlog")
 	fs.Int32Var(&cfg.Partitions, "partitions", cfg.Partitions, "partitions of each run's fresh topic")
-	fs.IntVar(&cfg.Publishers, "publishers", cfg.Publishers, "goroutines publishing concurrently, one message at a time each, through the loop's publisher")
+	fs.IntVar(&cfg.Publishers, "publishers", cfg.Publishers, "the publish scenario's goroutines, one message at a time each, through the loop's publisher")
 	fs.StringVar(&cfg.TopicPrefix, "topic-prefix", cfg.TopicPrefix, "each run's topic is <prefix>-<target>-<scenario>-<loop>-<unix-nanos>")
 	return cmd
 }

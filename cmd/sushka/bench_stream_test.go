@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sushka-io/sushka/bench"
+	"github.com/sushka-io/sushka/bench/streambench"
 	"github.com/sushka-io/sushka/test/testbroker"
 )
 
@@ -43,8 +44,8 @@ func TestBenchStream(t *testing.T) {
 	if err := doc.Validate(); err != nil {
 		t.Errorf("the written document fails the schema: %v", err)
 	}
-	if len(doc.Scenarios) != 3 {
-		t.Errorf("%d scenarios, want 3", len(doc.Scenarios))
+	if want := len(streambench.Scenarios()); len(doc.Scenarios) != want {
+		t.Errorf("%d scenarios, want %d", len(doc.Scenarios), want)
 	}
 	for _, s := range doc.Scenarios {
 		if s.Pairs != 2 || s.Target != "sushka" || s.Unit != "msg/s" {

@@ -176,6 +176,7 @@ func (k *Kafka) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.
 		marks:     map[stream.TopicPartition]int64{},
 		committed: map[stream.TopicPartition]int64{},
 		seeks:     map[stream.TopicPartition]int64{},
+		held:      map[stream.TopicPartition]*heldRecords{},
 		stop:      make(chan struct{}),
 		stopped:   make(chan struct{}),
 	}
@@ -214,27 +215,65 @@ type consumer struct {
 	committed  map[stream.TopicPartition]int64 // guarded by mu: what the last commit sent
 	seeks      map[stream.TopicPartition]int64 // guarded by mu: applied by the next Poll
 	cancelPoll context.CancelFunc              // guarded by mu: interrupts the Poll in progress
+	// held are the partitions the App paused (Pause), with the records
+	// fetched for them since: returned by Poll once resumed. kgo is asked
+	// to stop fetching a partition only when its held records reach
+	// holdBytes, so a pause does not make kgo drop what it fetched and,
+	// after the resume, wait for its in-flight fetch (a long poll of the
+	// other partitions, up to FetchMaxWait, 5 s by default) before it
+	// fetches again. A pause that reaches kgo still costs that wait when
+	// the other partitions are idle: kgo cannot cut its in-flight fetch
+	// short (a SetOffsets restarts its session, but the new fetch queues
+	// behind the old one on the broker's connection).
+	// Bounded: holdBytes plus one poll's records per paused partition.
+	held      map[stream.TopicPartition]*heldRecords // guarded by mu
+	heldBytes int                                    // guarded by mu: the value bytes in held
 
 	stop, stopped chan struct{}
 	closeOnce     sync.Once
 	closeErr      error
 }
 
+// holdBytes is how many value bytes of paused partitions the consumer
+// holds, all partitions together, before it pauses kgo's fetching of those
+// that receive more: a little below kgo's default budget of one fetch
+// (FetchMaxBytes, 50 MiB), which the client may buffer anyway. The App's
+// pauses are short when its handlers keep up (a worker resumes when half
+// its queue is done), so with a bound of one partition's fetch (1 MiB)
+// nearly every pause of a backlog reached kgo.
+const holdBytes = 32 << 20
+
+// heldRecords is a paused partition's state in the consumer.
+type heldRecords struct {
+	records []*kgo.Record
+	bytes   int
+	// paused: the App has paused the partition (else its records are
+	// ready for the next Poll); fetchPaused: kgo's fetching of it too.
+	paused, fetchPaused bool
+}
+
 func (c *consumer) Poll(ctx context.Context, buf []*stream.Record) ([]*stream.Record, error) {
 	buf = buf[:0]
+	limit := max(cap(buf), 1)
 	for {
 		c.applySeeks()
+		if buf = c.takeHeld(buf, limit); len(buf) > 0 {
+			return buf, nil
+		}
 		// A Seek interrupts the poll (cancelPoll): otherwise a seek back
 		// on an idle partition would wait for a record that never comes.
+		// So does a Resume with held records, which are ready at once.
 		pollCtx, cancel := context.WithCancel(ctx)
+		// A Resume after takeHeld looked and before cancelPoll was set
+		// is seen here.
 		c.mu.Lock()
 		c.cancelPoll = cancel
-		seekPending := len(c.seeks) > 0
+		interrupted := len(c.seeks) > 0 || c.heldReadyLocked()
 		c.mu.Unlock()
-		if seekPending {
+		if interrupted {
 			cancel()
 		}
-		fetches := c.cl.PollRecords(pollCtx, max(cap(buf), 1))
+		fetches := c.cl.PollRecords(pollCtx, limit)
 		c.mu.Lock()
 		c.cancelPoll = nil
 		c.mu.Unlock()
@@ -248,27 +287,104 @@ func (c *consumer) Poll(ctx context.Context, buf []*stream.Record) ([]*stream.Re
 		// Fetch errors are per partition and kgo retries them itself
 		// (a topic being created answers UNKNOWN_TOPIC_OR_PARTITION for a
 		// while): they are not the App's to stop on.
-		fetches.EachRecord(func(r *kgo.Record) {
-			sr := &stream.Record{
-				Topic:     r.Topic,
-				Partition: r.Partition,
-				Offset:    r.Offset,
-				Key:       r.Key,
-				Value:     r.Value,
-				Timestamp: r.Timestamp,
-			}
-			if len(r.Headers) > 0 {
-				sr.Headers = make([]stream.Header, len(r.Headers))
-				for i, h := range r.Headers {
-					sr.Headers[i] = stream.Header{Key: h.Key, Value: h.Value}
+		// A partition's records go to the App unless the partition is
+		// held; c.mu is taken once per partition, and records are
+		// converted outside it (the App's workers Mark under it).
+		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) > 0 && !c.hold(p.Topic, p.Partition, p.Records) {
+				for _, r := range p.Records {
+					buf = append(buf, fromKgo(r))
 				}
 			}
-			buf = append(buf, sr)
 		})
 		if len(buf) > 0 {
 			return buf, nil
 		}
 	}
+}
+
+// hold keeps records (one partition's, in offset order) when the
+// partition is paused, or resumed with held records still to leave
+// first; it reports whether it kept them. Once the held records of all
+// partitions reach holdBytes, kgo stops fetching the partition too.
+func (c *consumer) hold(topic string, partition int32, records []*kgo.Record) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.held[stream.TopicPartition{Topic: topic, Partition: partition}]
+	if h == nil || (!h.paused && len(h.records) == 0) {
+		return false
+	}
+	h.records = append(h.records, records...)
+	for _, r := range records {
+		h.bytes += len(r.Value)
+		c.heldBytes += len(r.Value)
+	}
+	if c.heldBytes >= holdBytes && !h.fetchPaused {
+		h.fetchPaused = true
+		// Under mu, so that kgo sees Pause and Resume in their order.
+		c.cl.PauseFetchPartitions(map[string][]int32{topic: {partition}})
+	}
+	return true
+}
+
+// heldReadyLocked reports whether a resumed partition has held records.
+func (c *consumer) heldReadyLocked() bool {
+	for _, h := range c.held {
+		if !h.paused && len(h.records) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// takeHeld appends to buf, up to limit, the held records of partitions no
+// longer paused, in offset order per partition.
+func (c *consumer) takeHeld(buf []*stream.Record, limit int) []*stream.Record {
+	var ready [][]*kgo.Record
+	c.mu.Lock()
+	room := limit - len(buf)
+	for tp, h := range c.held {
+		if h.paused || room == 0 {
+			continue
+		}
+		n := min(len(h.records), room)
+		ready = append(ready, h.records[:n:n])
+		for _, r := range h.records[:n] {
+			h.bytes -= len(r.Value)
+			c.heldBytes -= len(r.Value)
+		}
+		h.records = h.records[n:]
+		room -= n
+		if len(h.records) == 0 {
+			delete(c.held, tp)
+		}
+	}
+	c.mu.Unlock()
+	for _, records := range ready {
+		for _, r := range records {
+			buf = append(buf, fromKgo(r))
+		}
+	}
+	return buf
+}
+
+// fromKgo is r as the App's record, sharing r's slices.
+func fromKgo(r *kgo.Record) *stream.Record {
+	sr := &stream.Record{
+		Topic:     r.Topic,
+		Partition: r.Partition,
+		Offset:    r.Offset,
+		Key:       r.Key,
+		Value:     r.Value,
+		Timestamp: r.Timestamp,
+	}
+	if len(r.Headers) > 0 {
+		sr.Headers = make([]stream.Header, len(r.Headers))
+		for i, h := range r.Headers {
+			sr.Headers[i] = stream.Header{Key: h.Key, Value: h.Value}
+		}
+	}
+	return sr
 }
 
 func (c *consumer) applySeeks() {
@@ -301,18 +417,50 @@ func (c *consumer) Seek(tp stream.TopicPartition, offset int64) {
 	c.mu.Lock()
 	c.seeks[tp] = offset
 	c.k.txn.dropFrom(tp, offset) // under mu: before the redelivery can publish again
+	if h := c.held[tp]; h != nil {
+		// Fetched before the seek: kgo fetches again from offset.
+		c.heldBytes -= h.bytes
+		clear(h.records)
+		h.records, h.bytes = nil, 0
+	}
 	if c.cancelPoll != nil {
 		c.cancelPoll()
 	}
 	c.mu.Unlock()
 }
 
+// Pause holds what is fetched for tp from now on, and stops kgo's fetching
+// of it once holdBytes are held (see consumer.held).
 func (c *consumer) Pause(tp stream.TopicPartition) {
-	c.cl.PauseFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+	c.mu.Lock()
+	h := c.held[tp]
+	if h == nil {
+		h = &heldRecords{}
+		c.held[tp] = h
+	}
+	h.paused = true
+	c.mu.Unlock()
 }
 
+// Resume makes tp's held records ready for the next Poll (interrupting
+// the one in progress) and lets kgo fetch it again.
 func (c *consumer) Resume(tp stream.TopicPartition) {
-	c.cl.ResumeFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.held[tp]
+	if h == nil || !h.paused {
+		return
+	}
+	h.paused = false
+	if h.fetchPaused {
+		h.fetchPaused = false
+		c.cl.ResumeFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+	}
+	if len(h.records) == 0 {
+		delete(c.held, tp)
+	} else if c.cancelPoll != nil {
+		c.cancelPoll()
+	}
 }
 
 func (c *consumer) commitLoop() {
@@ -437,6 +585,15 @@ func (c *consumer) forget(parts []stream.TopicPartition) {
 		delete(c.marks, tp)
 		delete(c.committed, tp)
 		delete(c.seeks, tp)
+		if h := c.held[tp]; h != nil {
+			// kgo's pauses outlive an assignment: a partition given back
+			// later must be fetched again.
+			if h.fetchPaused {
+				c.cl.ResumeFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+			}
+			c.heldBytes -= h.bytes
+			delete(c.held, tp)
+		}
 	}
 	c.mu.Unlock()
 	c.k.txn.dropPartitions(parts)

@@ -69,11 +69,12 @@ import (
 // record: the broker gets record and offset together, at the commit. A
 // lost EndTxn answer is retried by kgo, and the broker answers the retry
 // of a finished commit with its outcome (TestExactlyOnceLostEndTxnAnswer).
-// One window is left: if kgo gives up on the EndTxn after the broker
-// committed, the transport aborts (kgo's advice), puts the records back
-// and commits them again with the same offsets, so they appear twice; an
-// OffsetFetch (RequireStable) after such a failure would tell the outcomes
-// apart, not done yet.
+// If kgo gives up on the EndTxn (its outcome unknown), the transport ends
+// with an abort as kgo advises (which reloads the producer id, so the
+// coordinator settles what was pending), then reads the group's committed
+// offsets (OffsetFetch, RequireStable): when they are this transaction's,
+// it committed and its records are not sent again; otherwise they are put
+// back for the next commit (TestExactlyOnceEndTxnGivenUp).
 //
 // Give every App instance its own transactional id (a pod name, say):
 // instances of one group fence each other through the group generation,
@@ -248,6 +249,12 @@ func (t *txnProducer) commit(ctx context.Context, c *consumer, offsets map[strin
 		t.mu.Lock()
 		if t.pending != nil {
 			for tp, prs := range took {
+				for _, pr := range prs {
+					// kgo keeps the Produce context in the record: this
+					// one's may be cancelled by now, and would fail every
+					// later attempt.
+					pr.rec.Context = nil
+				}
 				t.pending[tp] = append(prs, t.pending[tp]...)
 			}
 		}
@@ -268,19 +275,85 @@ func (t *txnProducer) transact(ctx context.Context, c *consumer, records []*kgo.
 	if err == nil && c != nil && len(offsets) > 0 {
 		err = t.commitOffsetsInTxn(ctx, c, offsets)
 	}
+	endFailed := false
 	if err == nil {
 		if err = cl.EndTransaction(ctx, kgo.TryCommit); err == nil {
 			return nil
 		}
 		// kgo's advice after a failed commit: end with an abort, which
-		// also settles a commit whose outcome the client did not learn.
+		// also settles a commit whose outcome the client did not learn
+		// (it reloads the producer id: the coordinator completes or
+		// aborts what was pending before it answers).
+		endFailed = true
 	}
 	abortCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if abortErr := cl.AbortBufferedRecords(abortCtx); abortErr == nil {
-		_ = cl.EndTransaction(abortCtx, kgo.TryAbort) // a failed abort ends at the transaction timeout
+	abortErr := cl.AbortBufferedRecords(abortCtx)
+	if abortErr == nil {
+		abortErr = cl.EndTransaction(abortCtx, kgo.TryAbort) // a failed abort ends at the transaction timeout
+	}
+	if endFailed && abortErr == nil && c != nil && len(offsets) > 0 {
+		// The commit's outcome is unknown, not failed: if the group's
+		// committed offsets are this transaction's, it committed, and
+		// retrying its records would publish them twice.
+		if committed, fetchErr := committedAlready(abortCtx, c, offsets); fetchErr == nil && committed {
+			return nil
+		} else if fetchErr != nil {
+			return errors.Join(err, fmt.Errorf("kafka: the outcome of a failed EndTxn commit is unknown: %w", fetchErr))
+		}
 	}
 	return err
+}
+
+// committedAlready reports whether the group's committed offsets (an
+// OffsetFetch with RequireStable, waiting out pending transactional
+// offsets) have reached offsets on every partition.
+func committedAlready(ctx context.Context, c *consumer, offsets map[string]map[int32]kgo.EpochOffset) (bool, error) {
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group, req.RequireStable = c.group, true
+	for topic, ps := range offsets {
+		rt := kmsg.NewOffsetFetchRequestTopic()
+		rt.Topic = topic
+		for p := range ps {
+			rt.Partitions = append(rt.Partitions, p)
+		}
+		req.Topics = append(req.Topics, rt)
+	}
+	for {
+		resp, err := req.RequestWith(ctx, c.cl)
+		if err != nil {
+			return false, err
+		}
+		err = kerr.ErrorForCode(resp.ErrorCode)
+		reached := 0
+		for _, rt := range resp.Topics {
+			for _, rp := range rt.Partitions {
+				if e := kerr.ErrorForCode(rp.ErrorCode); e != nil && err == nil {
+					err = e
+				}
+				if eo, ok := offsets[rt.Topic][rp.Partition]; ok && rp.Offset >= eo.Offset {
+					reached++
+				}
+			}
+		}
+		switch {
+		case errors.Is(err, kerr.UnstableOffsetCommit):
+			// A transaction's offsets are still pending: wait it out.
+			select {
+			case <-ctx.Done():
+				return false, ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
+		case err != nil:
+			return false, err
+		}
+		want := 0
+		for _, ps := range offsets {
+			want += len(ps)
+		}
+		return reached == want, nil
+	}
 }
 
 // commitOffsetsInTxn adds the group's offsets to the open transaction

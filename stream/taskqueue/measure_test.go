@@ -4,8 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sushka-io/sushka/stream"
+	"github.com/sushka-io/sushka/stream/memory"
 	"github.com/sushka-io/sushka/stream/streamtest"
 	"github.com/sushka-io/sushka/stream/taskqueue"
 )
@@ -21,6 +24,8 @@ var (
 	measure       = flag.Bool("taskqueue.measure", false, "run TestTaskQueueMeasure: the seed's M-103/M-105 table against in-process Sushka")
 	measureWindow = flag.Duration("taskqueue.window", 10*time.Second, "TestTaskQueueMeasure: the measured window of each run")
 	measureWarmup = flag.Duration("taskqueue.warmup", 3*time.Second, "TestTaskQueueMeasure: what runs before the window (workers joining, the queue filling)")
+	measureOn     = flag.String("taskqueue.on", "sushka", "TestTaskQueueMeasure: sushka (in-process, one partition) or memory (the memory transport: no round trips)")
+	measureOnly   = flag.Int("taskqueue.workers", 0, "TestTaskQueueMeasure: only this many workers (3 or 30; 0: both)")
 )
 
 // The seed's load (M-103, M-105): a task every 10 ms, 400 ms of work each.
@@ -42,7 +47,7 @@ type queueWindow struct {
 // claims, the winning claims and the completions whose timestamps fall in
 // [from, to). The winner of a task is its first claim: the measured runs
 // use a lease far longer than the run, so no lease ends.
-func tally(records []*kgo.Record, from, to time.Time) queueWindow {
+func tally(records []*stream.Record, from, to time.Time) queueWindow {
 	w := queueWindow{seconds: to.Sub(from).Seconds()}
 	claimed := map[string]bool{}
 	for _, r := range records {
@@ -72,19 +77,66 @@ func tally(records []*kgo.Record, from, to time.Time) queueWindow {
 	return w
 }
 
+// measuredLog is where a measurement runs: a transport per worker, and
+// the whole topic in log order once nothing writes any more (the
+// instrument: the log, not the workers' counters).
+type measuredLog struct {
+	name    string
+	connect func() stream.Transport
+	replay  func(t *testing.T, topic string) []*stream.Record
+}
+
+// sushkaLog is the in-process Sushka at addr, replayed by an observer
+// client that reads the topic to its end.
+func sushkaLog(addr string) measuredLog {
+	return measuredLog{name: "in-process Sushka (one partition, acks=all)", connect: sushkaTransport(addr),
+		replay: func(t *testing.T, topic string) []*stream.Record {
+			observer, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+				kgo.FetchMaxWait(100*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer observer.Close()
+			// PollFetches waits for records, so a second without any is
+			// the end (nothing writes any more).
+			var records []*stream.Record
+			for readUntil := time.Now().Add(30 * time.Second); ; {
+				if time.Now().After(readUntil) {
+					t.Fatalf("the observer still reads after 30 s (%d records)", len(records))
+				}
+				pollCtx, stopPoll := context.WithTimeout(context.Background(), time.Second)
+				fetches := observer.PollFetches(pollCtx)
+				stopPoll()
+				if fetches.NumRecords() == 0 && len(records) > 0 {
+					return records
+				}
+				fetches.EachRecord(func(r *kgo.Record) {
+					sr := &stream.Record{Key: r.Key, Timestamp: r.Timestamp}
+					for _, h := range r.Headers {
+						sr.Headers = append(sr.Headers, stream.Header{Key: h.Key, Value: h.Value})
+					}
+					records = append(records, sr)
+				})
+			}
+		}}
+}
+
+// memoryLog is the memory transport: the same workers with the log's
+// round trips taken out (a claim is in the log when Publish returns),
+// which separates what the pattern costs from what the broker and the
+// machine's round trips add.
+func memoryLog() measuredLog {
+	store := memory.New(memory.Partitions(1))
+	return measuredLog{name: "the memory transport", connect: store.Connect,
+		replay: func(_ *testing.T, topic string) []*stream.Record { return store.Records(topic) }}
+}
+
 // measureRun runs workers on a fresh topic for warmup+window with the
 // seed's load and returns the window's tally.
-func measureRun(t *testing.T, addr, topic string, workers int, pick taskqueue.Pick) queueWindow {
-	connect := sushkaTransport(addr)
+func measureRun(t *testing.T, log measuredLog, topic string, workers int, pick taskqueue.Pick) queueWindow {
+	connect := log.connect
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	// The observer reads the topic as it grows; it is the instrument.
-	observer, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics(topic), kgo.AllowAutoTopicCreation(),
-		kgo.FetchMaxWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer observer.Close()
 	var transports []stream.Transport
 	defer func() {
 		for _, tr := range transports {
@@ -135,21 +187,7 @@ func measureRun(t *testing.T, addr, topic string, workers int, pick taskqueue.Pi
 			t.Fatalf("worker %d: %v", w, err)
 		}
 	}
-	// Read the topic to its end: PollFetches waits for records, so a
-	// second without any is the end (nothing writes any more).
-	var records []*kgo.Record
-	for readUntil := time.Now().Add(30 * time.Second); ; {
-		if time.Now().After(readUntil) {
-			t.Fatalf("the observer still reads after 30 s (%d records)", len(records))
-		}
-		pollCtx, stopPoll := context.WithTimeout(context.Background(), time.Second)
-		fetches := observer.PollFetches(pollCtx)
-		stopPoll()
-		if fetches.NumRecords() == 0 {
-			break
-		}
-		records = append(records, fetches.Records()...)
-	}
+	records := log.replay(t, topic)
 	w := tally(records, from, to)
 	// Impossible numbers mean a broken measurer (MEASURING.md, 10).
 	var claimed, won, lost int
@@ -175,7 +213,15 @@ func TestTaskQueueMeasure(t *testing.T) {
 	if !*measure {
 		t.Skip("a measurement: run with -taskqueue.measure")
 	}
-	addr := streamtest.StartSushka(t, 1)
+	var log measuredLog
+	switch *measureOn {
+	case "sushka":
+		log = sushkaLog(streamtest.StartSushka(t, 1))
+	case "memory":
+		log = memoryLog()
+	default:
+		t.Fatalf("-taskqueue.on %q: sushka or memory", *measureOn)
+	}
 	type cell struct {
 		workers int
 		pick    taskqueue.Pick
@@ -183,17 +229,29 @@ func TestTaskQueueMeasure(t *testing.T) {
 	pickName := map[taskqueue.Pick]string{taskqueue.PickRandom: "random", taskqueue.PickFirst: "first"}
 	var plan []cell
 	for _, workers := range []int{3, 30} {
+		if *measureOnly != 0 && workers != *measureOnly {
+			continue
+		}
 		plan = append(plan, cell{workers, taskqueue.PickRandom}, cell{workers, taskqueue.PickFirst},
 			cell{workers, taskqueue.PickFirst}, cell{workers, taskqueue.PickRandom})
 	}
-	fmt.Printf("# taskqueue on in-process Sushka (one partition, acks=all), %s, GOMAXPROCS=%d; a task every %v, %v of work;\n# window %v after %v of warm-up; counts from the log's replay\n",
-		runtime.Version(), runtime.GOMAXPROCS(0), measureTaskInterval, measureWork, *measureWindow, *measureWarmup)
+	fmt.Printf("# taskqueue on %s, %s, GOMAXPROCS=%d; a task every %v, %v of work;\n# window %v after %v of warm-up; counts from the log's replay; loadavg %s\n",
+		log.name, runtime.Version(), runtime.GOMAXPROCS(0), measureTaskInterval, measureWork, *measureWindow, *measureWarmup, loadavg())
 	fmt.Printf("%-8s %-7s %8s %8s %10s %8s %12s %12s %9s\n", "workers", "pick", "claims", "won", "claims/task", "lost", "tasks/s", "ceiling/s", "of ceiling")
 	for i, c := range plan {
-		w := measureRun(t, addr, "measure-"+strconv.Itoa(i), c.workers, c.pick)
+		w := measureRun(t, log, "measure-"+strconv.Itoa(i), c.workers, c.pick)
 		ceiling := min(float64(c.workers)/measureWork.Seconds(), 1/measureTaskInterval.Seconds())
 		throughput := float64(w.done) / w.seconds
 		fmt.Printf("%-8d %-7s %8d %8d %10.2f %7.1f%% %12.1f %12.1f %8.0f%%\n", c.workers, pickName[c.pick], w.claims, w.won,
 			float64(w.claims)/float64(w.won), 100*float64(w.claims-w.won)/float64(w.claims), throughput, ceiling, 100*throughput/ceiling)
 	}
+}
+
+// loadavg is /proc/loadavg's first three fields, or "unknown".
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
 }
