@@ -27,20 +27,7 @@ func TestBacklogIsNotPacedByPauses(t *testing.T) {
 	const topic, group, backlog = "backlog", "g", 20000
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	gen, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.AllowAutoTopicCreation(), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gen.Close()
-	value := make([]byte, 512)
-	records := make([]*kgo.Record, 0, backlog+1)
-	for range backlog {
-		records = append(records, &kgo.Record{Topic: topic, Partition: 0, Value: value})
-	}
-	records = append(records, &kgo.Record{Topic: topic, Partition: 1, Value: value})
-	if err := gen.ProduceSync(ctx, records...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	publishBacklog(ctx, t, addr, topic, backlog, 512)
 
 	app := stream.New(kafka.Transport(kgo.SeedBrokers(addr)), stream.Group(group))
 	var handled atomic.Int64
@@ -86,21 +73,7 @@ func TestResumeAfterHoldingIsNotPacedByFetchMaxWait(t *testing.T) {
 	const topic, group, backlog = "held", "g", 2048 // 128 MiB: more than holdBytes (32 MiB) plus a fetch
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	gen, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.AllowAutoTopicCreation(), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerBatchMaxBytes(1<<20))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gen.Close()
-	value := make([]byte, 64<<10)
-	records := make([]*kgo.Record, 0, backlog+1)
-	for range backlog {
-		records = append(records, &kgo.Record{Topic: topic, Partition: 0, Value: value})
-	}
-	records = append(records, &kgo.Record{Topic: topic, Partition: 1, Value: value})
-	if err := gen.ProduceSync(ctx, records...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	publishBacklog(ctx, t, addr, topic, backlog, 64<<10)
 
 	app := stream.New(kafka.Transport(kgo.SeedBrokers(addr)), stream.Group(group))
 	var handled atomic.Int64
@@ -130,6 +103,27 @@ func TestResumeAfterHoldingIsNotPacedByFetchMaxWait(t *testing.T) {
 	}
 	stop()
 	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// publishBacklog publishes n values of size bytes to partition 0 of topic
+// and one to partition 1.
+func publishBacklog(ctx context.Context, t *testing.T, addr, topic string, n, size int) {
+	t.Helper()
+	gen, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.AllowAutoTopicCreation(), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchMaxBytes(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gen.Close()
+	value := make([]byte, size)
+	records := make([]*kgo.Record, 0, n+1)
+	for range n {
+		records = append(records, &kgo.Record{Topic: topic, Partition: 0, Value: value})
+	}
+	records = append(records, &kgo.Record{Topic: topic, Partition: 1, Value: value})
+	if err := gen.ProduceSync(ctx, records...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 }
