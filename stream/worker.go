@@ -531,8 +531,11 @@ func newLane(w *partitionWorker) *lane {
 		l.batch = make([]*Record, 0, w.h.batch.maxCount)
 	}
 	if w.h.keyLanes > 1 {
-		n := max(1, w.h.maxInFlight/w.h.keyLanes) // grown by append when keys crowd a lane
-		l.out, l.pending, l.work = make([]laneItem, 0, n), make([]laneItem, 0, n), make([]laneItem, 0, n)
+		// One block for the three, each grown by append on its own when
+		// keys crowd the lane.
+		n := max(1, w.h.maxInFlight/w.h.keyLanes)
+		items := make([]laneItem, 3*n)
+		l.out, l.pending, l.work = items[:0:n], items[n:n:2*n], items[2*n:2*n:3*n]
 		l.wake = make(chan struct{}, 1)
 	}
 	return l
