@@ -201,9 +201,20 @@ func (a *App) poll(ctx context.Context, consumer Consumer) error {
 			}
 			return fmt.Errorf("stream: poll: %w", err)
 		}
+		// Each worker is woken once for its run of records, not per
+		// record (a poll's records come partition by partition).
+		var last *partitionWorker
 		for i, r := range records {
-			a.workerFor(r).push(r)
+			w := a.workerFor(r)
+			if w != last && last != nil {
+				last.signal()
+			}
+			w.push(r)
+			last = w
 			records[i] = nil // the worker owns it now; do not pin it here
+		}
+		if last != nil {
+			last.signal()
 		}
 		buf = records[:0]
 	}

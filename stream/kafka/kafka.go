@@ -47,7 +47,9 @@ type Kafka struct {
 type Option func(*Kafka)
 
 // ConsumerOpts adds kgo options for the consumers only (fetch sizes,
-// FetchMaxWait, session timeouts), after the shared ones.
+// FetchMaxWait, session timeouts), after the shared ones. The consumers'
+// FetchMaxWait is 500 ms (Kafka's fetch.max.wait.ms) unless set here or in
+// the shared options, not kgo's 5 s.
 func ConsumerOpts(opts ...kgo.Opt) Option {
 	return func(k *Kafka) { k.consumerOpts = append(k.consumerOpts, opts...) }
 }
@@ -180,7 +182,13 @@ func (k *Kafka) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.
 		stop:      make(chan struct{}),
 		stopped:   make(chan struct{}),
 	}
-	opts := append(append([]kgo.Opt(nil), k.opts...), k.consumerOpts...)
+	// Kafka's fetch.max.wait.ms (500 ms) rather than kgo's 5 s, before the
+	// caller's options so that theirs wins: a partition whose fetching was
+	// paused (see consumer.held) is fetched again only after kgo's
+	// in-flight fetch, a long poll when the other partitions are idle, so
+	// kgo's default stalled a resumed backlog for up to 5 s.
+	opts := append([]kgo.Opt{kgo.FetchMaxWait(defaultFetchMaxWait)}, k.opts...)
+	opts = append(opts, k.consumerOpts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Topics...),
@@ -220,7 +228,7 @@ type consumer struct {
 	// to stop fetching a partition only when its held records reach
 	// holdBytes, so a pause does not make kgo drop what it fetched and,
 	// after the resume, wait for its in-flight fetch (a long poll of the
-	// other partitions, up to FetchMaxWait, 5 s by default) before it
+	// other partitions, up to FetchMaxWait, 500 ms by default) before it
 	// fetches again. A pause that reaches kgo still costs that wait when
 	// the other partitions are idle: kgo cannot cut its in-flight fetch
 	// short (a SetOffsets restarts its session, but the new fetch queues
@@ -242,6 +250,10 @@ type consumer struct {
 // its queue is done), so with a bound of one partition's fetch (1 MiB)
 // nearly every pause of a backlog reached kgo.
 const holdBytes = 32 << 20
+
+// defaultFetchMaxWait is the consumer's FetchMaxWait unless the caller
+// sets one: Kafka's default fetch.max.wait.ms.
+const defaultFetchMaxWait = 500 * time.Millisecond
 
 // heldRecords is a paused partition's state in the consumer.
 type heldRecords struct {
