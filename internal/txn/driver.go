@@ -17,10 +17,6 @@ import (
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
-// reopenInterval is how often a broken __transaction_state partition is
-// reopened.
-const reopenInterval = 500 * time.Millisecond
-
 // ErrClosed is returned by Do and Verify after Close.
 var ErrClosed = errors.New("txn: coordinator closed")
 
@@ -66,9 +62,6 @@ type Service struct {
 
 	// Owned by the loop's goroutine.
 	c *Coordinator
-	// retryAt is when retryBroken next reopens the broken partitions
-	// (zero: none is broken).
-	retryAt time.Time
 }
 
 // machine is the Service as its loop drives it (coordloop.Machine).
@@ -80,10 +73,10 @@ func (m machine) Handle(id uint64, now time.Time, req Request) Request {
 	return req
 }
 func (m machine) Tick(now time.Time) { m.s.c.Tick(now) }
-func (m machine) Retry(time.Time)    { m.s.retryBroken() }
+func (m machine) Retry(time.Time)    { m.s.store.ReopenBroken(m.s.c.LoadPartition) }
 func (m machine) Flush()             { m.s.flush() }
 func (m machine) NextDeadline() time.Time {
-	return coordloop.Earliest(m.s.c.NextDeadline(), m.s.retryAt)
+	return coordloop.Earliest(m.s.c.NextDeadline(), m.s.store.ReopenAt())
 }
 func (m machine) Stopped(req Request) Response {
 	return errorResponse(req, kerr.CoordinatorNotAvailable.Code)
@@ -205,7 +198,6 @@ func (s *Service) flush() {
 			s.log.Error("transaction coordinator: persisting to "+StateTopic+" failed; its transactional ids answer NOT_COORDINATOR until the log can be written again",
 				"partition", p, "err", err)
 			s.c.UnloadPartition(p)
-			s.retryAt = s.clock.Now().Add(reopenInterval)
 		}
 		if len(failed) > 0 {
 			rd.Responses = append(rd.Responses, s.c.Ready().Responses...)
@@ -238,14 +230,12 @@ func (s *Service) flush() {
 			s.log.Error("transaction coordinator: persisting a completion to "+StateTopic+" failed; its transactional ids answer NOT_COORDINATOR until the log can be written again (the replay completes the transaction)",
 				"partition", p, "err", err)
 			s.c.UnloadPartition(p)
-			s.retryAt = s.clock.Now().Add(reopenInterval)
 		}
 	}
 	if len(rd.Records) > 0 || len(completions) > 0 {
 		for p, err := range s.store.MaybeCompact() {
 			s.log.Error("transaction coordinator: compacting "+StateTopic+" failed", "partition", p, "err", err)
 			s.c.UnloadPartition(p)
-			s.retryAt = s.clock.Now().Add(reopenInterval)
 		}
 	}
 }
@@ -308,26 +298,4 @@ func (s *Service) writeMarkers(job MarkerJob) {
 		}
 	}
 	s.loop.Post(func() { s.c.MarkersWritten(res, s.clock.Now()) })
-}
-
-// retryBroken reopens the broken partitions, at most every
-// reopenInterval, and loads their transactions again.
-func (s *Service) retryBroken() {
-	if s.retryAt.IsZero() || s.clock.Now().Before(s.retryAt) {
-		return
-	}
-	s.retryAt = time.Time{}
-	for p := int32(0); p < s.store.Partitions(); p++ {
-		if !s.store.Broken(p) {
-			continue
-		}
-		records, err := s.store.Reopen(p)
-		if err == nil {
-			err = s.c.LoadPartition(p, records)
-		}
-		if err != nil {
-			s.log.Warn("transaction coordinator: "+StateTopic+" partition still unavailable", "partition", p, "err", err)
-			s.retryAt = s.clock.Now().Add(reopenInterval)
-		}
-	}
 }
