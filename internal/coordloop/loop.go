@@ -231,13 +231,14 @@ func (l *Loop[Req, Resp]) take(o op[Req, Resp]) {
 	l.pending[l.nextID] = o.call
 }
 
-// Earliest is the earlier of two deadlines, zero meaning none.
-func Earliest(a, b time.Time) time.Time {
-	switch {
-	case a.IsZero():
-		return b
-	case b.IsZero() || a.Before(b):
-		return a
+// Earliest is the earliest of deadlines, zero meaning none (and none at
+// all: zero).
+func Earliest(deadlines ...time.Time) time.Time {
+	var next time.Time
+	for _, d := range deadlines {
+		if !d.IsZero() && (next.IsZero() || d.Before(next)) {
+			next = d
+		}
 	}
-	return b
+	return next
 }

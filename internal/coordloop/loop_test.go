@@ -183,4 +183,11 @@ func TestEarliest(t *testing.T) {
 			t.Errorf("Earliest(%v, %v) = %v, want %v", c.x, c.y, got, c.want)
 		}
 	}
+	c := time.Unix(3, 0)
+	if got := Earliest(c, time.Time{}, b, a, time.Time{}); !got.Equal(a) {
+		t.Errorf("Earliest of five = %v, want %v", got, a)
+	}
+	if got := Earliest(); !got.IsZero() {
+		t.Errorf("Earliest() = %v, want zero", got)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/coordloop"
 	"github.com/sushka-io/sushka/internal/kvlog"
 	"github.com/sushka-io/sushka/internal/meta"
 )
@@ -842,22 +843,17 @@ func (c *Coordinator) Tick(now time.Time) {
 // nothing is scheduled.
 func (c *Coordinator) NextDeadline() time.Time {
 	var next time.Time
-	note := func(t time.Time) {
-		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
-			next = t
-		}
-	}
 	for _, t := range c.txns {
 		switch t.state {
 		case StateOngoing:
-			note(t.start.Add(t.timeout))
+			next = coordloop.Earliest(next, t.start.Add(t.timeout))
 		case StatePrepareCommit, StatePrepareAbort:
 			if !t.markersOut {
-				note(t.retryAt)
+				next = coordloop.Earliest(next, t.retryAt)
 			}
 		default:
 			if c.cfg.IDExpiration > 0 {
-				note(t.updated.Add(c.cfg.IDExpiration))
+				next = coordloop.Earliest(next, t.updated.Add(c.cfg.IDExpiration))
 			}
 		}
 	}
