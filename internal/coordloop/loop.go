@@ -1,12 +1,13 @@
-// Package coordloop is the driver goroutine the coordinators share
-// (internal/group, internal/txn): the one goroutine that owns a state
-// machine. Calls and functions arrive in an inbox; each round takes one and
-// then up to MaxDrain-1 more already queued (their records share one append
-// and one fsync: group commit), and ends with the machine's Flush, which
-// persists what the round changed and only then answers the round's calls
-// (Answer). Between rounds a timer wakes the machine at its next deadline.
-// At Stop every call still waiting is answered with the machine's Stopped
-// response.
+// Package coordloop is what the coordinators (internal/group,
+// internal/txn) share: their FindCoordinator answer (findcoordinator.go),
+// the earliest of their deadlines (Earliest) and the driver goroutine
+// (Loop), the one goroutine that owns a state machine. Calls and functions
+// arrive in an inbox; each round takes one and then up to MaxDrain-1 more
+// already queued (their records share one append and one fsync: group
+// commit), and ends with the machine's Flush, which persists what the round
+// changed and only then answers the round's calls (Answer). Between rounds
+// a timer wakes the machine at its next deadline. At Stop every call still
+// waiting is answered with the machine's Stopped response.
 package coordloop
 
 import (

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/coordloop"
 )
 
 // Record key and value versions Sushka writes (Kafka's, for a broker with
@@ -233,12 +235,7 @@ func ErrorResponse(req kmsg.Request, code int16) kmsg.Response {
 		}
 		return resp
 	case *kmsg.FindCoordinatorRequest:
-		resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
-		resp.ErrorCode, resp.NodeID, resp.Port = code, -1, -1
-		for _, k := range req.CoordinatorKeys {
-			resp.Coordinators = append(resp.Coordinators, kmsg.FindCoordinatorResponseCoordinator{Key: k, NodeID: -1, Port: -1, ErrorCode: code})
-		}
-		return resp
+		return coordloop.FindCoordinatorError(req, code)
 	case *kmsg.ListGroupsRequest:
 		resp := req.ResponseKind().(*kmsg.ListGroupsResponse)
 		resp.ErrorCode = code
@@ -272,9 +269,5 @@ func ErrorResponse(req kmsg.Request, code int16) kmsg.Response {
 		}
 		return resp
 	}
-	resp := req.ResponseKind()
-	if ec, ok := resp.(interface{ SetErrorCode(int16) }); ok {
-		ec.SetErrorCode(code)
-	}
-	return resp
+	return req.ResponseKind()
 }

@@ -338,37 +338,15 @@ func fencedCode(v, firstFenced int16) int16 {
 // --- FindCoordinator (key type 1) ---
 
 func (c *Coordinator) findCoordinator(req *kmsg.FindCoordinatorRequest) *kmsg.FindCoordinatorResponse {
-	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
-	keys := req.CoordinatorKeys
-	if req.Version < 4 {
-		keys = []string{req.CoordinatorKey}
-	}
-	for _, key := range keys {
-		co := kmsg.NewFindCoordinatorResponseCoordinator()
-		co.Key, co.NodeID, co.Port = key, -1, -1
+	return coordloop.FindCoordinator(req, c.cfg.NodeID, c.cfg.Host, c.cfg.Port, func(key string) int16 {
 		switch {
 		case key == "":
-			co.ErrorCode = kerr.InvalidRequest.Code
+			return kerr.InvalidRequest.Code
 		case c.unloaded[c.partitionFor(key)] || !c.loaded:
-			co.ErrorCode = kerr.CoordinatorNotAvailable.Code
-		default:
-			co.NodeID, co.Host, co.Port = c.cfg.NodeID, c.cfg.Host, c.cfg.Port
+			return kerr.CoordinatorNotAvailable.Code
 		}
-		if co.ErrorCode != 0 {
-			msg := kerr.ErrorForCode(co.ErrorCode).(*kerr.Error).Description
-			co.ErrorMessage = &msg
-		}
-		resp.Coordinators = append(resp.Coordinators, co)
-	}
-	if req.Version < 4 {
-		co := resp.Coordinators[0]
-		resp.Coordinators = nil
-		resp.ErrorCode, resp.NodeID, resp.Host, resp.Port = co.ErrorCode, co.NodeID, co.Host, co.Port
-		if req.Version >= 1 {
-			resp.ErrorMessage = co.ErrorMessage
-		}
-	}
-	return resp
+		return 0
+	})
 }
 
 // --- InitProducerID ---
