@@ -50,20 +50,19 @@ type Service struct {
 	c *Coordinator
 }
 
-// machine is the Service as its loop drives it (coordloop.Machine).
-type machine struct{ s *Service }
+// machine is the coordinator as its loop drives it (coordloop.Machine):
+// its Tick, NextDeadline and LoadPartition, the Service's Flush.
+type machine struct {
+	*Coordinator
+	s *Service
+}
 
 func (m machine) Handle(id uint64, now time.Time, req Request) Request {
 	req.ID, req.Now = id, now
-	m.s.c.Handle(req)
+	m.Coordinator.Handle(req)
 	return req
 }
-func (m machine) Tick(now time.Time) { m.s.c.Tick(now) }
-func (m machine) Retry(time.Time)    { m.s.store.ReopenBroken(m.s.c.LoadPartition) }
-func (m machine) Flush()             { m.s.flush() }
-func (m machine) NextDeadline() time.Time {
-	return coordloop.Earliest(m.s.c.NextDeadline(), m.s.store.ReopenAt())
-}
+func (m machine) Flush() { m.s.flush() }
 func (m machine) Stopped(req Request) kmsg.Response {
 	return ErrorResponse(req.Body, kerr.CoordinatorNotAvailable.Code)
 }
@@ -106,7 +105,7 @@ func Start(cfg ServiceConfig) (*Service, error) {
 		store: store,
 		c:     c,
 	}
-	s.loop = coordloop.New[Request, kmsg.Response](machine{s}, cfg.Clock, idleTick, ErrClosed)
+	s.loop = coordloop.New[Request, kmsg.Response](machine{c, s}, store, cfg.Clock, idleTick, ErrClosed)
 	s.log.Info("group coordinator loaded", "records", len(records), "groups", len(c.groups), "took", time.Since(started).Round(time.Millisecond))
 	s.loop.Start()
 	return s, nil

@@ -64,20 +64,19 @@ type Service struct {
 	c *Coordinator
 }
 
-// machine is the Service as its loop drives it (coordloop.Machine).
-type machine struct{ s *Service }
+// machine is the coordinator as its loop drives it (coordloop.Machine):
+// its Tick, NextDeadline and LoadPartition, the Service's Flush.
+type machine struct {
+	*Coordinator
+	s *Service
+}
 
 func (m machine) Handle(id uint64, now time.Time, req Request) Request {
 	req.ID, req.Now = id, now
-	m.s.c.Handle(req)
+	m.Coordinator.Handle(req)
 	return req
 }
-func (m machine) Tick(now time.Time) { m.s.c.Tick(now) }
-func (m machine) Retry(time.Time)    { m.s.store.ReopenBroken(m.s.c.LoadPartition) }
-func (m machine) Flush()             { m.s.flush() }
-func (m machine) NextDeadline() time.Time {
-	return coordloop.Earliest(m.s.c.NextDeadline(), m.s.store.ReopenAt())
-}
+func (m machine) Flush() { m.s.flush() }
 func (m machine) Stopped(req Request) Response {
 	return errorResponse(req, kerr.CoordinatorNotAvailable.Code)
 }
@@ -118,7 +117,7 @@ func Start(cfg ServiceConfig) (*Service, error) {
 		store: store,
 		c:     c,
 	}
-	s.loop = coordloop.New[Request, Response](machine{s}, cfg.Clock, idleTick, ErrClosed)
+	s.loop = coordloop.New[Request, Response](machine{c, s}, store, cfg.Clock, idleTick, ErrClosed)
 	s.jobsCtx, s.cancelJobs = context.WithCancel(context.Background())
 	c.Loaded(cfg.Clock.Now()) // prepared transactions ask for their markers again
 	s.log.Info("transaction coordinator loaded", "records", len(records), "transactional_ids", len(c.txns))
