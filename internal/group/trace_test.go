@@ -21,8 +21,6 @@ import (
 // order. `go test ./internal/group -rewrite` regenerates the outputs; the
 // diff is the review.
 
-var traceEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
 func TestTraces(t *testing.T) {
 	tracefmt.RunScripts(t, "./internal/group", func(t *testing.T) func(string) string {
 		h := newHarness()
@@ -61,7 +59,7 @@ func (f fakeTopics) TopicByID(id [16]byte) (string, int32, bool) {
 }
 
 func newHarness() *harness {
-	h := &harness{now: traceEpoch, topics: fakeTopics{"t1": 3, "t2": 2}}
+	h := &harness{now: tracefmt.Epoch, topics: fakeTopics{"t1": 3, "t2": 2}}
 	h.configure(tracefmt.Args{})
 	return h
 }
@@ -372,7 +370,7 @@ func (h *harness) ready() string {
 		fmt.Fprintf(&b, "reply #%d %s\n", r.ID, formatValue(reflect.ValueOf(r.Body).Elem()))
 	}
 	if next := h.c.NextDeadline(); !next.IsZero() {
-		fmt.Fprintf(&b, "next deadline +%s\n", next.Sub(traceEpoch))
+		fmt.Fprintf(&b, "next deadline +%s\n", next.Sub(tracefmt.Epoch))
 	}
 	return b.String()
 }
@@ -417,7 +415,7 @@ func formatRecord(r Record) string {
 		}
 		var v kmsg.OffsetCommitValue
 		v.ReadFrom(r.Value)
-		return s + fmt.Sprintf(" = %d epoch=%d metadata=%q at=+%s (v%d)", v.Offset, v.LeaderEpoch, v.Metadata, time.UnixMilli(v.CommitTimestamp).Sub(traceEpoch), v.Version)
+		return s + fmt.Sprintf(" = %d epoch=%d metadata=%q at=+%s (v%d)", v.Offset, v.LeaderEpoch, v.Metadata, time.UnixMilli(v.CommitTimestamp).Sub(tracefmt.Epoch), v.Version)
 	case pendingKeyVersion:
 		name, pid, tp, _ := parsePendingKey(r.Key)
 		s := prefix + fmt.Sprintf("pending %s producer=%d %s/%d", name, pid, tp.topic, tp.partition)

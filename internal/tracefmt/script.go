@@ -7,7 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
+
+// Epoch is where a trace's clock starts: its times are printed as offsets
+// from it.
+var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // rewrite is -rewrite of the packages whose tests run golden traces: the
 // outputs are written back instead of compared.

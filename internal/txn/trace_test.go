@@ -18,8 +18,6 @@ import (
 // persisted, marker jobs and responses, in order. `go test ./internal/txn
 // -rewrite` regenerates the outputs; the diff is the review.
 
-var traceEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
 func TestTraces(t *testing.T) {
 	tracefmt.RunScripts(t, "./internal/txn", func(t *testing.T) func(string) string {
 		h := newHarness()
@@ -46,7 +44,7 @@ type harness struct {
 }
 
 func newHarness() *harness {
-	h := &harness{now: traceEpoch, jobs: map[string]MarkerJob{}}
+	h := &harness{now: tracefmt.Epoch, jobs: map[string]MarkerJob{}}
 	h.configure(tracefmt.Args{})
 	return h
 }
@@ -231,7 +229,7 @@ func (h *harness) ready() string {
 		b.WriteString("persist after the replies " + formatRecord(r) + "\n")
 	}
 	if next := h.c.NextDeadline(); !next.IsZero() {
-		fmt.Fprintf(&b, "next deadline +%s\n", next.Sub(traceEpoch))
+		fmt.Fprintf(&b, "next deadline +%s\n", next.Sub(tracefmt.Epoch))
 	}
 	return b.String()
 }
@@ -270,7 +268,7 @@ func formatRecord(r Record) string {
 	v.ReadFrom(r.Value)
 	start := "none"
 	if v.StartTimestamp >= 0 {
-		start = "+" + time.UnixMilli(v.StartTimestamp).Sub(traceEpoch).String()
+		start = "+" + time.UnixMilli(v.StartTimestamp).Sub(tracefmt.Epoch).String()
 	}
 	var tps []string
 	for _, t := range v.Topics {
