@@ -259,11 +259,7 @@ func joinError(req *kmsg.JoinGroupRequest, code int16) *kmsg.JoinGroupResponse {
 
 func (c *Coordinator) join(r Request, req *kmsg.JoinGroupRequest) {
 	fail := func(code int16) { c.respond(r.ID, joinError(req, code)) }
-	if req.Group == "" {
-		fail(kerr.InvalidGroupID.Code)
-		return
-	}
-	if code := c.checkCoordinator(req.Group); code != 0 {
+	if code := c.checkGroup(req.Group); code != 0 {
 		fail(code)
 		return
 	}
@@ -632,11 +628,7 @@ func (c *Coordinator) sync(r Request, req *kmsg.SyncGroupRequest) {
 		resp.ErrorCode = code
 		c.respond(r.ID, resp)
 	}
-	if req.Group == "" {
-		fail(kerr.InvalidGroupID.Code)
-		return
-	}
-	if code := c.checkCoordinator(req.Group); code != 0 {
+	if code := c.checkGroup(req.Group); code != 0 {
 		fail(code)
 		return
 	}
@@ -721,11 +713,7 @@ func (c *Coordinator) respondSync(g *group, m *member) {
 
 func (c *Coordinator) heartbeat(req *kmsg.HeartbeatRequest) *kmsg.HeartbeatResponse {
 	resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
-	if req.Group == "" {
-		resp.ErrorCode = kerr.InvalidGroupID.Code
-		return resp
-	}
-	if resp.ErrorCode = c.checkCoordinator(req.Group); resp.ErrorCode != 0 {
+	if resp.ErrorCode = c.checkGroup(req.Group); resp.ErrorCode != 0 {
 		return resp
 	}
 	g := c.groups[req.Group]
@@ -761,11 +749,7 @@ func (c *Coordinator) leave(req *kmsg.LeaveGroupRequest) *kmsg.LeaveGroupRespons
 	if req.Version < 3 {
 		members = []kmsg.LeaveGroupRequestMember{{MemberID: req.MemberID}}
 	}
-	if req.Group == "" {
-		resp.ErrorCode = kerr.InvalidGroupID.Code
-		return resp
-	}
-	if resp.ErrorCode = c.checkCoordinator(req.Group); resp.ErrorCode != 0 {
+	if resp.ErrorCode = c.checkGroup(req.Group); resp.ErrorCode != 0 {
 		return resp
 	}
 	g := c.groups[req.Group]

@@ -219,6 +219,15 @@ func (c *Coordinator) checkCoordinator(group string) int16 {
 	return 0
 }
 
+// checkGroup is checkCoordinator for a request that must name its group:
+// INVALID_GROUP_ID for an empty name.
+func (c *Coordinator) checkGroup(group string) int16 {
+	if group == "" {
+		return kerr.InvalidGroupID.Code
+	}
+	return c.checkCoordinator(group)
+}
+
 // Handle takes one request. The response, now or later, comes out of
 // Ready.
 func (c *Coordinator) Handle(r Request) {

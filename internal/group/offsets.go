@@ -47,11 +47,7 @@ func (g *group) validateClassicCommit(req *kmsg.OffsetCommitRequest) int16 {
 
 func (c *Coordinator) offsetCommit(req *kmsg.OffsetCommitRequest) *kmsg.OffsetCommitResponse {
 	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
-	if req.Group == "" {
-		fillCommit(req, resp, kerr.InvalidGroupID.Code)
-		return resp
-	}
-	if code := c.checkCoordinator(req.Group); code != 0 {
+	if code := c.checkGroup(req.Group); code != 0 {
 		fillCommit(req, resp, code)
 		return resp
 	}
@@ -280,11 +276,7 @@ func sortedKeys[V any](m map[string]V) []string {
 
 func (c *Coordinator) offsetDelete(req *kmsg.OffsetDeleteRequest) *kmsg.OffsetDeleteResponse {
 	resp := req.ResponseKind().(*kmsg.OffsetDeleteResponse)
-	if req.Group == "" {
-		resp.ErrorCode = kerr.InvalidGroupID.Code
-		return resp
-	}
-	if resp.ErrorCode = c.checkCoordinator(req.Group); resp.ErrorCode != 0 {
+	if resp.ErrorCode = c.checkGroup(req.Group); resp.ErrorCode != 0 {
 		return resp
 	}
 	g := c.groups[req.Group]

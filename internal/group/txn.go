@@ -209,11 +209,7 @@ func fillTxnCommit(req *kmsg.TxnOffsetCommitRequest, resp *kmsg.TxnOffsetCommitR
 // group's partition is in the producer's ongoing transaction at this epoch.
 func (c *Coordinator) txnOffsetCommit(req *kmsg.TxnOffsetCommitRequest) *kmsg.TxnOffsetCommitResponse {
 	resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
-	if req.Group == "" {
-		fillTxnCommit(req, resp, kerr.InvalidGroupID.Code)
-		return resp
-	}
-	if code := c.checkCoordinator(req.Group); code != 0 {
+	if code := c.checkGroup(req.Group); code != 0 {
 		fillTxnCommit(req, resp, code)
 		return resp
 	}
