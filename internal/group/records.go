@@ -212,21 +212,7 @@ func ErrorResponse(req kmsg.Request, code int16) kmsg.Response {
 		fillTxnCommit(req, resp, code)
 		return resp
 	case *kmsg.WriteTxnMarkersRequest:
-		resp := req.ResponseKind().(*kmsg.WriteTxnMarkersResponse)
-		for _, m := range req.Markers {
-			sm := kmsg.NewWriteTxnMarkersResponseMarker()
-			sm.ProducerID = m.ProducerID
-			for _, t := range m.Topics {
-				st := kmsg.NewWriteTxnMarkersResponseMarkerTopic()
-				st.Topic = t.Topic
-				for _, p := range t.Partitions {
-					st.Partitions = append(st.Partitions, kmsg.WriteTxnMarkersResponseMarkerTopicPartition{Partition: p, ErrorCode: code})
-				}
-				sm.Topics = append(sm.Topics, st)
-			}
-			resp.Markers = append(resp.Markers, sm)
-		}
-		return resp
+		return WriteTxnMarkersResponse(req, func(*kmsg.WriteTxnMarkersRequestMarker, string, int32) int16 { return code })
 	case *kmsg.OffsetFetchRequest:
 		resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
 		resp.ErrorCode = code
