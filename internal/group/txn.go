@@ -247,19 +247,12 @@ func (c *Coordinator) txnOffsetCommit(req *kmsg.TxnOffsetCommitRequest) *kmsg.Tx
 		for _, p := range t.Partitions {
 			sp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
 			sp.Partition = p.Partition
-			switch {
-			case !known || partitions >= 0 && (p.Partition < 0 || p.Partition >= partitions):
-				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-			case p.Metadata != nil && len(*p.Metadata) > c.cfg.OffsetMetadataMaxSize:
-				sp.ErrorCode = kerr.OffsetMetadataTooLarge.Code
-			default:
-				o := committedOffset{offset: p.Offset, leaderEpoch: p.LeaderEpoch, commitTimestamp: c.now.UnixMilli()}
-				if p.Metadata != nil {
-					o.metadata = *p.Metadata
-				}
-				if req.Version < 2 {
-					o.leaderEpoch = -1
-				}
+			epoch := p.LeaderEpoch
+			if req.Version < 2 {
+				epoch = -1
+			}
+			o, code := c.commitOffset(known, partitions, p.Partition, p.Offset, epoch, p.Metadata)
+			if sp.ErrorCode = code; code == 0 {
 				tp := topicPartition{t.Topic, p.Partition}
 				g.addPending(req.ProducerID, tp, o)
 				c.persist(c.pendingRecord(g.name, req.ProducerID, tp, &o))
