@@ -181,10 +181,10 @@ func errorResponse(req Request, code int16) Response {
 }
 
 // flush persists the Ready's records, then starts its marker jobs and
-// releases its responses, then persists its completions. A partition whose append failed is unloaded (its
-// ids answer NOT_COORDINATOR until it is reopened and replayed): the
-// requests of this Ready that touched it fail, and their marker jobs are
-// not started (the replay asks for them again).
+// releases its responses, then persists its completions. A partition whose
+// append failed is unloaded (its ids answer NOT_COORDINATOR until it is
+// reopened and replayed): the requests of this Ready that touched it fail,
+// and their marker jobs are not started (the replay asks for them again).
 func (s *Service) flush() {
 	rd := s.c.Ready()
 	if rd.Empty() {
@@ -193,11 +193,7 @@ func (s *Service) flush() {
 	var failed map[int32]error
 	if len(rd.Records) > 0 {
 		failed = s.store.Append(rd.Records)
-		for p, err := range failed {
-			s.log.Error("transaction coordinator: persisting to "+StateTopic+" failed; its transactional ids answer NOT_COORDINATOR until the log can be written again",
-				"partition", p, "err", err)
-			s.c.UnloadPartition(p)
-		}
+		s.unload(failed, "persisting to "+StateTopic+" failed; its transactional ids answer NOT_COORDINATOR until the log can be written again")
 		if len(failed) > 0 {
 			rd.Responses = append(rd.Responses, s.c.Ready().Responses...)
 		}
@@ -225,17 +221,20 @@ func (s *Service) flush() {
 		}
 	}
 	if len(completions) > 0 {
-		for p, err := range s.store.Append(completions) {
-			s.log.Error("transaction coordinator: persisting a completion to "+StateTopic+" failed; its transactional ids answer NOT_COORDINATOR until the log can be written again (the replay completes the transaction)",
-				"partition", p, "err", err)
-			s.c.UnloadPartition(p)
-		}
+		s.unload(s.store.Append(completions), "persisting a completion to "+StateTopic+" failed; its transactional ids answer NOT_COORDINATOR until the log can be written again (the replay completes the transaction)")
 	}
 	if len(rd.Records) > 0 || len(completions) > 0 {
-		for p, err := range s.store.MaybeCompact() {
-			s.log.Error("transaction coordinator: compacting "+StateTopic+" failed", "partition", p, "err", err)
-			s.c.UnloadPartition(p)
-		}
+		s.unload(s.store.MaybeCompact(), "compacting "+StateTopic+" failed")
+	}
+}
+
+// unload takes the partitions whose log failed out of service, saying
+// why: their ids answer NOT_COORDINATOR until the store reopens them
+// (kvlog.Store.ReopenBroken) and they are replayed.
+func (s *Service) unload(failed map[int32]error, why string) {
+	for p, err := range failed {
+		s.log.Error("transaction coordinator: "+why, "partition", p, "err", err)
+		s.c.UnloadPartition(p)
 	}
 }
 
