@@ -32,24 +32,9 @@ func (h *Handler) handleWriteTxnMarkers(ctx context.Context, creq *server.Reques
 	if !h.allowedCluster(creq, acl.ClusterAction) && !h.allowedCluster(creq, acl.Alter) {
 		return reply(group.ErrorResponse(req, kerr.ClusterAuthorizationFailed.Code))
 	}
-	resp := req.ResponseKind().(*kmsg.WriteTxnMarkersResponse)
 	w := txnMarkers{h}
-	for _, m := range req.Markers {
-		sm := kmsg.NewWriteTxnMarkersResponseMarker()
-		sm.ProducerID = m.ProducerID
+	return reply(group.WriteTxnMarkersResponse(req, func(m *kmsg.WriteTxnMarkersRequestMarker, topic string, p int32) int16 {
 		marker := plog.TxnMarker{ProducerID: m.ProducerID, ProducerEpoch: m.ProducerEpoch, Commit: m.Committed, CoordinatorEpoch: m.CoordinatorEpoch}
-		for _, t := range m.Topics {
-			st := kmsg.NewWriteTxnMarkersResponseMarkerTopic()
-			st.Topic = t.Topic
-			for _, p := range t.Partitions {
-				sp := kmsg.NewWriteTxnMarkersResponseMarkerTopicPartition()
-				sp.Partition = p
-				sp.ErrorCode = w.WriteTxnMarker(ctx, t.Topic, p, marker)
-				st.Partitions = append(st.Partitions, sp)
-			}
-			sm.Topics = append(sm.Topics, st)
-		}
-		resp.Markers = append(resp.Markers, sm)
-	}
-	return reply(resp)
+		return w.WriteTxnMarker(ctx, topic, p, marker)
+	}))
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -271,5 +272,45 @@ func TestHostileTransactionalBatchWithoutTransactionalID(t *testing.T) {
 	}
 	if hw := tp2.parts[0].HighWatermark(); hw != 0 {
 		t.Fatalf("appended for an unknown transactional id: high watermark %d", hw)
+	}
+}
+
+// TestWriteTxnMarkersAnswersEachPartition: a WriteTxnMarkers (admin tools
+// aborting a hanging transaction) is answered marker by marker, partition
+// by partition, in the request's order, each partition with its own code.
+func TestWriteTxnMarkersAnswersEachPartition(t *testing.T) {
+	tb := startTestBroker(t, Config{})
+	tp := tb.createTopic(t, "t", 2)
+	c := dialRaw(t, tb.addr)
+	req := kmsg.NewPtrWriteTxnMarkersRequest()
+	req.Version = 1
+	for _, m := range []struct {
+		pid        int64
+		commit     bool
+		partitions []int32
+	}{{5, true, []int32{0, 7}}, {6, false, []int32{1}}} {
+		rm := kmsg.NewWriteTxnMarkersRequestMarker()
+		rm.ProducerID, rm.Committed = m.pid, m.commit
+		rm.Topics = []kmsg.WriteTxnMarkersRequestMarkerTopic{{Topic: "t", Partitions: m.partitions}}
+		req.Markers = append(req.Markers, rm)
+	}
+	resp, err := c.roundTrip(req, 10*time.Second)
+	if err != nil {
+		t.Fatalf("WriteTxnMarkers: %v", err)
+	}
+	var got []string
+	for _, m := range resp.(*kmsg.WriteTxnMarkersResponse).Markers {
+		for _, rt := range m.Topics {
+			for _, p := range rt.Partitions {
+				got = append(got, fmt.Sprintf("%d %s/%d %d", m.ProducerID, rt.Topic, p.Partition, p.ErrorCode))
+			}
+		}
+	}
+	want := []string{"5 t/0 0", fmt.Sprintf("5 t/7 %d", kerr.UnknownTopicOrPartition.Code), "6 t/1 0"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("WriteTxnMarkers answered %q, want %q", got, want)
+	}
+	if hw := tp.parts[0].HighWatermark(); hw != 1 {
+		t.Fatalf("t/0 high watermark %d after its commit marker, want 1", hw)
 	}
 }

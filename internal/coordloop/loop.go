@@ -1,12 +1,16 @@
-// Package coordloop is the driver goroutine the coordinators share
-// (internal/group, internal/txn): the one goroutine that owns a state
-// machine. Calls and functions arrive in an inbox; each round takes one and
-// then up to MaxDrain-1 more already queued (their records share one append
-// and one fsync: group commit), and ends with the machine's Flush, which
-// persists what the round changed and only then answers the round's calls
-// (Answer). Between rounds a timer wakes the machine at its next deadline.
-// At Stop every call still waiting is answered with the machine's Stopped
-// response.
+// Package coordloop is what the coordinators (internal/group,
+// internal/txn) share: their FindCoordinator answer (findcoordinator.go),
+// the earliest of their deadlines (Earliest) and the driver goroutine
+// (Loop), the one goroutine that owns a state machine. Calls and functions
+// arrive in an inbox; each round takes one and then up to MaxDrain-1 more
+// already queued (their records share one append and one fsync: group
+// commit), and ends with the machine's Flush, which persists what the round
+// changed and only then answers the round's calls (Answer). Between rounds
+// a timer wakes the machine at its next deadline. Each round starts by
+// having the machine's store reopen its broken partitions when it is time
+// to (kvlog.Store.ReopenBroken), each replayed into the machine
+// (LoadPartition). At Stop every call still waiting is answered with the
+// machine's Stopped response.
 package coordloop
 
 import (
@@ -14,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sushka-io/sushka/internal/clock"
+	"github.com/sushka-io/sushka/internal/kvlog"
 )
 
 // MaxDrain bounds how many queued calls one round takes.
@@ -33,18 +38,30 @@ type Machine[Req, Resp any] interface {
 	// NextDeadline is when the machine next needs a Tick (zero: none
 	// before the loop's idle tick).
 	NextDeadline() time.Time
-	// Retry runs at the start of every round: the machine reopens what
-	// failed (broken partitions) when it is time to.
-	Retry(now time.Time)
+	// LoadPartition replays partition p of the machine's store, reopened
+	// after it broke, and serves its owners again.
+	LoadPartition(p int32, records []kvlog.Record) error
 	// Flush ends a round: persist what it changed, then answer its calls.
 	Flush()
 	// Stopped is the answer of a call still waiting when the loop stops.
 	Stopped(req Req) Resp
 }
 
+// Store is a machine's store as the loop retries its broken partitions
+// (kvlog.Store).
+type Store interface {
+	// ReopenAt is when ReopenBroken next has something to do (zero:
+	// nothing).
+	ReopenAt() time.Time
+	// ReopenBroken reopens the broken partitions if ReopenAt has come,
+	// handing each one's records to load.
+	ReopenBroken(load func(p int32, records []kvlog.Record) error)
+}
+
 // Loop is the driver goroutine of one Machine.
 type Loop[Req, Resp any] struct {
 	m      Machine[Req, Resp]
+	store  Store // nil: none
 	clock  clock.Clock
 	idle   time.Duration
 	closed error
@@ -69,11 +86,13 @@ type op[Req, Resp any] struct {
 	fn   func()
 }
 
-// New returns the loop of m; Start starts it. idle is the longest the loop
-// goes without a Tick; closed is the error Call and Do return after Stop.
-func New[Req, Resp any](m Machine[Req, Resp], clk clock.Clock, idle time.Duration, closed error) *Loop[Req, Resp] {
+// New returns the loop of m and its store (nil: none); Start starts it.
+// idle is the longest the loop goes without a Tick; closed is the error
+// Call and Do return after Stop.
+func New[Req, Resp any](m Machine[Req, Resp], store Store, clk clock.Clock, idle time.Duration, closed error) *Loop[Req, Resp] {
 	return &Loop[Req, Resp]{
 		m:       m,
+		store:   store,
 		clock:   clk,
 		idle:    idle,
 		closed:  closed,
@@ -185,7 +204,7 @@ func (l *Loop[Req, Resp]) run() {
 			}
 			return
 		case o := <-l.inbox:
-			l.m.Retry(l.clock.Now())
+			l.reopen()
 			l.take(o)
 		drain:
 			for i := 1; i < MaxDrain; i++ {
@@ -197,9 +216,8 @@ func (l *Loop[Req, Resp]) run() {
 				}
 			}
 		case <-timer.C:
-			now := l.clock.Now()
-			l.m.Retry(now)
-			l.m.Tick(now)
+			l.reopen()
+			l.m.Tick(l.clock.Now())
 		}
 		l.m.Flush()
 	}
@@ -213,12 +231,23 @@ func (l *Loop[Req, Resp]) resetTimer(t *time.Timer) {
 		}
 	}
 	d := l.idle
-	if next := l.m.NextDeadline(); !next.IsZero() {
+	next := l.m.NextDeadline()
+	if l.store != nil {
+		next = Earliest(next, l.store.ReopenAt())
+	}
+	if !next.IsZero() {
 		if until := next.Sub(l.clock.Now()); until < d {
 			d = max(until, time.Millisecond)
 		}
 	}
 	t.Reset(d)
+}
+
+// reopen has the store reopen its broken partitions when it is time to.
+func (l *Loop[Req, Resp]) reopen() {
+	if l.store != nil {
+		l.store.ReopenBroken(l.m.LoadPartition)
+	}
 }
 
 func (l *Loop[Req, Resp]) take(o op[Req, Resp]) {
@@ -231,13 +260,14 @@ func (l *Loop[Req, Resp]) take(o op[Req, Resp]) {
 	l.pending[l.nextID] = o.call
 }
 
-// Earliest is the earlier of two deadlines, zero meaning none.
-func Earliest(a, b time.Time) time.Time {
-	switch {
-	case a.IsZero():
-		return b
-	case b.IsZero() || a.Before(b):
-		return a
+// Earliest is the earliest of deadlines, zero meaning none (and none at
+// all: zero).
+func Earliest(deadlines ...time.Time) time.Time {
+	var next time.Time
+	for _, d := range deadlines {
+		if !d.IsZero() && (next.IsZero() || d.Before(next)) {
+			next = d
+		}
 	}
-	return b
+	return next
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sushka-io/sushka/internal/clock"
+	"github.com/sushka-io/sushka/internal/kvlog"
 )
 
 var errClosed = errors.New("closed")
@@ -37,9 +38,9 @@ func (e *echo) Tick(time.Time) {
 	e.deadline = time.Time{}
 	e.mu.Unlock()
 }
-func (e *echo) NextDeadline() time.Time { e.mu.Lock(); defer e.mu.Unlock(); return e.deadline }
-func (e *echo) Retry(time.Time)         {}
-func (e *echo) Stopped(req int) int     { return -req }
+func (e *echo) NextDeadline() time.Time                   { e.mu.Lock(); defer e.mu.Unlock(); return e.deadline }
+func (e *echo) LoadPartition(int32, []kvlog.Record) error { return nil }
+func (e *echo) Stopped(req int) int                       { return -req }
 func (e *echo) Flush() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -57,7 +58,7 @@ func (e *echo) Flush() {
 }
 
 func start(e *echo) *Loop[int, int] {
-	e.l = New[int, int](e, clock.Real{}, time.Hour, errClosed)
+	e.l = New[int, int](e, nil, clock.Real{}, time.Hour, errClosed)
 	e.l.Start()
 	return e.l
 }
@@ -182,5 +183,12 @@ func TestEarliest(t *testing.T) {
 		if got := Earliest(c.x, c.y); !got.Equal(c.want) {
 			t.Errorf("Earliest(%v, %v) = %v, want %v", c.x, c.y, got, c.want)
 		}
+	}
+	c := time.Unix(3, 0)
+	if got := Earliest(c, time.Time{}, b, a, time.Time{}); !got.Equal(a) {
+		t.Errorf("Earliest of five = %v, want %v", got, a)
+	}
+	if got := Earliest(); !got.IsZero() {
+		t.Errorf("Earliest() = %v, want zero", got)
 	}
 }

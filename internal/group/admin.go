@@ -5,6 +5,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/coordloop"
 )
 
 // --- FindCoordinator ---
@@ -16,43 +18,21 @@ const (
 )
 
 func (c *Coordinator) findCoordinator(req *kmsg.FindCoordinatorRequest) *kmsg.FindCoordinatorResponse {
-	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
-	keys := req.CoordinatorKeys
-	if req.Version < 4 {
-		keys = []string{req.CoordinatorKey}
-	}
-	for _, key := range keys {
-		co := kmsg.NewFindCoordinatorResponseCoordinator()
-		co.Key, co.NodeID, co.Port = key, -1, -1
+	return coordloop.FindCoordinator(req, c.cfg.NodeID, c.cfg.Host, c.cfg.Port, func(key string) int16 {
 		switch {
 		case req.CoordinatorType != keyTypeGroup && req.CoordinatorType != keyTypeTransaction:
-			co.ErrorCode = kerr.InvalidRequest.Code
+			return kerr.InvalidRequest.Code
 		case req.CoordinatorType == keyTypeTransaction:
 			// The transaction coordinator's (internal/txn): the API
 			// layer routes these there.
-			co.ErrorCode = kerr.CoordinatorNotAvailable.Code
+			return kerr.CoordinatorNotAvailable.Code
 		case c.cfg.Owns != nil && !c.cfg.Owns(c.partitionFor(key)) || c.unloaded[c.partitionFor(key)]:
-			co.ErrorCode = kerr.CoordinatorNotAvailable.Code
+			return kerr.CoordinatorNotAvailable.Code
 		case !c.loaded:
-			co.ErrorCode = kerr.CoordinatorNotAvailable.Code
-		default:
-			co.NodeID, co.Host, co.Port = c.cfg.NodeID, c.cfg.Host, c.cfg.Port
+			return kerr.CoordinatorNotAvailable.Code
 		}
-		if co.ErrorCode != 0 {
-			msg := kerr.ErrorForCode(co.ErrorCode).(*kerr.Error).Description
-			co.ErrorMessage = &msg
-		}
-		resp.Coordinators = append(resp.Coordinators, co)
-	}
-	if req.Version < 4 {
-		co := resp.Coordinators[0]
-		resp.Coordinators = nil
-		resp.ErrorCode, resp.NodeID, resp.Host, resp.Port = co.ErrorCode, co.NodeID, co.Host, co.Port
-		if req.Version >= 1 {
-			resp.ErrorMessage = co.ErrorMessage
-		}
-	}
-	return resp
+		return 0
+	})
 }
 
 // --- ListGroups ---

@@ -259,11 +259,7 @@ func joinError(req *kmsg.JoinGroupRequest, code int16) *kmsg.JoinGroupResponse {
 
 func (c *Coordinator) join(r Request, req *kmsg.JoinGroupRequest) {
 	fail := func(code int16) { c.respond(r.ID, joinError(req, code)) }
-	if req.Group == "" {
-		fail(kerr.InvalidGroupID.Code)
-		return
-	}
-	if code := c.checkCoordinator(req.Group); code != 0 {
+	if code := c.checkGroup(req.Group); code != 0 {
 		fail(code)
 		return
 	}
@@ -617,6 +613,34 @@ func (c *Coordinator) memberLeft(g *group, m *member) {
 	}
 }
 
+// classicGroup is the classic group a member's request names, or the
+// request's error: checkGroup's, UNKNOWN_MEMBER_ID for a group that does
+// not exist or is not classic.
+func (c *Coordinator) classicGroup(name string) (*group, int16) {
+	if code := c.checkGroup(name); code != 0 {
+		return nil, code
+	}
+	g := c.groups[name]
+	if g == nil || g.kind != kindClassic {
+		return nil, kerr.UnknownMemberID.Code
+	}
+	return g, 0
+}
+
+// classicMember is classicGroup for a request of a member of the group's
+// generation (SyncGroup, Heartbeat): also validateMember's error, or
+// ILLEGAL_GENERATION.
+func (c *Coordinator) classicMember(name, memberID string, instanceID *string, generation int32) (*group, int16) {
+	g, code := c.classicGroup(name)
+	if code == 0 {
+		code = g.validateMember(memberID, instanceID)
+	}
+	if code == 0 && generation != g.generation {
+		code = kerr.IllegalGeneration.Code
+	}
+	return g, code
+}
+
 // --- SyncGroup ---
 
 func (c *Coordinator) respondSyncError(w *waiter, code int16) {
@@ -632,25 +656,9 @@ func (c *Coordinator) sync(r Request, req *kmsg.SyncGroupRequest) {
 		resp.ErrorCode = code
 		c.respond(r.ID, resp)
 	}
-	if req.Group == "" {
-		fail(kerr.InvalidGroupID.Code)
-		return
-	}
-	if code := c.checkCoordinator(req.Group); code != 0 {
+	g, code := c.classicMember(req.Group, req.MemberID, req.InstanceID, req.Generation)
+	if code != 0 {
 		fail(code)
-		return
-	}
-	g := c.groups[req.Group]
-	if g == nil || g.kind != kindClassic {
-		fail(kerr.UnknownMemberID.Code)
-		return
-	}
-	if code := g.validateMember(req.MemberID, req.InstanceID); code != 0 {
-		fail(code)
-		return
-	}
-	if req.Generation != g.generation {
-		fail(kerr.IllegalGeneration.Code)
 		return
 	}
 	if req.ProtocolType != nil && *req.ProtocolType != g.protocolType ||
@@ -721,23 +729,8 @@ func (c *Coordinator) respondSync(g *group, m *member) {
 
 func (c *Coordinator) heartbeat(req *kmsg.HeartbeatRequest) *kmsg.HeartbeatResponse {
 	resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
-	if req.Group == "" {
-		resp.ErrorCode = kerr.InvalidGroupID.Code
-		return resp
-	}
-	if resp.ErrorCode = c.checkCoordinator(req.Group); resp.ErrorCode != 0 {
-		return resp
-	}
-	g := c.groups[req.Group]
-	if g == nil || g.kind != kindClassic {
-		resp.ErrorCode = kerr.UnknownMemberID.Code
-		return resp
-	}
-	if resp.ErrorCode = g.validateMember(req.MemberID, req.InstanceID); resp.ErrorCode != 0 {
-		return resp
-	}
-	if req.Generation != g.generation {
-		resp.ErrorCode = kerr.IllegalGeneration.Code
+	g, code := c.classicMember(req.Group, req.MemberID, req.InstanceID, req.Generation)
+	if resp.ErrorCode = code; code != 0 {
 		return resp
 	}
 	m := g.member(req.MemberID)
@@ -761,16 +754,8 @@ func (c *Coordinator) leave(req *kmsg.LeaveGroupRequest) *kmsg.LeaveGroupRespons
 	if req.Version < 3 {
 		members = []kmsg.LeaveGroupRequestMember{{MemberID: req.MemberID}}
 	}
-	if req.Group == "" {
-		resp.ErrorCode = kerr.InvalidGroupID.Code
-		return resp
-	}
-	if resp.ErrorCode = c.checkCoordinator(req.Group); resp.ErrorCode != 0 {
-		return resp
-	}
-	g := c.groups[req.Group]
-	if g == nil || g.kind != kindClassic {
-		resp.ErrorCode = kerr.UnknownMemberID.Code
+	g, code := c.classicGroup(req.Group)
+	if resp.ErrorCode = code; code != 0 {
 		return resp
 	}
 	var left bool

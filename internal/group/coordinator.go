@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/coordloop"
 	"github.com/sushka-io/sushka/internal/kvlog"
 	"github.com/sushka-io/sushka/internal/meta"
 )
@@ -218,6 +219,15 @@ func (c *Coordinator) checkCoordinator(group string) int16 {
 	return 0
 }
 
+// checkGroup is checkCoordinator for a request that must name its group:
+// INVALID_GROUP_ID for an empty name.
+func (c *Coordinator) checkGroup(group string) int16 {
+	if group == "" {
+		return kerr.InvalidGroupID.Code
+	}
+	return c.checkCoordinator(group)
+}
+
 // Handle takes one request. The response, now or later, comes out of
 // Ready.
 func (c *Coordinator) Handle(r Request) {
@@ -328,26 +338,18 @@ func (c *Coordinator) dropGroup(g *group) {
 // nothing is scheduled.
 func (c *Coordinator) NextDeadline() time.Time {
 	var next time.Time
-	note := func(t time.Time) {
-		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
-			next = t
-		}
-	}
 	for _, g := range c.groups {
 		for _, m := range g.members {
 			if m.joinReply == nil && m.syncReply == nil {
-				note(m.sessionDeadline)
+				next = coordloop.Earliest(next, m.sessionDeadline)
 			}
 		}
 		for _, d := range g.pending {
-			note(d)
+			next = coordloop.Earliest(next, d)
 		}
-		note(g.joinDeadline)
-		note(g.delayDeadline)
-		note(g.syncDeadline)
+		next = coordloop.Earliest(next, g.joinDeadline, g.delayDeadline, g.syncDeadline)
 		for _, m := range g.cmembers {
-			note(m.sessionDeadline)
-			note(m.rebalanceDeadline)
+			next = coordloop.Earliest(next, m.sessionDeadline, m.rebalanceDeadline)
 		}
 	}
 	return next

@@ -43,31 +43,26 @@ type ServiceConfig struct {
 type Service struct {
 	cfg   ServiceConfig
 	log   *slog.Logger
-	clock clock.Clock
 	store *Store
 	loop  *coordloop.Loop[Request, kmsg.Response]
 
 	// Owned by the loop's goroutine.
 	c *Coordinator
-	// retryAt is when retryBroken next reopens the broken partitions
-	// (zero: none is broken).
-	retryAt time.Time
 }
 
-// machine is the Service as its loop drives it (coordloop.Machine).
-type machine struct{ s *Service }
+// machine is the coordinator as its loop drives it (coordloop.Machine):
+// its Tick, NextDeadline and LoadPartition, the Service's Flush.
+type machine struct {
+	*Coordinator
+	s *Service
+}
 
 func (m machine) Handle(id uint64, now time.Time, req Request) Request {
 	req.ID, req.Now = id, now
-	m.s.c.Handle(req)
+	m.Coordinator.Handle(req)
 	return req
 }
-func (m machine) Tick(now time.Time) { m.s.c.Tick(now) }
-func (m machine) Retry(time.Time)    { m.s.retryBroken() }
-func (m machine) Flush()             { m.s.flush() }
-func (m machine) NextDeadline() time.Time {
-	return coordloop.Earliest(m.s.c.NextDeadline(), m.s.retryAt)
-}
+func (m machine) Flush() { m.s.flush() }
 func (m machine) Stopped(req Request) kmsg.Response {
 	return ErrorResponse(req.Body, kerr.CoordinatorNotAvailable.Code)
 }
@@ -107,11 +102,10 @@ func Start(cfg ServiceConfig) (*Service, error) {
 	s := &Service{
 		cfg:   cfg,
 		log:   cfg.Logger,
-		clock: cfg.Clock,
 		store: store,
 		c:     c,
 	}
-	s.loop = coordloop.New[Request, kmsg.Response](machine{s}, cfg.Clock, idleTick, ErrClosed)
+	s.loop = coordloop.New[Request, kmsg.Response](machine{c, s}, store, cfg.Clock, idleTick, ErrClosed)
 	s.log.Info("group coordinator loaded", "records", len(records), "groups", len(c.groups), "took", time.Since(started).Round(time.Millisecond))
 	s.loop.Start()
 	return s, nil
@@ -230,40 +224,12 @@ func (s *Service) flush() {
 }
 
 // unload takes partition p's groups out of service after its log failed;
-// retryBroken brings them back once the log reopens.
+// the store reopens it (Store.ReopenBroken, each round) and brings them
+// back.
 func (s *Service) unload(p int32, err error) {
 	s.log.Error("group coordinator: persisting to "+OffsetsTopic+" failed; its groups answer NOT_COORDINATOR until the log can be written again",
 		"partition", p, "err", err)
 	s.c.UnloadPartition(p)
-	s.retryAt = s.clock.Now().Add(reopenInterval)
-}
-
-// reopenInterval is how often a broken __consumer_offsets partition is
-// reopened.
-const reopenInterval = 500 * time.Millisecond
-
-// retryBroken reopens the broken partitions, at most every
-// reopenInterval, and loads their groups again.
-func (s *Service) retryBroken() {
-	if s.retryAt.IsZero() || s.clock.Now().Before(s.retryAt) {
-		return
-	}
-	s.retryAt = time.Time{}
-	for p := int32(0); p < s.store.Partitions(); p++ {
-		if !s.store.Broken(p) {
-			continue
-		}
-		records, err := s.store.Reopen(p)
-		if err == nil {
-			err = s.c.LoadPartition(p, records)
-		}
-		if err != nil {
-			s.log.Warn("group coordinator: "+OffsetsTopic+" partition still unavailable", "partition", p, "err", err)
-			s.retryAt = s.clock.Now().Add(reopenInterval)
-			continue
-		}
-		s.log.Info("group coordinator: "+OffsetsTopic+" partition available again", "partition", p, "records", len(records))
-	}
 }
 
 // markersFailed reports whether a WriteTxnMarkers names a

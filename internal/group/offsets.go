@@ -47,11 +47,7 @@ func (g *group) validateClassicCommit(req *kmsg.OffsetCommitRequest) int16 {
 
 func (c *Coordinator) offsetCommit(req *kmsg.OffsetCommitRequest) *kmsg.OffsetCommitResponse {
 	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
-	if req.Group == "" {
-		fillCommit(req, resp, kerr.InvalidGroupID.Code)
-		return resp
-	}
-	if code := c.checkCoordinator(req.Group); code != 0 {
+	if code := c.checkGroup(req.Group); code != 0 {
 		fillCommit(req, resp, code)
 		return resp
 	}
@@ -100,31 +96,44 @@ func (c *Coordinator) offsetCommit(req *kmsg.OffsetCommitRequest) *kmsg.OffsetCo
 		for _, p := range t.Partitions {
 			sp := kmsg.NewOffsetCommitResponseTopicPartition()
 			sp.Partition = p.Partition
+			epoch := p.LeaderEpoch
+			if req.Version < 6 {
+				epoch = -1
+			}
+			o, code := c.commitOffset(known, partitions, p.Partition, p.Offset, epoch, p.Metadata)
 			switch {
-			case !known || partitions >= 0 && (p.Partition < 0 || p.Partition >= partitions):
-				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-				if req.Version >= 10 && !known {
-					sp.ErrorCode = kerr.UnknownTopicID.Code
-				}
-			case p.Metadata != nil && len(*p.Metadata) > c.cfg.OffsetMetadataMaxSize:
-				sp.ErrorCode = kerr.OffsetMetadataTooLarge.Code
-			default:
-				o := committedOffset{offset: p.Offset, leaderEpoch: p.LeaderEpoch, commitTimestamp: c.now.UnixMilli()}
-				if p.Metadata != nil {
-					o.metadata = *p.Metadata
-				}
-				if req.Version < 6 {
-					o.leaderEpoch = -1
-				}
+			case code == kerr.UnknownTopicOrPartition.Code && !known && req.Version >= 10:
+				code = kerr.UnknownTopicID.Code
+			case code == 0:
 				tp := topicPartition{name, p.Partition}
 				g.offsets[tp] = o
 				c.persist(c.offsetRecord(g.name, tp, &o))
 			}
+			sp.ErrorCode = code
 			st.Partitions = append(st.Partitions, sp)
 		}
 		resp.Topics = append(resp.Topics, st)
 	}
 	return resp
+}
+
+// commitOffset checks one partition of an OffsetCommit or a
+// TxnOffsetCommit against the catalogue (known: the topic exists;
+// partitions: its count, -1 without a catalogue) and
+// offset.metadata.max.bytes, and returns the offset to keep (leaderEpoch
+// -1 from a version that carries none), or the partition's error code.
+func (c *Coordinator) commitOffset(known bool, partitions, partition int32, offset int64, leaderEpoch int32, metadata *string) (committedOffset, int16) {
+	switch {
+	case !known || partitions >= 0 && (partition < 0 || partition >= partitions):
+		return committedOffset{}, kerr.UnknownTopicOrPartition.Code
+	case metadata != nil && len(*metadata) > c.cfg.OffsetMetadataMaxSize:
+		return committedOffset{}, kerr.OffsetMetadataTooLarge.Code
+	}
+	o := committedOffset{offset: offset, leaderEpoch: leaderEpoch, commitTimestamp: c.now.UnixMilli()}
+	if metadata != nil {
+		o.metadata = *metadata
+	}
+	return o, 0
 }
 
 // --- OffsetFetch ---
@@ -280,11 +289,7 @@ func sortedKeys[V any](m map[string]V) []string {
 
 func (c *Coordinator) offsetDelete(req *kmsg.OffsetDeleteRequest) *kmsg.OffsetDeleteResponse {
 	resp := req.ResponseKind().(*kmsg.OffsetDeleteResponse)
-	if req.Group == "" {
-		resp.ErrorCode = kerr.InvalidGroupID.Code
-		return resp
-	}
-	if resp.ErrorCode = c.checkCoordinator(req.Group); resp.ErrorCode != 0 {
+	if resp.ErrorCode = c.checkGroup(req.Group); resp.ErrorCode != 0 {
 		return resp
 	}
 	g := c.groups[req.Group]

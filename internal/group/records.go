@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/coordloop"
 )
 
 // Record key and value versions Sushka writes (Kafka's, for a broker with
@@ -210,21 +212,7 @@ func ErrorResponse(req kmsg.Request, code int16) kmsg.Response {
 		fillTxnCommit(req, resp, code)
 		return resp
 	case *kmsg.WriteTxnMarkersRequest:
-		resp := req.ResponseKind().(*kmsg.WriteTxnMarkersResponse)
-		for _, m := range req.Markers {
-			sm := kmsg.NewWriteTxnMarkersResponseMarker()
-			sm.ProducerID = m.ProducerID
-			for _, t := range m.Topics {
-				st := kmsg.NewWriteTxnMarkersResponseMarkerTopic()
-				st.Topic = t.Topic
-				for _, p := range t.Partitions {
-					st.Partitions = append(st.Partitions, kmsg.WriteTxnMarkersResponseMarkerTopicPartition{Partition: p, ErrorCode: code})
-				}
-				sm.Topics = append(sm.Topics, st)
-			}
-			resp.Markers = append(resp.Markers, sm)
-		}
-		return resp
+		return WriteTxnMarkersResponse(req, func(*kmsg.WriteTxnMarkersRequestMarker, string, int32) int16 { return code })
 	case *kmsg.OffsetFetchRequest:
 		resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
 		resp.ErrorCode = code
@@ -233,12 +221,7 @@ func ErrorResponse(req kmsg.Request, code int16) kmsg.Response {
 		}
 		return resp
 	case *kmsg.FindCoordinatorRequest:
-		resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
-		resp.ErrorCode, resp.NodeID, resp.Port = code, -1, -1
-		for _, k := range req.CoordinatorKeys {
-			resp.Coordinators = append(resp.Coordinators, kmsg.FindCoordinatorResponseCoordinator{Key: k, NodeID: -1, Port: -1, ErrorCode: code})
-		}
-		return resp
+		return coordloop.FindCoordinatorError(req, code)
 	case *kmsg.ListGroupsRequest:
 		resp := req.ResponseKind().(*kmsg.ListGroupsResponse)
 		resp.ErrorCode = code
@@ -272,9 +255,5 @@ func ErrorResponse(req kmsg.Request, code int16) kmsg.Response {
 		}
 		return resp
 	}
-	resp := req.ResponseKind()
-	if ec, ok := resp.(interface{ SetErrorCode(int16) }); ok {
-		ec.SetErrorCode(code)
-	}
-	return resp
+	return req.ResponseKind()
 }

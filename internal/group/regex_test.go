@@ -9,6 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/tracefmt"
 )
 
 // listedTopics is a catalogue that can list its topics (TopicLister);
@@ -53,7 +55,7 @@ type regexHarness struct {
 }
 
 func newRegexHarness(t *testing.T) *regexHarness {
-	h := &regexHarness{t: t, topics: listedTopics{"orders": 2, "orders-v2": 1, "payments": 3, OffsetsTopic: 1}, now: traceEpoch}
+	h := &regexHarness{t: t, topics: listedTopics{"orders": 2, "orders-v2": 1, "payments": 3, OffsetsTopic: 1}, now: tracefmt.Epoch}
 	h.c = New(Config{NodeID: 1, Host: "127.0.0.1", Port: 9092, Topics: h.topics, NewID: func() string { return "x" }})
 	h.c.Loaded(h.now)
 	return h

@@ -2,7 +2,6 @@ package group
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"reflect"
 	"sort"
@@ -22,12 +21,8 @@ import (
 // order. `go test ./internal/group -rewrite` regenerates the outputs; the
 // diff is the review.
 
-var rewrite = flag.Bool("rewrite", false, "rewrite the golden traces in testdata/")
-
-var traceEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
 func TestTraces(t *testing.T) {
-	tracefmt.RunScripts(t, *rewrite, "./internal/group", func(t *testing.T) func(string) string {
+	tracefmt.RunScripts(t, "./internal/group", func(t *testing.T) func(string) string {
 		h := newHarness()
 		return func(cmd string) string { return h.run(t, cmd) }
 	})
@@ -64,16 +59,16 @@ func (f fakeTopics) TopicByID(id [16]byte) (string, int32, bool) {
 }
 
 func newHarness() *harness {
-	h := &harness{now: traceEpoch, topics: fakeTopics{"t1": 3, "t2": 2}}
-	h.configure(map[string]string{})
+	h := &harness{now: tracefmt.Epoch, topics: fakeTopics{"t1": 3, "t2": 2}}
+	h.configure(tracefmt.Args{})
 	return h
 }
 
-func (h *harness) configure(args map[string]string) {
+func (h *harness) configure(args tracefmt.Args) {
 	h.cfg = Config{NodeID: 1, Host: "127.0.0.1", Port: 9092, Topics: h.topics}
 	h.cfg.NewID = func() string { h.nextID++; return strconv.Itoa(h.nextID) }
 	if v, ok := args["delay"]; ok {
-		h.cfg.InitialRebalanceDelay = mustDuration(v)
+		h.cfg.InitialRebalanceDelay = tracefmt.MustDuration(v)
 	}
 	if v, ok := args["partitions"]; ok {
 		n, _ := strconv.Atoi(v)
@@ -91,45 +86,6 @@ func (h *harness) configure(args map[string]string) {
 	if args["loading"] != "true" {
 		h.c.Loaded(h.now)
 	}
-}
-
-func mustDuration(s string) time.Duration {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		panic(err)
-	}
-	return d
-}
-
-func parseArgs(fields []string) map[string]string {
-	args := map[string]string{}
-	for _, f := range fields {
-		k, v, ok := strings.Cut(f, "=")
-		if !ok {
-			v = "true"
-		}
-		args[k] = v
-	}
-	return args
-}
-
-func optString(args map[string]string, k string) *string {
-	if v, ok := args[k]; ok {
-		return &v
-	}
-	return nil
-}
-
-func intArg(args map[string]string, k string, def int) int {
-	v, ok := args[k]
-	if !ok {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		panic(fmt.Sprintf("%s=%s: %v", k, v, err))
-	}
-	return n
 }
 
 // parsePartitions parses "t1/0+1,t2/0" into topic -> partitions, in order.
@@ -157,9 +113,9 @@ func parsePartitions(s string) (topics []string, parts map[string][]int32) {
 
 func (h *harness) run(t *testing.T, line string) string {
 	fields := strings.Fields(line)
-	cmd, args := fields[0], parseArgs(fields[1:])
+	cmd, args := fields[0], tracefmt.ParseArgs(fields[1:])
 	var req kmsg.Request
-	version := int16(intArg(args, "v", -1))
+	version := int16(args.Int("v", -1))
 	switch cmd {
 	case "config":
 		h.configure(args)
@@ -168,7 +124,7 @@ func (h *harness) run(t *testing.T, line string) string {
 		h.c.Loaded(h.now)
 		return h.ready()
 	case "advance":
-		h.now = h.now.Add(mustDuration(fields[1]))
+		h.now = h.now.Add(tracefmt.MustDuration(fields[1]))
 		h.c.Tick(h.now)
 		return h.ready()
 	case "restart":
@@ -183,7 +139,7 @@ func (h *harness) run(t *testing.T, line string) string {
 		return h.state()
 	case "find":
 		r := kmsg.NewPtrFindCoordinatorRequest()
-		r.CoordinatorType = int8(intArg(args, "type", 0))
+		r.CoordinatorType = int8(args.Int("type", 0))
 		if k, ok := args["keys"]; ok {
 			r.CoordinatorKeys = strings.Split(k, ",")
 		}
@@ -193,9 +149,9 @@ func (h *harness) run(t *testing.T, line string) string {
 		r := kmsg.NewPtrJoinGroupRequest()
 		r.Group = args["group"]
 		r.MemberID = args["member"]
-		r.InstanceID = optString(args, "instance")
-		r.SessionTimeoutMillis = int32(intArg(args, "session", 10000))
-		r.RebalanceTimeoutMillis = int32(intArg(args, "rebalance", 20000))
+		r.InstanceID = args.OptString("instance")
+		r.SessionTimeoutMillis = int32(args.Int("session", 10000))
+		r.RebalanceTimeoutMillis = int32(args.Int("rebalance", 20000))
 		r.ProtocolType = "consumer"
 		if v, ok := args["type"]; ok {
 			r.ProtocolType = v
@@ -216,10 +172,10 @@ func (h *harness) run(t *testing.T, line string) string {
 	case "sync":
 		r := kmsg.NewPtrSyncGroupRequest()
 		r.Group, r.MemberID = args["group"], args["member"]
-		r.Generation = int32(intArg(args, "gen", 0))
-		r.InstanceID = optString(args, "instance")
-		r.ProtocolType = optString(args, "ptype")
-		r.Protocol = optString(args, "protocol")
+		r.Generation = int32(args.Int("gen", 0))
+		r.InstanceID = args.OptString("instance")
+		r.ProtocolType = args.OptString("ptype")
+		r.Protocol = args.OptString("protocol")
 		// assign=m1:t1/0+1,t2/0;m2:t1/2
 		for _, a := range strings.Split(args["assign"], ";") {
 			if a == "" {
@@ -237,8 +193,8 @@ func (h *harness) run(t *testing.T, line string) string {
 	case "heartbeat":
 		r := kmsg.NewPtrHeartbeatRequest()
 		r.Group, r.MemberID = args["group"], args["member"]
-		r.Generation = int32(intArg(args, "gen", 0))
-		r.InstanceID = optString(args, "instance")
+		r.Generation = int32(args.Int("gen", 0))
+		r.InstanceID = args.OptString("instance")
 		req = r
 	case "leave":
 		r := kmsg.NewPtrLeaveGroupRequest()
@@ -265,8 +221,8 @@ func (h *harness) run(t *testing.T, line string) string {
 	case "commit":
 		r := kmsg.NewPtrOffsetCommitRequest()
 		r.Group, r.MemberID = args["group"], args["member"]
-		r.Generation = int32(intArg(args, "gen", -1))
-		r.InstanceID = optString(args, "instance")
+		r.Generation = int32(args.Int("gen", -1))
+		r.InstanceID = args.OptString("instance")
 		// offsets=t1/0=10,t1/1=20@meta
 		for _, o := range strings.Split(args["offsets"], ",") {
 			tp, rest, _ := strings.Cut(o, "=")
@@ -334,9 +290,9 @@ func (h *harness) run(t *testing.T, line string) string {
 		}
 		r := kmsg.NewPtrTxnOffsetCommitRequest()
 		r.TransactionalID, r.Group, r.MemberID = "tx", args["group"], args["member"]
-		r.ProducerID, r.ProducerEpoch = int64(intArg(args, "pid", 1)), int16(intArg(args, "epoch", 0))
-		r.Generation = int32(intArg(args, "gen", -1))
-		r.InstanceID = optString(args, "instance")
+		r.ProducerID, r.ProducerEpoch = int64(args.Int("pid", 1)), int16(args.Int("epoch", 0))
+		r.Generation = int32(args.Int("gen", -1))
+		r.InstanceID = args.OptString("instance")
 		// offsets=t1/0=10,t1/1=20
 		for _, o := range strings.Split(args["offsets"], ",") {
 			tp, off, _ := strings.Cut(o, "=")
@@ -351,8 +307,8 @@ func (h *harness) run(t *testing.T, line string) string {
 	case "txn-marker":
 		r := kmsg.NewPtrWriteTxnMarkersRequest()
 		m := kmsg.NewWriteTxnMarkersRequestMarker()
-		m.ProducerID, m.ProducerEpoch, m.Committed = int64(intArg(args, "pid", 1)), int16(intArg(args, "epoch", 0)), args["commit"] == "true"
-		m.Topics = []kmsg.WriteTxnMarkersRequestMarkerTopic{{Topic: OffsetsTopic, Partitions: []int32{int32(intArg(args, "partition", 0))}}}
+		m.ProducerID, m.ProducerEpoch, m.Committed = int64(args.Int("pid", 1)), int16(args.Int("epoch", 0)), args["commit"] == "true"
+		m.Topics = []kmsg.WriteTxnMarkersRequestMarkerTopic{{Topic: OffsetsTopic, Partitions: []int32{int32(args.Int("partition", 0))}}}
 		r.Markers = append(r.Markers, m)
 		req = r
 	case "list":
@@ -414,7 +370,7 @@ func (h *harness) ready() string {
 		fmt.Fprintf(&b, "reply #%d %s\n", r.ID, formatValue(reflect.ValueOf(r.Body).Elem()))
 	}
 	if next := h.c.NextDeadline(); !next.IsZero() {
-		fmt.Fprintf(&b, "next deadline +%s\n", next.Sub(traceEpoch))
+		fmt.Fprintf(&b, "next deadline +%s\n", next.Sub(tracefmt.Epoch))
 	}
 	return b.String()
 }
@@ -459,7 +415,7 @@ func formatRecord(r Record) string {
 		}
 		var v kmsg.OffsetCommitValue
 		v.ReadFrom(r.Value)
-		return s + fmt.Sprintf(" = %d epoch=%d metadata=%q at=+%s (v%d)", v.Offset, v.LeaderEpoch, v.Metadata, time.UnixMilli(v.CommitTimestamp).Sub(traceEpoch), v.Version)
+		return s + fmt.Sprintf(" = %d epoch=%d metadata=%q at=+%s (v%d)", v.Offset, v.LeaderEpoch, v.Metadata, time.UnixMilli(v.CommitTimestamp).Sub(tracefmt.Epoch), v.Version)
 	case pendingKeyVersion:
 		name, pid, tp, _ := parsePendingKey(r.Key)
 		s := prefix + fmt.Sprintf("pending %s producer=%d %s/%d", name, pid, tp.topic, tp.partition)

@@ -209,11 +209,7 @@ func fillTxnCommit(req *kmsg.TxnOffsetCommitRequest, resp *kmsg.TxnOffsetCommitR
 // group's partition is in the producer's ongoing transaction at this epoch.
 func (c *Coordinator) txnOffsetCommit(req *kmsg.TxnOffsetCommitRequest) *kmsg.TxnOffsetCommitResponse {
 	resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
-	if req.Group == "" {
-		fillTxnCommit(req, resp, kerr.InvalidGroupID.Code)
-		return resp
-	}
-	if code := c.checkCoordinator(req.Group); code != 0 {
+	if code := c.checkGroup(req.Group); code != 0 {
 		fillTxnCommit(req, resp, code)
 		return resp
 	}
@@ -251,19 +247,12 @@ func (c *Coordinator) txnOffsetCommit(req *kmsg.TxnOffsetCommitRequest) *kmsg.Tx
 		for _, p := range t.Partitions {
 			sp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
 			sp.Partition = p.Partition
-			switch {
-			case !known || partitions >= 0 && (p.Partition < 0 || p.Partition >= partitions):
-				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-			case p.Metadata != nil && len(*p.Metadata) > c.cfg.OffsetMetadataMaxSize:
-				sp.ErrorCode = kerr.OffsetMetadataTooLarge.Code
-			default:
-				o := committedOffset{offset: p.Offset, leaderEpoch: p.LeaderEpoch, commitTimestamp: c.now.UnixMilli()}
-				if p.Metadata != nil {
-					o.metadata = *p.Metadata
-				}
-				if req.Version < 2 {
-					o.leaderEpoch = -1
-				}
+			epoch := p.LeaderEpoch
+			if req.Version < 2 {
+				epoch = -1
+			}
+			o, code := c.commitOffset(known, partitions, p.Partition, p.Offset, epoch, p.Metadata)
+			if sp.ErrorCode = code; code == 0 {
 				tp := topicPartition{t.Topic, p.Partition}
 				g.addPending(req.ProducerID, tp, o)
 				c.persist(c.pendingRecord(g.name, req.ProducerID, tp, &o))
@@ -279,8 +268,28 @@ func (c *Coordinator) txnOffsetCommit(req *kmsg.TxnOffsetCommitRequest) *kmsg.Tx
 // each marker, the producer's pending offsets in every group of each named
 // partition are committed or dropped.
 func (c *Coordinator) writeTxnMarkers(req *kmsg.WriteTxnMarkersRequest) *kmsg.WriteTxnMarkersResponse {
+	return WriteTxnMarkersResponse(req, func(m *kmsg.WriteTxnMarkersRequestMarker, topic string, p int32) int16 {
+		switch {
+		case topic != OffsetsTopic || p < 0 || p >= c.cfg.OffsetsPartitions:
+			return kerr.UnknownTopicOrPartition.Code
+		case c.cfg.Owns != nil && !c.cfg.Owns(p) || c.unloaded[p]:
+			return kerr.NotCoordinator.Code
+		case !c.loaded:
+			return kerr.CoordinatorLoadInProgress.Code
+		}
+		c.endPending(p, m.ProducerID, m.Committed)
+		c.noteMarkedEpoch(m.ProducerID, m.ProducerEpoch)
+		return 0
+	})
+}
+
+// WriteTxnMarkersResponse is the answer to req with write's error code for
+// each partition of each marker, called in the request's order (the group
+// coordinator's for __consumer_offsets, the API layer's for the others).
+func WriteTxnMarkersResponse(req *kmsg.WriteTxnMarkersRequest, write func(m *kmsg.WriteTxnMarkersRequestMarker, topic string, partition int32) int16) *kmsg.WriteTxnMarkersResponse {
 	resp := req.ResponseKind().(*kmsg.WriteTxnMarkersResponse)
-	for _, m := range req.Markers {
+	for i := range req.Markers {
+		m := &req.Markers[i]
 		sm := kmsg.NewWriteTxnMarkersResponseMarker()
 		sm.ProducerID = m.ProducerID
 		for _, t := range m.Topics {
@@ -288,18 +297,7 @@ func (c *Coordinator) writeTxnMarkers(req *kmsg.WriteTxnMarkersRequest) *kmsg.Wr
 			st.Topic = t.Topic
 			for _, p := range t.Partitions {
 				sp := kmsg.NewWriteTxnMarkersResponseMarkerTopicPartition()
-				sp.Partition = p
-				switch {
-				case t.Topic != OffsetsTopic || p < 0 || p >= c.cfg.OffsetsPartitions:
-					sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-				case c.cfg.Owns != nil && !c.cfg.Owns(p) || c.unloaded[p]:
-					sp.ErrorCode = kerr.NotCoordinator.Code
-				case !c.loaded:
-					sp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
-				default:
-					c.endPending(p, m.ProducerID, m.Committed)
-					c.noteMarkedEpoch(m.ProducerID, m.ProducerEpoch)
-				}
+				sp.Partition, sp.ErrorCode = p, write(m, t.Topic, p)
 				st.Partitions = append(st.Partitions, sp)
 			}
 			sm.Topics = append(sm.Topics, st)

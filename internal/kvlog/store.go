@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sort"
+	"time"
 
 	"github.com/sushka-io/sushka/internal/clock"
 	"github.com/sushka-io/sushka/internal/plog"
@@ -38,6 +39,10 @@ const readChunkBytes = 16 << 20
 // defaultCompactAfterBytes is how much a partition may grow past its live
 // records before the store rewrites them (see Store.compact).
 const defaultCompactAfterBytes = 64 << 20
+
+// ReopenInterval is how long after a partition broke (or failed to reopen)
+// ReopenBroken tries it again.
+const ReopenInterval = 500 * time.Millisecond
 
 // Record is one record of an internal topic's partition. A nil Value is
 // a tombstone.
@@ -84,13 +89,18 @@ type StoreConfig struct {
 // A partition whose append fails (a storage error) is closed and marked
 // broken: Append and MaybeCompact skip it and report it, until Reopen opens
 // its log again (recovery truncates whatever the failed write left) and
-// replays it. Reopening never retries an fsync on the file whose fsync
-// failed; it reads back what the log holds and that becomes the state.
+// replays it; the coordinators' drivers call ReopenBroken at the start of
+// each round and wake for ReopenAt. Reopening never retries an fsync on the
+// file whose fsync failed; it reads back what the log holds and that
+// becomes the state.
 type Store struct {
 	cfg    StoreConfig
 	logs   []*plog.Log // nil while broken
 	live   []*liveSet  // per partition
 	broken []error     // per partition: why it is broken, or nil
+	// reopenAt is when ReopenBroken next tries the broken partitions
+	// (zero: none is broken, or the last try found them all open).
+	reopenAt time.Time
 }
 
 // liveSet is the latest record of every key of one partition, with the
@@ -219,12 +229,46 @@ func (s *Store) Reopen(p int32) ([]Record, error) {
 	return s.open(p)
 }
 
-// breakPartition closes partition p after a failed write.
+// breakPartition closes partition p after a failed write; ReopenBroken
+// tries it ReopenInterval later.
 func (s *Store) breakPartition(p int32, err error) {
 	if l := s.logs[p]; l != nil {
 		l.Close() // its error is the one already reported (sticky)
 	}
 	s.logs[p], s.broken[p] = nil, err
+	s.reopenAt = s.cfg.Clock.Now().Add(ReopenInterval)
+}
+
+// ReopenAt is when ReopenBroken next has something to try; zero: nothing.
+func (s *Store) ReopenAt() time.Time { return s.reopenAt }
+
+// ReopenBroken, once ReopenAt has come, reopens every broken partition
+// (Reopen) and hands its records to load (the coordinator's LoadPartition,
+// which serves its owners again). A partition that does not open stays
+// broken and is tried again ReopenInterval later; one that opens but load
+// refuses is logged and left open (its records are what the log holds: a
+// retry would read them again).
+func (s *Store) ReopenBroken(load func(p int32, records []Record) error) {
+	if s.reopenAt.IsZero() || s.cfg.Clock.Now().Before(s.reopenAt) {
+		return
+	}
+	s.reopenAt = time.Time{}
+	for p := range s.Partitions() {
+		if !s.Broken(p) {
+			continue
+		}
+		records, err := s.Reopen(p)
+		if err != nil {
+			s.reopenAt = s.cfg.Clock.Now().Add(ReopenInterval)
+		} else {
+			err = load(p, records)
+		}
+		if err != nil {
+			s.cfg.Logger.Warn(s.cfg.Topic+" partition still unavailable", "partition", p, "err", err)
+			continue
+		}
+		s.cfg.Logger.Info(s.cfg.Topic+" partition available again", "partition", p, "records", len(records))
+	}
 }
 
 // MaxRecordBytes is the largest record (key and value) a batch can hold.

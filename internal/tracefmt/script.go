@@ -2,11 +2,21 @@ package tracefmt
 
 import (
 	"bytes"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
+
+// Epoch is where a trace's clock starts: its times are printed as offsets
+// from it.
+var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// rewrite is -rewrite of the packages whose tests run golden traces: the
+// outputs are written back instead of compared.
+var rewrite = flag.Bool("rewrite", false, "rewrite the golden traces in testdata/")
 
 // RunScripts runs every testdata/*.txt golden trace of the calling
 // package as a subtest (etcd raft's interaction tests, pebble's
@@ -14,10 +24,10 @@ import (
 // and the full output it caused, then a blank line; lines starting with
 // "#" and blank lines before a command are its comment. newRun starts a
 // fresh harness for one file and returns the function that runs one
-// command and returns its output. With rewrite, the outputs are written
+// command and returns its output. With -rewrite, the outputs are written
 // back instead of compared (the diff is the review); pkg names the
 // package in the hint printed on a mismatch.
-func RunScripts(t *testing.T, rewrite bool, pkg string, newRun func(t *testing.T) func(cmd string) string) {
+func RunScripts(t *testing.T, pkg string, newRun func(t *testing.T) func(cmd string) string) {
 	t.Helper()
 	files, err := filepath.Glob("testdata/*.txt")
 	if err != nil || len(files) == 0 {
@@ -25,7 +35,7 @@ func RunScripts(t *testing.T, rewrite bool, pkg string, newRun func(t *testing.T
 	}
 	for _, file := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(file), ".txt"), func(t *testing.T) {
-			runScript(t, file, rewrite, pkg, newRun(t))
+			runScript(t, file, *rewrite, pkg, newRun(t))
 		})
 	}
 }

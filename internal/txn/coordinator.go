@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/coordloop"
 	"github.com/sushka-io/sushka/internal/kvlog"
 	"github.com/sushka-io/sushka/internal/meta"
 )
@@ -337,37 +338,15 @@ func fencedCode(v, firstFenced int16) int16 {
 // --- FindCoordinator (key type 1) ---
 
 func (c *Coordinator) findCoordinator(req *kmsg.FindCoordinatorRequest) *kmsg.FindCoordinatorResponse {
-	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
-	keys := req.CoordinatorKeys
-	if req.Version < 4 {
-		keys = []string{req.CoordinatorKey}
-	}
-	for _, key := range keys {
-		co := kmsg.NewFindCoordinatorResponseCoordinator()
-		co.Key, co.NodeID, co.Port = key, -1, -1
+	return coordloop.FindCoordinator(req, c.cfg.NodeID, c.cfg.Host, c.cfg.Port, func(key string) int16 {
 		switch {
 		case key == "":
-			co.ErrorCode = kerr.InvalidRequest.Code
+			return kerr.InvalidRequest.Code
 		case c.unloaded[c.partitionFor(key)] || !c.loaded:
-			co.ErrorCode = kerr.CoordinatorNotAvailable.Code
-		default:
-			co.NodeID, co.Host, co.Port = c.cfg.NodeID, c.cfg.Host, c.cfg.Port
+			return kerr.CoordinatorNotAvailable.Code
 		}
-		if co.ErrorCode != 0 {
-			msg := kerr.ErrorForCode(co.ErrorCode).(*kerr.Error).Description
-			co.ErrorMessage = &msg
-		}
-		resp.Coordinators = append(resp.Coordinators, co)
-	}
-	if req.Version < 4 {
-		co := resp.Coordinators[0]
-		resp.Coordinators = nil
-		resp.ErrorCode, resp.NodeID, resp.Host, resp.Port = co.ErrorCode, co.NodeID, co.Host, co.Port
-		if req.Version >= 1 {
-			resp.ErrorMessage = co.ErrorMessage
-		}
-	}
-	return resp
+		return 0
+	})
 }
 
 // --- InitProducerID ---
@@ -842,22 +821,17 @@ func (c *Coordinator) Tick(now time.Time) {
 // nothing is scheduled.
 func (c *Coordinator) NextDeadline() time.Time {
 	var next time.Time
-	note := func(t time.Time) {
-		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
-			next = t
-		}
-	}
 	for _, t := range c.txns {
 		switch t.state {
 		case StateOngoing:
-			note(t.start.Add(t.timeout))
+			next = coordloop.Earliest(next, t.start.Add(t.timeout))
 		case StatePrepareCommit, StatePrepareAbort:
 			if !t.markersOut {
-				note(t.retryAt)
+				next = coordloop.Earliest(next, t.retryAt)
 			}
 		default:
 			if c.cfg.IDExpiration > 0 {
-				note(t.updated.Add(c.cfg.IDExpiration))
+				next = coordloop.Earliest(next, t.updated.Add(c.cfg.IDExpiration))
 			}
 		}
 	}

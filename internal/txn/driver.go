@@ -17,10 +17,6 @@ import (
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
-// reopenInterval is how often a broken __transaction_state partition is
-// reopened.
-const reopenInterval = 500 * time.Millisecond
-
 // ErrClosed is returned by Do and Verify after Close.
 var ErrClosed = errors.New("txn: coordinator closed")
 
@@ -66,25 +62,21 @@ type Service struct {
 
 	// Owned by the loop's goroutine.
 	c *Coordinator
-	// retryAt is when retryBroken next reopens the broken partitions
-	// (zero: none is broken).
-	retryAt time.Time
 }
 
-// machine is the Service as its loop drives it (coordloop.Machine).
-type machine struct{ s *Service }
+// machine is the coordinator as its loop drives it (coordloop.Machine):
+// its Tick, NextDeadline and LoadPartition, the Service's Flush.
+type machine struct {
+	*Coordinator
+	s *Service
+}
 
 func (m machine) Handle(id uint64, now time.Time, req Request) Request {
 	req.ID, req.Now = id, now
-	m.s.c.Handle(req)
+	m.Coordinator.Handle(req)
 	return req
 }
-func (m machine) Tick(now time.Time) { m.s.c.Tick(now) }
-func (m machine) Retry(time.Time)    { m.s.retryBroken() }
-func (m machine) Flush()             { m.s.flush() }
-func (m machine) NextDeadline() time.Time {
-	return coordloop.Earliest(m.s.c.NextDeadline(), m.s.retryAt)
-}
+func (m machine) Flush() { m.s.flush() }
 func (m machine) Stopped(req Request) Response {
 	return errorResponse(req, kerr.CoordinatorNotAvailable.Code)
 }
@@ -125,7 +117,7 @@ func Start(cfg ServiceConfig) (*Service, error) {
 		store: store,
 		c:     c,
 	}
-	s.loop = coordloop.New[Request, Response](machine{s}, cfg.Clock, idleTick, ErrClosed)
+	s.loop = coordloop.New[Request, Response](machine{c, s}, store, cfg.Clock, idleTick, ErrClosed)
 	s.jobsCtx, s.cancelJobs = context.WithCancel(context.Background())
 	c.Loaded(cfg.Clock.Now()) // prepared transactions ask for their markers again
 	s.log.Info("transaction coordinator loaded", "records", len(records), "transactional_ids", len(c.txns))
@@ -189,10 +181,10 @@ func errorResponse(req Request, code int16) Response {
 }
 
 // flush persists the Ready's records, then starts its marker jobs and
-// releases its responses, then persists its completions. A partition whose append failed is unloaded (its
-// ids answer NOT_COORDINATOR until it is reopened and replayed): the
-// requests of this Ready that touched it fail, and their marker jobs are
-// not started (the replay asks for them again).
+// releases its responses, then persists its completions. A partition whose
+// append failed is unloaded (its ids answer NOT_COORDINATOR until it is
+// reopened and replayed): the requests of this Ready that touched it fail,
+// and their marker jobs are not started (the replay asks for them again).
 func (s *Service) flush() {
 	rd := s.c.Ready()
 	if rd.Empty() {
@@ -201,12 +193,7 @@ func (s *Service) flush() {
 	var failed map[int32]error
 	if len(rd.Records) > 0 {
 		failed = s.store.Append(rd.Records)
-		for p, err := range failed {
-			s.log.Error("transaction coordinator: persisting to "+StateTopic+" failed; its transactional ids answer NOT_COORDINATOR until the log can be written again",
-				"partition", p, "err", err)
-			s.c.UnloadPartition(p)
-			s.retryAt = s.clock.Now().Add(reopenInterval)
-		}
+		s.unload(failed, "persisting to "+StateTopic+" failed; its transactional ids answer NOT_COORDINATOR until the log can be written again")
 		if len(failed) > 0 {
 			rd.Responses = append(rd.Responses, s.c.Ready().Responses...)
 		}
@@ -234,19 +221,20 @@ func (s *Service) flush() {
 		}
 	}
 	if len(completions) > 0 {
-		for p, err := range s.store.Append(completions) {
-			s.log.Error("transaction coordinator: persisting a completion to "+StateTopic+" failed; its transactional ids answer NOT_COORDINATOR until the log can be written again (the replay completes the transaction)",
-				"partition", p, "err", err)
-			s.c.UnloadPartition(p)
-			s.retryAt = s.clock.Now().Add(reopenInterval)
-		}
+		s.unload(s.store.Append(completions), "persisting a completion to "+StateTopic+" failed; its transactional ids answer NOT_COORDINATOR until the log can be written again (the replay completes the transaction)")
 	}
 	if len(rd.Records) > 0 || len(completions) > 0 {
-		for p, err := range s.store.MaybeCompact() {
-			s.log.Error("transaction coordinator: compacting "+StateTopic+" failed", "partition", p, "err", err)
-			s.c.UnloadPartition(p)
-			s.retryAt = s.clock.Now().Add(reopenInterval)
-		}
+		s.unload(s.store.MaybeCompact(), "compacting "+StateTopic+" failed")
+	}
+}
+
+// unload takes the partitions whose log failed out of service, saying
+// why: their ids answer NOT_COORDINATOR until the store reopens them
+// (kvlog.Store.ReopenBroken) and they are replayed.
+func (s *Service) unload(failed map[int32]error, why string) {
+	for p, err := range failed {
+		s.log.Error("transaction coordinator: "+why, "partition", p, "err", err)
+		s.c.UnloadPartition(p)
 	}
 }
 
@@ -308,26 +296,4 @@ func (s *Service) writeMarkers(job MarkerJob) {
 		}
 	}
 	s.loop.Post(func() { s.c.MarkersWritten(res, s.clock.Now()) })
-}
-
-// retryBroken reopens the broken partitions, at most every
-// reopenInterval, and loads their transactions again.
-func (s *Service) retryBroken() {
-	if s.retryAt.IsZero() || s.clock.Now().Before(s.retryAt) {
-		return
-	}
-	s.retryAt = time.Time{}
-	for p := int32(0); p < s.store.Partitions(); p++ {
-		if !s.store.Broken(p) {
-			continue
-		}
-		records, err := s.store.Reopen(p)
-		if err == nil {
-			err = s.c.LoadPartition(p, records)
-		}
-		if err != nil {
-			s.log.Warn("transaction coordinator: "+StateTopic+" partition still unavailable", "partition", p, "err", err)
-			s.retryAt = s.clock.Now().Add(reopenInterval)
-		}
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,5 +183,49 @@ func TestFailedMarkerIsRetried(t *testing.T) {
 	}
 	if got := side.markers(); len(got) != 2 {
 		t.Fatalf("markers: %v", got)
+	}
+}
+
+// TestStorageErrorFailsRequestsThenRecovers: while __transaction_state
+// cannot be written, the ids of the failed partition answer
+// NOT_COORDINATOR; once writes succeed again, the store reopens the
+// partition (kvlog.Store.ReopenBroken) and the coordinator serves it again
+// without a restart, with the state that was durable.
+func TestStorageErrorFailsRequestsThenRecovers(t *testing.T) {
+	var failing atomic.Bool
+	fs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op, path string) error {
+		if failing.Load() && (op == vfs.OpWrite || op == vfs.OpWritev || op == vfs.OpWriteAt || op == vfs.OpSync) {
+			return vfs.ErrInjected
+		}
+		return nil
+	}))
+	s := startTxnService(t, fs, newPartitionsSide())
+	defer s.Close()
+	pid, epoch := beginTxn(t, s, "tx")
+	init := func() int16 {
+		id := "tx"
+		r := kmsg.NewPtrInitProducerIDRequest()
+		r.Version, r.TransactionalID, r.TransactionTimeoutMillis = 4, &id, 60000
+		r.ProducerID, r.ProducerEpoch = -1, -1
+		return doTxn[*kmsg.InitProducerIDResponse](t, s, r).ErrorCode
+	}
+	failing.Store(true)
+	if code := init(); code != kerr.NotCoordinator.Code {
+		t.Fatalf("InitProducerID on a failing disk: %v, want NOT_COORDINATOR", kerr.ErrorForCode(code))
+	}
+	failing.Store(false)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		st := describeTxn(t, s, "tx")
+		if st.ErrorCode == 0 {
+			// The durable state: the first transaction, ongoing, not
+			// the refused re-init's fencing.
+			if st.ProducerID != pid || st.ProducerEpoch != epoch || st.State != "Ongoing" {
+				t.Fatalf("after the disk came back: %+v, want producer %d epoch %d Ongoing", st, pid, epoch)
+			}
+			break
+		}
+		if st.ErrorCode != kerr.NotCoordinator.Code || time.Now().After(deadline) {
+			t.Fatalf("describe after the disk came back: %v", kerr.ErrorForCode(st.ErrorCode))
+		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/coordloop"
 )
 
 // Record key and value versions Sushka writes: Kafka's TransactionLogKey
@@ -208,12 +210,7 @@ func ErrorResponse(req kmsg.Request, code int16) kmsg.Response {
 		}
 		return resp
 	case *kmsg.FindCoordinatorRequest:
-		resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
-		resp.ErrorCode, resp.NodeID, resp.Port = code, -1, -1
-		for _, k := range req.CoordinatorKeys {
-			resp.Coordinators = append(resp.Coordinators, kmsg.FindCoordinatorResponseCoordinator{Key: k, NodeID: -1, Port: -1, ErrorCode: code})
-		}
-		return resp
+		return coordloop.FindCoordinatorError(req, code)
 	case *kmsg.DescribeTransactionsRequest:
 		resp := req.ResponseKind().(*kmsg.DescribeTransactionsResponse)
 		for _, id := range req.TransactionalIDs {

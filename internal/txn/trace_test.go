@@ -1,7 +1,6 @@
 package txn
 
 import (
-	"flag"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -19,12 +18,8 @@ import (
 // persisted, marker jobs and responses, in order. `go test ./internal/txn
 // -rewrite` regenerates the outputs; the diff is the review.
 
-var rewrite = flag.Bool("rewrite", false, "rewrite the golden traces in testdata/")
-
-var traceEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
 func TestTraces(t *testing.T) {
-	tracefmt.RunScripts(t, *rewrite, "./internal/txn", func(t *testing.T) func(string) string {
+	tracefmt.RunScripts(t, "./internal/txn", func(t *testing.T) func(string) string {
 		h := newHarness()
 		return func(cmd string) string { return h.run(t, cmd) }
 	})
@@ -49,56 +44,24 @@ type harness struct {
 }
 
 func newHarness() *harness {
-	h := &harness{now: traceEpoch, jobs: map[string]MarkerJob{}}
-	h.configure(map[string]string{})
+	h := &harness{now: tracefmt.Epoch, jobs: map[string]MarkerJob{}}
+	h.configure(tracefmt.Args{})
 	return h
 }
 
-func (h *harness) configure(args map[string]string) {
+func (h *harness) configure(args tracefmt.Args) {
 	h.cfg = Config{NodeID: 1, Host: "127.0.0.1", Port: 9092, Topics: fakeTopics{"t1": 3, "t2": 2}}
 	h.cfg.NewProducerID = func() (int64, error) { h.nextPID++; return h.nextPID, nil }
 	if v, ok := args["maxtimeout"]; ok {
-		h.cfg.MaxTimeout = mustDuration(v)
+		h.cfg.MaxTimeout = tracefmt.MustDuration(v)
 	}
 	if v, ok := args["expiration"]; ok {
-		h.cfg.IDExpiration = mustDuration(v)
+		h.cfg.IDExpiration = tracefmt.MustDuration(v)
 	}
 	h.c = New(h.cfg)
 	if args["loading"] != "true" {
 		h.c.Loaded(h.now)
 	}
-}
-
-func mustDuration(s string) time.Duration {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		panic(err)
-	}
-	return d
-}
-
-func parseArgs(fields []string) map[string]string {
-	args := map[string]string{}
-	for _, f := range fields {
-		k, v, ok := strings.Cut(f, "=")
-		if !ok {
-			v = "true"
-		}
-		args[k] = v
-	}
-	return args
-}
-
-func intArg(args map[string]string, k string, def int) int {
-	v, ok := args[k]
-	if !ok {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		panic(fmt.Sprintf("%s=%s: %v", k, v, err))
-	}
-	return n
 }
 
 // parsePartitions parses "t1/0+1,t2/0".
@@ -119,10 +82,10 @@ func parsePartitions(s string) []TopicPartition {
 
 func (h *harness) run(t *testing.T, line string) string {
 	fields := strings.Fields(line)
-	cmd, args := fields[0], parseArgs(fields[1:])
-	version := int16(intArg(args, "v", -1))
+	cmd, args := fields[0], tracefmt.ParseArgs(fields[1:])
+	version := int16(args.Int("v", -1))
 	id := args["id"]
-	pid, epoch := int64(intArg(args, "pid", -1)), int16(intArg(args, "epoch", -1))
+	pid, epoch := int64(args.Int("pid", -1)), int16(args.Int("epoch", -1))
 	var req kmsg.Request
 	switch cmd {
 	case "config":
@@ -132,7 +95,7 @@ func (h *harness) run(t *testing.T, line string) string {
 		h.c.Loaded(h.now)
 		return h.ready()
 	case "advance":
-		h.now = h.now.Add(mustDuration(fields[1]))
+		h.now = h.now.Add(tracefmt.MustDuration(fields[1]))
 		h.c.Tick(h.now)
 		return h.ready()
 	case "restart":
@@ -174,7 +137,7 @@ func (h *harness) run(t *testing.T, line string) string {
 		if v, ok := args["id"]; ok {
 			r.TransactionalID = &v
 		}
-		r.TransactionTimeoutMillis = int32(intArg(args, "timeout", 60000))
+		r.TransactionTimeoutMillis = int32(args.Int("timeout", 60000))
 		r.ProducerID, r.ProducerEpoch = pid, epoch
 		req = r
 	case "add":
@@ -223,7 +186,7 @@ func (h *harness) run(t *testing.T, line string) string {
 				r.ProducerIDFilters = append(r.ProducerIDFilters, n)
 			}
 		}
-		r.DurationFilterMillis = int64(intArg(args, "duration", -1))
+		r.DurationFilterMillis = int64(args.Int("duration", -1))
 		req = r
 	default:
 		t.Fatalf("unknown command %q", cmd)
@@ -266,7 +229,7 @@ func (h *harness) ready() string {
 		b.WriteString("persist after the replies " + formatRecord(r) + "\n")
 	}
 	if next := h.c.NextDeadline(); !next.IsZero() {
-		fmt.Fprintf(&b, "next deadline +%s\n", next.Sub(traceEpoch))
+		fmt.Fprintf(&b, "next deadline +%s\n", next.Sub(tracefmt.Epoch))
 	}
 	return b.String()
 }
@@ -305,7 +268,7 @@ func formatRecord(r Record) string {
 	v.ReadFrom(r.Value)
 	start := "none"
 	if v.StartTimestamp >= 0 {
-		start = "+" + time.UnixMilli(v.StartTimestamp).Sub(traceEpoch).String()
+		start = "+" + time.UnixMilli(v.StartTimestamp).Sub(tracefmt.Epoch).String()
 	}
 	var tps []string
 	for _, t := range v.Topics {
