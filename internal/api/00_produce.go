@@ -241,6 +241,7 @@ func (h *Handler) finishProduce(version int16, sp *kmsg.ProduceResponseTopicPart
 		m.AppendLatency(took)
 		if err == nil {
 			m.ProducedBytes(topic, n)
+			m.AppendTiming(res.Timing)
 		}
 	}
 	if err != nil && !errors.Is(err, plog.ErrDuplicateSequence) {

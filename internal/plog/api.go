@@ -103,6 +103,25 @@ type AppendResult struct {
 	BaseOffset     int64 // -1 for AckNone
 	LogAppendTime  int64 // ms since epoch for LogAppendTime topics, else -1
 	LogStartOffset int64
+	Timing         AppendTiming
+}
+
+// AppendTiming is where an acknowledged append's time went, step by step
+// (Config.Clock; the broker exports each step as a histogram, issue 12).
+// A step the append did not go through is 0: a refused append has none,
+// an AckWritten one no SyncWait or Sync.
+type AppendTiming struct {
+	// Queue is Enqueue → the writer took the append into a group: the
+	// groups written before it.
+	Queue time.Duration
+	// Write is the group's offsets, idempotence checks and write system
+	// call (writev, or the copy into the mapping).
+	Write time.Duration
+	// SyncWait (AckForced) is written → the start of the fdatasync that
+	// covers it: the publication before it (group commit without a timer).
+	SyncWait time.Duration
+	// Sync (AckForced) is that fdatasync.
+	Sync time.Duration
 }
 
 // TxnMarker is a transaction's end in one partition: the control batch

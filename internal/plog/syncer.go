@@ -205,10 +205,14 @@ func (p *publisher) publish() error {
 	p.handMu.Unlock()
 
 	err := l.Err()
+	var syncStart, syncEnd time.Time
 	if err == nil && len(p.pend) > 0 {
 		// One fsync for everything written so far: the groups handed
 		// over while the previous one ran are all here.
-		if serr := seg.file.Sync(); serr != nil {
+		syncStart = p.clock.Now()
+		serr := seg.file.Sync()
+		syncEnd = p.clock.Now()
+		if serr != nil {
 			err = l.fail(&IOError{Op: "sync", Err: serr})
 		} else {
 			l.syncs.Add(1)
@@ -224,6 +228,9 @@ func (p *publisher) publish() error {
 	}
 	logStart := l.LogStartOffset()
 	for _, r := range p.forced {
+		if !syncStart.IsZero() {
+			r.result.Timing.SyncWait, r.result.Timing.Sync = syncStart.Sub(r.written), syncEnd.Sub(syncStart)
+		}
 		acknowledge(r, err, logStart)
 	}
 	clear(p.forced) // no stale pointers to recycled requests

@@ -1,0 +1,69 @@
+package plog
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sushka-io/sushka/internal/clock"
+	"github.com/sushka-io/sushka/internal/vfs"
+)
+
+// TestAppendTiming: an acknowledged append says where its time went
+// (AppendResult.Timing, the broker's produce histograms): an fdatasync that
+// takes syncDelay shows in an AckForced append's Sync, and an AckWritten
+// append has no sync steps at all.
+func TestAppendTiming(t *testing.T) {
+	const syncDelay = 5 * time.Millisecond
+	f := newFixture(t, WriteSyscall)
+	f.cfg.Clock = clock.Real{} // the steps are timed on Config.Clock
+	f.cfg.FS = vfs.NewErrorFS(f.fs, vfs.InjectorFunc(func(op vfs.Op, _ string) error {
+		if op == vfs.OpSync {
+			time.Sleep(syncDelay)
+		}
+		return nil
+	}))
+	l := f.open(t)
+	defer l.Close()
+
+	before := time.Now()
+	res := appendOK(t, l, mkBatch(3, 100, 0), AckForced)
+	took := time.Since(before)
+	tm := res.Timing
+	if tm.Sync < syncDelay || tm.Sync > took {
+		t.Errorf("AckForced Sync %v: want at least the injected %v and at most the append's %v", tm.Sync, syncDelay, took)
+	}
+	if tm.Queue < 0 || tm.Write <= 0 || tm.SyncWait < 0 {
+		t.Errorf("AckForced timing %+v: want Queue, SyncWait >= 0 and Write > 0", tm)
+	}
+	if sum := tm.Queue + tm.Write + tm.SyncWait + tm.Sync; sum > took {
+		t.Errorf("steps %+v add up to %v, more than the append's %v", tm, sum, took)
+	}
+
+	res = appendOK(t, l, mkBatch(1, 100, 0), AckWritten)
+	if res.Timing.SyncWait != 0 || res.Timing.Sync != 0 || res.Timing.Write <= 0 {
+		t.Errorf("AckWritten timing %+v: want Write > 0 and no sync steps", res.Timing)
+	}
+}
+
+// TestWakerSignalTime: a Waker remembers when the first signal it has not
+// handed out arrived, once.
+func TestWakerSignalTime(t *testing.T) {
+	f := newFixture(t, WriteSyscall)
+	l := f.open(t)
+	defer l.Close()
+	w := NewWaker()
+	l.AddWaker(w)
+	defer l.RemoveWaker(w)
+	if at := w.SignalTime(); !at.IsZero() {
+		t.Fatalf("SignalTime before any signal: %v, want zero", at)
+	}
+	mustAppend(t, l, mkBatch(1, 10, 0), AckForced)
+	<-w.C
+	at := w.SignalTime()
+	if !at.Equal(t0) { // the fixture's manual clock
+		t.Fatalf("SignalTime %v, want the log clock's %v", at, t0)
+	}
+	if again := w.SignalTime(); !again.IsZero() {
+		t.Fatalf("SignalTime twice: %v, want zero the second time", again)
+	}
+}
