@@ -67,3 +67,48 @@ func TestWakerSignalTime(t *testing.T) {
 		t.Fatalf("SignalTime twice: %v, want zero the second time", again)
 	}
 }
+
+// TestPublisherYieldsOnlyAfterAGroup: the publisher yields before an fsync
+// (to let the writer hand over the rest of a group the previous fsync
+// released) only when that fsync released several AckForced appends. A
+// lone producer, whose every append waits for its own fsync, is never
+// made to wait for a yield; concurrent producers still are, and share
+// fsyncs.
+func TestPublisherYieldsOnlyAfterAGroup(t *testing.T) {
+	f := newFixture(t, WriteSyscall)
+	f.cfg.FS = vfs.NewErrorFS(f.fs, vfs.InjectorFunc(func(op vfs.Op, _ string) error {
+		if op == vfs.OpSync {
+			time.Sleep(time.Millisecond) // groups form while a sync runs
+		}
+		return nil
+	}))
+	l := f.open(t)
+	defer l.Close()
+	for i := 0; i < 50; i++ {
+		appendOK(t, l, mkBatch(1, 100, 0), AckForced)
+	}
+	if n := l.w.pub.yields.Load(); n != 0 {
+		t.Fatalf("one producer, 50 sequential AckForced appends: the publisher yielded %d times, want 0", n)
+	}
+
+	const producers, each = 16, 20
+	syncsBefore := l.Syncs()
+	done := make(chan struct{})
+	for p := 0; p < producers; p++ {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := 0; i < each; i++ {
+				appendOK(t, l, mkBatch(1, 100, 0), AckForced)
+			}
+		}()
+	}
+	for p := 0; p < producers; p++ {
+		<-done
+	}
+	if n := l.w.pub.yields.Load(); n == 0 {
+		t.Errorf("%d concurrent producers: the publisher never yielded for a group", producers)
+	}
+	if syncs := l.Syncs() - syncsBefore; syncs >= producers*each {
+		t.Errorf("%d concurrent AckForced appends took %d fsyncs: no group commit", producers*each, syncs)
+	}
+}
