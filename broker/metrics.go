@@ -86,7 +86,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		appendQueue: stepHistogram("sushka_append_queue_seconds",
 			"Time an append waited in its partition's queue for the writer (the groups written before it)."),
 		appendWrite: stepHistogram("sushka_append_write_seconds",
-			"Time of the partition writer's group that wrote an append: offsets, idempotence checks and the write system call."),
+			"acks=all: time of the partition writer's group that wrote an append: offsets, idempotence checks and the write system call."),
 		syncWait: stepHistogram("sushka_append_sync_wait_seconds",
 			"acks=all: time from an append written to the start of the fdatasync covering it (the fdatasync before it: group commit)."),
 		syncLatency: stepHistogram("sushka_append_fdatasync_seconds",
@@ -119,13 +119,15 @@ func (m *metrics) keyHistogram(slot *atomic.Pointer[prometheus.Histogram], vec *
 	return h
 }
 
-func (m *metrics) AppendTiming(t plog.AppendTiming) {
-	m.appendQueue.Observe(t.Queue.Seconds())
-	m.appendWrite.Observe(t.Write.Seconds())
-	if t.Sync > 0 { // acks=all
-		m.syncWait.Observe(t.SyncWait.Seconds())
-		m.syncLatency.Observe(t.Sync.Seconds())
+func (m *metrics) AppendTiming(enqueued time.Time, t plog.AppendTiming) {
+	queue, write, syncWait, sync := t.Steps(enqueued)
+	m.appendQueue.Observe(queue.Seconds())
+	if t.SyncStarted.IsZero() {
+		return // not acks=all: its write is its whole append latency
 	}
+	m.appendWrite.Observe(write.Seconds())
+	m.syncWait.Observe(syncWait.Seconds())
+	m.syncLatency.Observe(sync.Seconds())
 }
 
 func (m *metrics) FetchWake(d time.Duration) { m.fetchWake.Observe(d.Seconds()) }

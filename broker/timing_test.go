@@ -78,6 +78,9 @@ func TestRequestStepHistograms(t *testing.T) {
 		// Most records are produced while the consumer's fetch waits.
 		{"sushka_fetch_wake_seconds", nil, records / 2},
 	} {
+		// A response's steps are observed once it is written: maybe just
+		// after the client read it.
+		waitFor(2*time.Second, func() bool { return histogramCount(t, reg, h.name, h.labels) >= h.least })
 		if n := histogramCount(t, reg, h.name, h.labels); n < h.least {
 			t.Errorf("%s%v: %d observations, want at least %d", h.name, h.labels, n, h.least)
 		}

@@ -231,7 +231,6 @@ func (l *Log) enqueueReq(req *appendReq) (Pending, error) {
 		return Pending{}, l.failed
 	}
 	ack := req.ack // once queued, an AckNone req is the writer's to recycle
-	req.enqueued = l.clock.Now()
 	l.closeMu.RLock()
 	if l.closed {
 		l.closeMu.RUnlock()

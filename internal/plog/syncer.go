@@ -248,7 +248,7 @@ func (p *publisher) publish() error {
 	p.lastReleased.Store(int32(len(p.forced)))
 	for _, r := range p.forced {
 		if !syncStart.IsZero() {
-			r.result.Timing.SyncWait, r.result.Timing.Sync = syncStart.Sub(r.written), syncEnd.Sub(syncStart)
+			r.result.Timing.SyncStarted, r.result.Timing.Synced = syncStart, syncEnd
 		}
 		acknowledge(r, err, logStart)
 	}

@@ -28,10 +28,6 @@ type appendReq struct {
 	err     error
 	done    chan struct{} // capacity 1, reused across uses
 
-	// enqueued and written time the append's steps (result.Timing):
-	// set by Enqueue, and by the writer once its group is written.
-	enqueued, written time.Time
-
 	producers []ProducerInfo // reqDescribe: the answer
 }
 
@@ -378,13 +374,18 @@ func (w *writer) commit() {
 		}
 	}
 	logStart := l.LogStartOffset()
-	written := w.pub.clock.Now()
+	var written time.Time // read only for a group with AckForced appends
 	// Once acknowledged, a request belongs to its appender (or to the pool)
 	// again: the AckForced ones are set apart first, in place.
 	forced := w.group[:0]
 	for _, r := range w.group {
-		r.result.Timing.Queue, r.result.Timing.Write = start.Sub(r.enqueued), written.Sub(start)
-		r.written = written
+		r.result.Timing.Grouped = start
+		if r.ack == AckForced {
+			if written.IsZero() {
+				written = w.pub.clock.Now()
+			}
+			r.result.Timing.Written = written
+		}
 		if r.ack == AckForced && err == nil && (r.err == nil || errors.Is(r.err, ErrDuplicateSequence)) {
 			// A duplicate is acknowledged with its original's offset
 			// once the original is durable: it was handed over before,
