@@ -4,39 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
-
-// histogramCount is the number of observations of the histogram name
-// (summed over labels) whose labels include want (name → value; nil: any).
-func histogramCount(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) uint64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n uint64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for k, v := range want {
-				found := false
-				for _, lp := range m.GetLabel() {
-					found = found || lp.GetName() == k && lp.GetValue() == v
-				}
-				if !found {
-					continue next
-				}
-			}
-			n += m.GetHistogram().GetSampleCount()
-		}
-	}
-	return n
-}
 
 // TestRequestStepHistograms: acks=all records read by a long-polling
 // consumer fill every step of the breakdown (issue 12): request queue and
@@ -64,25 +33,30 @@ func TestRequestStepHistograms(t *testing.T) {
 	}
 	reg := tb.Registry()
 	for _, h := range []struct {
-		name   string
-		labels map[string]string
-		least  uint64
+		name  string
+		api   string // the api label's value; "" for unlabelled histograms
+		least uint64
 	}{
-		{"sushka_request_queue_seconds", map[string]string{"api": "Produce"}, records},
-		{"sushka_response_write_seconds", map[string]string{"api": "Produce"}, records},
-		{"sushka_response_write_seconds", map[string]string{"api": "Fetch"}, 1},
-		{"sushka_append_queue_seconds", nil, records},
-		{"sushka_append_write_seconds", nil, records},
-		{"sushka_append_sync_wait_seconds", nil, records},
-		{"sushka_append_fdatasync_seconds", nil, records},
+		{"sushka_request_queue_seconds", "Produce", records},
+		{"sushka_response_write_seconds", "Produce", records},
+		{"sushka_response_write_seconds", "Fetch", 1},
+		{"sushka_append_queue_seconds", "", records},
+		{"sushka_append_write_seconds", "", records},
+		{"sushka_append_sync_wait_seconds", "", records},
+		{"sushka_append_fdatasync_seconds", "", records},
 		// Most records are produced while the consumer's fetch waits.
-		{"sushka_fetch_wake_seconds", nil, records / 2},
+		{"sushka_fetch_wake_seconds", "", records / 2},
 	} {
 		// A response's steps are observed once it is written: maybe just
 		// after the client read it.
-		waitFor(2*time.Second, func() bool { return histogramCount(t, reg, h.name, h.labels) >= h.least })
-		if n := histogramCount(t, reg, h.name, h.labels); n < h.least {
-			t.Errorf("%s%v: %d observations, want at least %d", h.name, h.labels, n, h.least)
+		var labels []string
+		if h.api != "" {
+			labels = []string{h.api}
+		}
+		count := func() uint64 { _, n, _ := gatherMetric(t, reg, h.name, labels...); return n }
+		waitFor(2*time.Second, func() bool { return count() >= h.least })
+		if n := count(); n < h.least {
+			t.Errorf("%s{api=%q}: %d observations, want at least %d", h.name, h.api, n, h.least)
 		}
 	}
 }
