@@ -378,13 +378,35 @@ type E2EResult struct {
 	Latency *Histogram `json:"-"`
 }
 
+// The e2e clients are configured as a latency-sensitive user configures
+// them (E2EClients says so in the report): the producer sends at once
+// (kgo.ProducerLinger(0) unless --linger says otherwise; kgo's default
+// is 10 ms) and the consumer's fetch is answered as soon as one record is
+// there (fetch.min.bytes 1), the broker's long poll waking at the high
+// watermark advance; its FetchMaxWait only bounds an idle poll.
+const (
+	e2eFetchMinBytes = 1
+	e2eFetchMaxWait  = 100 * time.Millisecond
+)
+
+// E2EClients describes the e2e clients' latency settings for w.
+func E2EClients(w Workload) string {
+	_, idempotent, _ := Acks(w.Acks)
+	inFlight := "1 produce request in flight"
+	if idempotent {
+		inFlight = "up to 5 produce requests in flight (idempotent)"
+	}
+	return fmt.Sprintf("clients: franz-go producer linger %s, acks=%s, %s; franz-go consumer (no group) fetch.min.bytes %d, FetchMaxWait %s (a long poll ends at the high watermark advance)",
+		w.Linger, w.Acks, inFlight, e2eFetchMinBytes, e2eFetchMaxWait)
+}
+
 // E2E subscribes a consumer to a fresh topic first, then produces at
 // w.Rate (open loop) with the due time in the first 8 bytes of each value,
 // and measures due → received.
 func E2E(ctx context.Context, brokers, topic string, w Workload) (E2EResult, error) {
 	cons, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.ClientID("sushka-bench-e2e"),
 		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(100*time.Millisecond))
+		kgo.FetchMinBytes(e2eFetchMinBytes), kgo.FetchMaxWait(e2eFetchMaxWait))
 	if err != nil {
 		return E2EResult{}, err
 	}

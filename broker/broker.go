@@ -351,6 +351,7 @@ func New(cfg Config) (*Broker, error) {
 		OnConnection:         b.metrics.connection,
 		OnConnectionRejected: b.metrics.connectionRejected,
 		OnRequest:            b.metrics.request,
+		OnResponse:           b.metrics.response,
 		MaxSASLReceiveBytes:  cfg.MaxSASLReceiveBytes,
 	})
 	b.metrics.watchServer(cfg.Registry, b.srv)

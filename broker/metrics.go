@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/server"
 )
 
@@ -23,6 +24,24 @@ type metrics struct {
 	connsRejected *prometheus.CounterVec
 	saslAuths     *prometheus.CounterVec
 	byKey         [128]atomic.Int64 // requests by key, for RequestCount
+
+	// The breakdown of a request's time (issue 12), so that a tail can be
+	// attributed to a step: see stepBuckets and docs/architecture.md.
+	requestQueue, responseWrite *prometheus.HistogramVec // by api
+	// byKeyQueue and byKeyWrite hold their children by key, made at a
+	// key's first response: a response pays no label lookup.
+	byKeyQueue, byKeyWrite                          [128]atomic.Pointer[prometheus.Histogram]
+	appendQueue, appendWrite, syncWait, syncLatency prometheus.Histogram
+	fetchWake                                       prometheus.Histogram
+}
+
+// stepBuckets are the buckets of the request-step histograms: 10 µs to
+// 5.2 s, doubling (a step of a loopback request is tens of microseconds,
+// an fdatasync a fraction of a millisecond to tens of them).
+var stepBuckets = prometheus.ExponentialBuckets(10e-6, 2, 20)
+
+func stepHistogram(name, help string) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: stepBuckets})
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -54,10 +73,64 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "sushka_sasl_authentications_total",
 			Help: "SASL authentications by mechanism, kind (authentication, reauthentication) and result (success, failure), as Kafka's successful-/failed-authentication-total.",
 		}, []string{"mechanism", "kind", "result"}),
+		requestQueue: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sushka_request_queue_seconds",
+			Help:    "Time from a request's frame read to its handler's start (the connection's previous ordered request, a throttle, the scheduler), by API.",
+			Buckets: stepBuckets,
+		}, []string{"api"}),
+		responseWrite: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sushka_response_write_seconds",
+			Help:    "Time from a handler's answer to its response written to the socket (the responses before it in request order, then the write), by API.",
+			Buckets: stepBuckets,
+		}, []string{"api"}),
+		appendQueue: stepHistogram("sushka_append_queue_seconds",
+			"Time an append waited in its partition's queue for the writer (the groups written before it)."),
+		appendWrite: stepHistogram("sushka_append_write_seconds",
+			"acks=all: time of the partition writer's group that wrote an append: offsets, idempotence checks and the write system call."),
+		syncWait: stepHistogram("sushka_append_sync_wait_seconds",
+			"acks=all: time from an append written to the start of the fdatasync covering it (the fdatasync before it: group commit)."),
+		syncLatency: stepHistogram("sushka_append_fdatasync_seconds",
+			"acks=all: the fdatasync covering an append (one per group commit, counted once per append it acknowledged)."),
+		fetchWake: stepHistogram("sushka_fetch_wake_seconds",
+			"Long-poll fetch: time from the high watermark advance that woke it to its answer being ready (its write is sushka_response_write_seconds{api=\"Fetch\"})."),
 	}
-	reg.MustRegister(m.requests, m.producedBytes, m.fetchedBytes, m.appendLatency, m.connections, m.connsTotal, m.connsRejected, m.saslAuths)
+	reg.MustRegister(m.requests, m.producedBytes, m.fetchedBytes, m.appendLatency, m.connections, m.connsTotal, m.connsRejected, m.saslAuths,
+		m.requestQueue, m.responseWrite, m.appendQueue, m.appendWrite, m.syncWait, m.syncLatency, m.fetchWake)
 	return m
 }
+
+// response observes a written response's queue and write steps
+// (server.Config.OnResponse).
+func (m *metrics) response(key int16, queued, written time.Duration) {
+	if key < 0 || int(key) >= len(m.byKeyQueue) {
+		return
+	}
+	m.keyHistogram(&m.byKeyQueue[key], m.requestQueue, key).Observe(queued.Seconds())
+	m.keyHistogram(&m.byKeyWrite[key], m.responseWrite, key).Observe(written.Seconds())
+}
+
+// keyHistogram is vec's child for key, made once and kept in slot.
+func (m *metrics) keyHistogram(slot *atomic.Pointer[prometheus.Histogram], vec *prometheus.HistogramVec, key int16) prometheus.Histogram {
+	if h := slot.Load(); h != nil {
+		return *h
+	}
+	h := vec.WithLabelValues(kmsg.NameForKey(key)).(prometheus.Histogram)
+	slot.CompareAndSwap(nil, &h)
+	return h
+}
+
+func (m *metrics) AppendTiming(enqueued time.Time, t plog.AppendTiming) {
+	queue, write, syncWait, sync := t.Steps(enqueued)
+	m.appendQueue.Observe(queue.Seconds())
+	if t.SyncStarted.IsZero() {
+		return // not acks=all: its write is its whole append latency
+	}
+	m.appendWrite.Observe(write.Seconds())
+	m.syncWait.Observe(syncWait.Seconds())
+	m.syncLatency.Observe(sync.Seconds())
+}
+
+func (m *metrics) FetchWake(d time.Duration) { m.fetchWake.Observe(d.Seconds()) }
 
 // watchServer registers the gauges read from the server itself.
 func (m *metrics) watchServer(reg *prometheus.Registry, srv *server.Server) {

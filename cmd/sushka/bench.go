@@ -406,7 +406,8 @@ func newBenchE2ECmd() *cobra.Command {
 			}
 			w := f.w
 			sc := &bench.Scenario{Name: w.Label("e2e"), Kind: "e2e", Primary: "p99_ms", Unit: "ms", Workload: w,
-				Notes: []string{"open-loop; latency from the moment a record was due to its arrival at the consumer (one process, one clock)"}}
+				Notes: []string{"open-loop; latency from the moment a record was due to its arrival at the consumer (one process, one clock)",
+					bench.E2EClients(w)}}
 			err = s.runner().Run(ctx, sc, func(ctx context.Context, sys bench.System, _ int) (bench.RoundResult, error) {
 				topic := s.topic("e2e")
 				if err := bench.CreateTopic(ctx, sys.Brokers, topic, w.Partitions); err != nil {

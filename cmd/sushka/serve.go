@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -311,7 +312,8 @@ func runServe(ctx context.Context, f serveFlags) error {
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(runtimeLatencyMetrics)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	bootstrapName, bootstrapPassword, _ := parseBootstrapUser(f.bootstrapUser)
 	start := time.Now()
 	b, err := broker.New(broker.Config{
@@ -481,6 +483,14 @@ func currentGOGC() string {
 		return "off"
 	}
 	return strconv.Itoa(pct)
+}
+
+// runtimeLatencyMetrics are the Go runtime's histograms a request's tail
+// may come from, exported beside the defaults: how long runnable goroutines
+// waited for a thread (go_sched_latencies_seconds) and the GC's
+// stop-the-world pauses (go_sched_pauses_total_gc_seconds).
+var runtimeLatencyMetrics = collectors.GoRuntimeMetricsRule{
+	Matcher: regexp.MustCompile(`^/sched/(latencies|pauses/total/gc):seconds$`),
 }
 
 // adminMux serves the admin endpoints; /debug/pprof/ only with withPprof

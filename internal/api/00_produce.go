@@ -220,7 +220,7 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 			res, err = q.pending.Wait()
 		}
 		sp := &resp.Topics[q.j.topicIndex].Partitions[q.j.partitionIndex]
-		h.finishProduce(req.Version, sp, q.j.topic, len(q.j.records), time.Since(q.start), res, err)
+		h.finishProduce(req.Version, sp, q.j.topic, len(q.j.records), q.start, res, err)
 	}
 	creq.Accounting.WaitEnd(waited)
 
@@ -235,12 +235,14 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 	return server.Response{Body: resp}
 }
 
-// finishProduce fills one partition's answer from its append.
-func (h *Handler) finishProduce(version int16, sp *kmsg.ProduceResponseTopicPartition, topic string, n int, took time.Duration, res plog.AppendResult, err error) {
+// finishProduce fills one partition's answer from its append, enqueued at
+// start.
+func (h *Handler) finishProduce(version int16, sp *kmsg.ProduceResponseTopicPartition, topic string, n int, start time.Time, res plog.AppendResult, err error) {
 	if m := h.cfg.Metrics; m != nil {
-		m.AppendLatency(took)
+		m.AppendLatency(time.Since(start))
 		if err == nil {
 			m.ProducedBytes(topic, n)
+			m.AppendTiming(start, res.Timing)
 		}
 	}
 	if err != nil && !errors.Is(err, plog.ErrDuplicateSequence) {

@@ -455,6 +455,7 @@ func (h *Handler) longPollFetch(ctx context.Context, parts []*fetchPart, minByte
 		releaseFetch(parts)
 		total, anyError := h.readFetch(parts, maxBytes)
 		if total >= minBytes || anyError {
+			h.fetchWoken(w) // timing.go
 			return
 		}
 		select {

@@ -61,6 +61,12 @@ type Metrics interface {
 	ProducedBytes(topic string, n int)
 	FetchedBytes(topic string, n int64)
 	AppendLatency(d time.Duration)
+	// AppendTiming receives the steps of one acknowledged append, enqueued
+	// at enqueued (00_produce.go): queue, write, fsync wait and fsync.
+	AppendTiming(enqueued time.Time, t plog.AppendTiming)
+	// FetchWake receives a long-poll fetch's wake-up: from the high
+	// watermark advance that woke it to its answer (timing.go).
+	FetchWake(d time.Duration)
 	// SASLAuthentication counts one SASL authentication's outcome
 	// (36_sasl_authenticate.go): ok or failed, first or a
 	// re-authentication.

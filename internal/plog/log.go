@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sushka-io/sushka/internal/clock"
 	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
@@ -45,6 +46,7 @@ type Log struct {
 	cfg   Config // dynamic fields read by the writer under cfgMu
 
 	fs         interface{ SyncDir(string) error }
+	clock      clock.Clock // Config.Clock (static): times the appends' steps
 	dir        string
 	baseLogger *slog.Logger // Config.Logger (static): see logger
 
@@ -105,7 +107,7 @@ type Log struct {
 func Failed(cfg Config, err error) *Log {
 	cfg.setNilDefaults()
 	return &Log{
-		cfg: cfg, fs: cfg.FS, dir: cfg.Dir, baseLogger: cfg.Logger,
+		cfg: cfg, fs: cfg.FS, clock: cfg.Clock, dir: cfg.Dir, baseLogger: cfg.Logger,
 		stop: make(chan struct{}), waitCh: make(chan struct{}),
 		failed: err, broken: true,
 	}
@@ -124,6 +126,7 @@ func Open(cfg Config) (*Log, error) {
 	l := &Log{
 		cfg:        cfg,
 		fs:         cfg.FS,
+		clock:      cfg.Clock,
 		dir:        cfg.Dir,
 		baseLogger: cfg.Logger,
 		stop:       make(chan struct{}),

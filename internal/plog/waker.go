@@ -1,5 +1,10 @@
 package plog
 
+import (
+	"sync/atomic"
+	"time"
+)
+
 // A Waker wakes one reader that long-polls many logs (a Fetch over many
 // partitions): every log it is registered with signals it when its high
 // watermark advances or the log closes. Waiting on any number of partitions
@@ -13,16 +18,34 @@ package plog
 // landed after its registration.
 type Waker struct {
 	C chan struct{}
+
+	// signalledAt is when the first signal not yet taken by SignalTime
+	// arrived (Config.Clock, Unix nanoseconds; 0: none): how long the
+	// reader took to answer after the append that woke it.
+	signalledAt atomic.Int64
 }
 
 // NewWaker returns a Waker registered with no log.
 func NewWaker() *Waker { return &Waker{C: make(chan struct{}, 1)} }
 
-func (w *Waker) signal() {
+// signal wakes the reader; at (Unix nanoseconds) is when.
+func (w *Waker) signal(at int64) {
+	w.signalledAt.CompareAndSwap(0, at)
 	select {
 	case w.C <- struct{}{}:
 	default: // already signalled; the reader has not looked yet
 	}
+}
+
+// SignalTime returns when the earliest signal since the previous call
+// arrived (the zero Time if none did) and forgets it: a reader woken by C
+// measures its wake-up from there (the broker's sushka_fetch_wake_seconds).
+func (w *Waker) SignalTime() time.Time {
+	at := w.signalledAt.Swap(0)
+	if at == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, at)
 }
 
 // AddWaker registers w: l signals it at every advance of the high watermark
@@ -55,7 +78,11 @@ func (l *Log) Wakers() int {
 
 // signalWakersLocked signals every registered Waker; l.mu must be held.
 func (l *Log) signalWakersLocked() {
+	if len(l.wakers) == 0 {
+		return
+	}
+	at := l.clock.Now().UnixNano()
 	for w := range l.wakers {
-		w.signal()
+		w.signal(at)
 	}
 }

@@ -364,8 +364,9 @@ func (w *writer) commit() {
 	// Failing to reopen the active file (out of descriptors) fails this
 	// group only: nothing was written, a later group may succeed.
 	err := w.active.pinWriter()
+	start := w.pub.clock.Now()
 	if err == nil {
-		err = w.fail(w.writeGroup())
+		err = w.fail(w.writeGroup(start))
 		if err != nil && w.resumeAt.IsZero() && resumable(err) {
 			// The wait before the first attempt to resume starts now.
 			w.resumeBackoff = diskFullRetryMin
@@ -373,10 +374,18 @@ func (w *writer) commit() {
 		}
 	}
 	logStart := l.LogStartOffset()
+	var written time.Time // read only for a group with AckForced appends
 	// Once acknowledged, a request belongs to its appender (or to the pool)
 	// again: the AckForced ones are set apart first, in place.
 	forced := w.group[:0]
 	for _, r := range w.group {
+		r.result.Timing.Grouped = start
+		if r.ack == AckForced {
+			if written.IsZero() {
+				written = w.pub.clock.Now()
+			}
+			r.result.Timing.Written = written
+		}
 		if r.ack == AckForced && err == nil && (r.err == nil || errors.Is(r.err, ErrDuplicateSequence)) {
 			// A duplicate is acknowledged with its original's offset
 			// once the original is durable: it was handed over before,
@@ -415,13 +424,12 @@ func acknowledge(r *appendReq, err error, logStart int64) {
 	r.done <- struct{}{}
 }
 
-// writeGroup assigns offsets and writes the group (syncing and publishing
+// writeGroup assigns offsets and writes the group, at now (syncing and publishing
 // only the part of it in a segment that is rolled). Requests refused by the
 // idempotence check get their error in r.err; an I/O error is returned.
-func (w *writer) writeGroup() error {
+func (w *writer) writeGroup(now time.Time) error {
 	l := w.l
 	cfg := l.config()
-	now := cfg.Clock.Now()
 	if err := l.Err(); err != nil {
 		if !w.resumeDue(now) {
 			return err
@@ -651,7 +659,7 @@ func (w *writer) resume(now time.Time) error {
 		s.file.Unmap() // recovery truncates the file
 		s.mapped = nil
 	}
-	fresh := &Log{cfg: l.config(), fs: l.fs, dir: l.dir, baseLogger: l.baseLogger, firstTxn: noTxn}
+	fresh := &Log{cfg: l.config(), fs: l.fs, clock: l.clock, dir: l.dir, baseLogger: l.baseLogger, firstTxn: noTxn}
 	if err := fresh.recover(); err != nil {
 		fresh.closeFiles()
 		w.resumeBackoff = min(2*w.resumeBackoff, diskFullRetryMax)

@@ -72,6 +72,8 @@ type slot struct {
 	req  *Request
 	done chan struct{} // closed when resp is set
 	resp Response
+
+	started, answered time.Time // the handler's start and return (Config.OnResponse)
 }
 
 func newConn(s *Server, nc net.Conn, id uint64, ip string, ln *Listener) *conn {
@@ -196,6 +198,7 @@ func (c *conn) serve() {
 		reserved := int64(size)
 		c.setReadDeadline(time.Now().Add(c.s.cfg.FrameReadTimeout))
 		frame, err := readFrame(c.nc, int(size))
+		readAt := time.Now()
 		if err != nil {
 			c.s.budget.release(reserved)
 			if errors.Is(err, os.ErrDeadlineExceeded) && !c.isStopping() {
@@ -224,7 +227,7 @@ func (c *conn) serve() {
 			c.abort()
 			return
 		}
-		req.Remote = c.nc.RemoteAddr()
+		req.Remote, req.readAt = c.nc.RemoteAddr(), readAt
 		req.frame, req.reserved, req.budget = frame, reserved, c.s.budget
 		req.ConnID = c.id
 		req.Session = c.session
@@ -353,7 +356,9 @@ func (c *conn) handle(sl *slot, prev, mine chan struct{}) {
 			sl.req.recycle = false // the handler may have left references
 		}
 	}()
+	sl.started = time.Now()
 	sl.resp = c.s.cfg.Handler.Handle(c.ctx, sl.req)
+	sl.answered = time.Now()
 	c.mute(sl.resp.ThrottleFor)
 }
 
@@ -386,7 +391,11 @@ func (c *conn) writeLoop() {
 			failed = true
 			c.abort()
 		}
-		c.lastWriteNanos.Store(time.Now().UnixNano())
+		now := time.Now()
+		if on := c.s.cfg.OnResponse; on != nil && !failed && !r.None && !sl.started.IsZero() {
+			on(sl.req.Key, sl.started.Sub(sl.req.readAt), now.Sub(sl.answered))
+		}
+		c.lastWriteNanos.Store(now.UnixNano())
 		c.inFlight.Add(-1)
 	}
 }

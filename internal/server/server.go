@@ -109,6 +109,8 @@ type Request struct {
 	// mute starts the connection's throttle (MuteFor); nil without one.
 	mute func(time.Duration)
 
+	readAt time.Time // the frame was read (Config.OnResponse)
+
 	frame    []byte // the request's frame, from the frame pool; nil once let go
 	recycle  bool   // the handler keeps no reference to frame after Handle
 	reserved int64  // bytes of the memory budget held for frame
@@ -243,6 +245,12 @@ type Config struct {
 	OnConnectionRejected func(reason string)
 	// OnRequest is called for every decoded request (metrics).
 	OnRequest func(key int16)
+	// OnResponse is called by a connection's writer for every response it
+	// wrote (metrics): queued is the frame read → the handler's start
+	// (waiting for the connection's previous ordered request, a throttle
+	// and a goroutine), written the handler's answer → written to the
+	// socket (the responses before it in request order, and the write).
+	OnResponse func(key int16, queued, written time.Duration)
 	// MaxSASLReceiveBytes bounds a frame on a SASL listener before the
 	// connection has authenticated (Kafka's sasl.server.max.receive.size;
 	// default DefaultMaxSASLReceiveBytes).
