@@ -121,7 +121,10 @@ func TestBenchSmoke(t *testing.T) {
 		doc, _ := readDocument(t, js)
 		r := doc.Scenarios[0].Systems[0].Raw[0]
 		// 2000 records/s for 0.7 s in requests of 2 partitions × 10 records.
-		if r.Errors != 0 || r.Unfinished != 0 || r.Acked != r.Issued || r.Acked != 1400 || r.Bound != bench.BoundOfferedRate {
+		// The rate is kept (offered-rate) unless other processes fill the
+		// machine (CI runs packages in parallel): then the label must say so.
+		if r.Errors != 0 || r.Unfinished != 0 || r.Acked != r.Issued || r.Acked != 1400 ||
+			(r.Bound != bench.BoundOfferedRate && r.Bound != bench.BoundMachine) {
 			t.Errorf("raw counts: %+v", r)
 		}
 		if !r.GeneratorCPU.OK || !r.BrokerCPU.OK || !r.BrokerWrite.OK {
