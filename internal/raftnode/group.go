@@ -69,7 +69,7 @@ type group struct {
 	unreachable []uint64
 	ticks       int
 	peerDown    []uint64 // nodes taken for down since the last run
-	campaign    bool
+	transferTo  uint64 // a leadership transfer asked for
 	quiesced    bool
 
 	// worker
@@ -171,8 +171,8 @@ func (g *group) process() {
 	g.inboxMu.Lock()
 	msgs, props, unreachable, ticks, down := g.messages, g.proposals, g.unreachable, g.ticks, g.peerDown
 	g.messages, g.proposals, g.unreachable, g.ticks, g.peerDown = g.spareMsgs[:0], g.spareProp[:0], nil, 0, nil
-	quiesced, campaign := g.quiesced, g.campaign
-	g.campaign = false
+	quiesced, transferTo := g.quiesced, g.transferTo
+	g.transferTo = 0
 	g.inboxMu.Unlock()
 	defer func() {
 		clear(msgs)
@@ -193,8 +193,8 @@ func (g *group) process() {
 	for _, peer := range down {
 		g.peerIsDown(peer)
 	}
-	if campaign {
-		_ = g.rn.Campaign()
+	if transferTo != 0 {
+		g.rn.TransferLeader(transferTo)
 	}
 	for _, peer := range unreachable {
 		g.rn.ReportUnreachable(peer)

@@ -147,15 +147,16 @@ func (n *Node) Propose(groupID uint64, data []byte, done func(error)) {
 	}
 }
 
-// Campaign makes this replica of a group campaign at its next run (a test's
-// shortcut to a known leader; groups elect themselves on ticks).
-func (n *Node) Campaign(groupID uint64) error {
+// TransferLeadership asks this replica of a group, if it leads, to hand
+// leadership to node to (raft's leadership transfer; Kafka's preferred
+// leader election, ElectLeaders, will use it).
+func (n *Node) TransferLeadership(groupID, to uint64) error {
 	g := n.group(groupID)
 	if g == nil {
 		return ErrUnknownGroup
 	}
 	g.inboxMu.Lock()
-	g.campaign = true
+	g.transferTo = to
 	if g.quiesced {
 		g.wakeLocked()
 	}
@@ -301,3 +302,25 @@ func (n *Node) Stats() Stats {
 }
 
 var _ raft.Logger = raftLogger{}
+
+// busy says whether the scheduler has groups queued or running, or the
+// queue of a connected peer holds messages (tests wait for it to clear).
+func (n *Node) busy() bool {
+	n.sched.mu.Lock()
+	queued := len(n.sched.queue) - n.sched.head
+	n.sched.mu.Unlock()
+	if queued > 0 || n.sched.running.Load() > 0 {
+		return true
+	}
+	n.transport.mu.RLock()
+	defer n.transport.mu.RUnlock()
+	for _, p := range n.transport.peers {
+		p.mu.Lock()
+		q := len(p.queue)
+		p.mu.Unlock()
+		if q > 0 && p.connected.Load() {
+			return true
+		}
+	}
+	return false
+}

@@ -1,6 +1,9 @@
 package raftnode
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Scheduling states of a group, under scheduler.mu.
 const (
@@ -20,6 +23,7 @@ type scheduler struct {
 	queue   []*group // FIFO from head
 	head    int
 	stopped bool
+	running atomic.Int32 // groups being processed
 	wg      sync.WaitGroup
 }
 
@@ -66,11 +70,13 @@ func (s *scheduler) worker() {
 			s.queue, s.head = s.queue[:n], 0
 		}
 		g.sched = schedRunning
+		s.running.Add(1)
 		s.mu.Unlock()
 
 		g.process()
 
 		s.mu.Lock()
+		s.running.Add(-1)
 		g.sched &^= schedRunning
 		if g.sched&schedQueued != 0 {
 			s.queue = append(s.queue, g)

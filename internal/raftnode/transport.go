@@ -54,6 +54,7 @@ type peer struct {
 	lastHeard atomic.Int64 // the node tick of its last frame
 	up        atomic.Bool
 	cut       atomic.Bool // tests: a network partition between the two nodes
+	connected atomic.Bool // the writer has a connection
 }
 
 type outMessage struct {
@@ -295,6 +296,7 @@ func (p *peer) run() {
 					continue
 				}
 				conn, connAddr, backoff = c, addr, 20*time.Millisecond
+				p.connected.Store(true)
 			}
 			var frames, msgs int
 			buf, frames, msgs = p.encode(buf[:0], batch)
@@ -303,6 +305,7 @@ func (p *peer) run() {
 				t.log.Warn("raft peer write failed; reconnecting", "peer", p.id, "addr", addr, "err", err)
 				t.untrack(conn)
 				conn = nil
+				p.connected.Store(false)
 				p.dropAll(batch)
 				continue
 			}

@@ -1,0 +1,195 @@
+package raftnode
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// leadAll makes node id the leader of every group (leadership transfers)
+// and waits for it.
+func (c *testCluster) leadAll(id uint64, maxTicks int) {
+	c.t.Helper()
+	leaders, ok := c.leaders()
+	if !ok {
+		c.t.Fatal("leadAll before every group has a leader")
+	}
+	for g, l := range leaders {
+		if l != id {
+			if err := c.node(l).TransferLeadership(g, id); err != nil {
+				c.t.Fatal(err)
+			}
+		}
+	}
+	c.tickUntil(maxTicks, fmt.Sprintf("node %d leads every group", id), func() bool {
+		leaders, ok := c.leaders()
+		if !ok {
+			return false
+		}
+		for _, l := range leaders {
+			if l != id {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func (c *testCluster) quiescent() bool {
+	for _, n := range c.live() {
+		if n.Stats().ActiveGroups != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func TestLeaderNodeStops(t *testing.T) {
+	for _, quiesce := range []bool{true, false} {
+		t.Run(fmt.Sprintf("quiescent=%v", quiesce), func(t *testing.T) {
+			c := newCluster(t, clusterOptions{nodes: 3, groups: 30, manual: true})
+			c.electAll(60)
+			c.leadAll(1, 30)
+			for _, g := range c.groups {
+				c.propose(1, g, "before")
+			}
+			if quiesce {
+				c.tickUntil(20, "every group quiescent", c.quiescent)
+			} else {
+				c.tickUntil(5, "everything applied", func() bool { return c.allApplied(c.groups[len(c.groups)-1], 1) })
+			}
+			c.node(1).Stop()
+			election := c.node(2).cfg.ElectionTicks
+			// Liveness takes node 1 for down after an election timeout, then
+			// the lowest voter up campaigns at once (quiescent groups); a
+			// group still ticking elects on its own randomized timeout
+			// (election .. 2×election ticks).
+			leaders, ticks := c.electAll(3 * election)
+			t.Logf("new leaders for %d groups %d ticks after the leader's node stopped", len(leaders), ticks)
+			if ticks > 2*election+2 {
+				t.Fatalf("new leaders after %d ticks, want at most %d", ticks, 2*election+2)
+			}
+			for _, g := range c.groups {
+				c.propose(leaders[g], g, "after")
+			}
+			c.tickUntil(10, "the new leaders commit", func() bool {
+				for _, g := range c.groups {
+					if !c.allApplied(g, 2) {
+						return false
+					}
+				}
+				return true
+			})
+			for _, g := range c.groups {
+				for _, n := range c.live() {
+					if got := c.appliedOf(n.ID(), g); !slices.Equal(got, []string{"before", "after"}) {
+						t.Fatalf("group %d on node %d applied %v", g, n.ID(), got)
+					}
+				}
+			}
+		})
+	}
+}
+
+// partition cuts node id off from every other node, both ways (or heals it).
+func (c *testCluster) partition(id uint64, cut bool) {
+	for _, n := range c.nodes {
+		if n.ID() == id {
+			for _, p := range c.nodes {
+				if p.ID() != id {
+					n.transport.peer(p.ID()).cut.Store(cut)
+				}
+			}
+			continue
+		}
+		n.transport.peer(id).cut.Store(cut)
+	}
+}
+
+func TestPartitionedLeader(t *testing.T) {
+	c := newCluster(t, clusterOptions{nodes: 3, groups: 10, manual: true})
+	c.electAll(60)
+	c.leadAll(1, 30)
+	for _, g := range c.groups {
+		c.propose(1, g, "committed")
+	}
+	c.tickUntil(10, "the first entry applied", func() bool {
+		for _, g := range c.groups {
+			if !c.allApplied(g, 1) {
+				return false
+			}
+		}
+		return true
+	})
+
+	c.partition(1, true)
+	// The minority leader still takes proposals into its log, but cannot
+	// commit them.
+	for _, g := range c.groups {
+		c.propose(1, g, "lost-1", "lost-2")
+	}
+	election := c.node(1).cfg.ElectionTicks
+	c.tickUntil(4*election, "the majority elects new leaders, the old one steps down", func() bool {
+		for _, g := range c.groups {
+			l2, _ := c.node(2).Leader(g)
+			l3, _ := c.node(3).Leader(g)
+			if l2 == 0 || l2 == 1 || l2 != l3 {
+				return false
+			}
+			if l1, _ := c.node(1).Leader(g); l1 == 1 {
+				return false // CheckQuorum: a leader without its majority steps down
+			}
+		}
+		return true
+	})
+	for _, g := range c.groups {
+		if got := c.appliedOf(1, g); !slices.Equal(got, []string{"committed"}) {
+			t.Fatalf("group %d: the partitioned leader applied %v", g, got)
+		}
+		leader, _ := c.node(2).Leader(g)
+		c.propose(leader, g, "new-1", "new-2")
+	}
+	c.tickUntil(10, "the majority commits", func() bool {
+		for _, g := range c.groups {
+			if len(c.appliedOf(2, g)) < 3 || len(c.appliedOf(3, g)) < 3 {
+				return false
+			}
+		}
+		return true
+	})
+
+	c.partition(1, false)
+	c.tickUntil(4*election, "the old leader catches up", func() bool {
+		for _, g := range c.groups {
+			if len(c.appliedOf(1, g)) < 3 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, g := range c.groups {
+		want := []string{"committed", "new-1", "new-2"}
+		for _, n := range c.nodes {
+			if got := c.appliedOf(n.ID(), g); !slices.Equal(got, want) {
+				t.Fatalf("group %d on node %d applied %v, want %v", g, n.ID(), got, want)
+			}
+		}
+		// The uncommitted tail of the old leader is gone from its log.
+		st := c.storages[[2]uint64{1, g}]
+		first, _ := st.FirstIndex()
+		last, _ := st.LastIndex()
+		entries, err := st.Entries(first, last+1, 1<<30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if strings.HasPrefix(string(e.Data), "lost") {
+				t.Fatalf("group %d: node 1 still has %q at index %d", g, e.Data, e.GetIndex())
+			}
+		}
+		if l, _ := c.node(1).Leader(g); l == 1 || l == 0 {
+			t.Fatalf("group %d: node 1 sees leader %d after healing", g, l)
+		}
+	}
+}
