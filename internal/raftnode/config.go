@@ -34,7 +34,8 @@ type Config struct {
 	// Workers is the size of the scheduler's pool (GOMAXPROCS).
 	Workers int
 
-	// PeerQueueMessages bounds each peer's send queue (4096 messages);
+	// PeerQueueMessages bounds each peer's send queue (65,536 messages: a
+	// heartbeat of each of 10,000 waking groups to a peer is 10,000);
 	// PeerQueueBytes bounds its bytes (64 MiB). Past either, messages are
 	// dropped and raft is told the peer is unreachable.
 	PeerQueueMessages int
@@ -70,7 +71,7 @@ func DefaultConfig() Config {
 		ElectionTicks:       10,
 		HeartbeatTicks:      1,
 		Workers:             runtime.GOMAXPROCS(0),
-		PeerQueueMessages:   4096,
+		PeerQueueMessages:   65536,
 		PeerQueueBytes:      64 << 20,
 		MaxFrameBytes:       16 << 20,
 		MaxSizePerMsg:       1 << 20,
