@@ -69,7 +69,7 @@ type group struct {
 	unreachable []uint64
 	ticks       int
 	peerDown    []uint64 // nodes taken for down since the last run
-	transferTo  uint64 // a leadership transfer asked for
+	transferTo  uint64   // a leadership transfer asked for
 	quiesced    bool
 
 	// worker
