@@ -22,7 +22,8 @@ type testCluster struct {
 	storages map[[2]uint64]*MemStorage // (node, group)
 
 	mu      sync.Mutex
-	applied map[[2]uint64][]string // (node, group) → data of applied normal entries
+	applied map[[2]uint64][]string   // (node, group) → data of applied normal entries
+	waiters map[string]chan struct{} // "node/value" → closed when node applies value
 }
 
 type clusterOptions struct {
@@ -33,7 +34,8 @@ type clusterOptions struct {
 
 func newCluster(t testing.TB, o clusterOptions) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, storages: make(map[[2]uint64]*MemStorage), applied: make(map[[2]uint64][]string)}
+	c := &testCluster{t: t, storages: make(map[[2]uint64]*MemStorage), applied: make(map[[2]uint64][]string),
+		waiters: make(map[string]chan struct{})}
 	voters := make([]uint64, o.nodes)
 	for i := range voters {
 		voters[i] = uint64(i + 1)
@@ -68,6 +70,10 @@ func newCluster(t testing.TB, o clusterOptions) *testCluster {
 				for _, e := range entries {
 					if e.GetType() == pb.EntryType_EntryNormal && len(e.Data) > 0 {
 						c.applied[key] = append(c.applied[key], string(e.Data))
+						if w := c.waiters[fmt.Sprint(id, "/", string(e.Data))]; w != nil {
+							close(w)
+							delete(c.waiters, fmt.Sprint(id, "/", string(e.Data)))
+						}
 					}
 				}
 			}})
@@ -201,6 +207,16 @@ func (c *testCluster) propose(leader uint64, g uint64, values ...string) {
 			c.t.Fatalf("propose to group %d on node %d: %v", g, leader, err)
 		}
 	}
+}
+
+// whenApplied returns a channel closed when node applies value (values are
+// unique in a test).
+func (c *testCluster) whenApplied(node uint64, value string) chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := make(chan struct{})
+	c.waiters[fmt.Sprint(node, "/", value)] = w
+	return w
 }
 
 func (c *testCluster) appliedOf(node, g uint64) []string {
