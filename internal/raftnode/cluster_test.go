@@ -21,6 +21,8 @@ type testCluster struct {
 	groups   []uint64
 	storages map[[2]uint64]*MemStorage // (node, group)
 
+	ticked int // rounds of tickUntil so far in the current call
+
 	mu      sync.Mutex
 	applied map[[2]uint64][]string   // (node, group) → data of applied normal entries
 	waiters map[string]chan struct{} // "node/value" → closed when node applies value
@@ -128,6 +130,7 @@ func (c *testCluster) live() []*Node {
 func (c *testCluster) tickUntil(maxTicks int, what string, cond func() bool) int {
 	c.t.Helper()
 	for i := 0; ; i++ {
+		c.ticked = i
 		if cond() {
 			return i
 		}
@@ -164,21 +167,35 @@ func (c *testCluster) settle() {
 // leaders returns each group's leader if every live node agrees on it (and
 // it is live), else false.
 func (c *testCluster) leaders() (map[uint64]uint64, bool) {
+	out, all := c.agreedLeaders()
+	return out, all
+}
+
+// agreedLeaders returns the leaders of the groups whose live nodes agree on
+// a live leader, and whether that is every group.
+func (c *testCluster) agreedLeaders() (map[uint64]uint64, bool) {
 	out := make(map[uint64]uint64, len(c.groups))
 	live := c.live()
+	all := true
+groups:
 	for _, g := range c.groups {
 		var leader uint64
 		for i, n := range live {
 			l, _ := n.Leader(g)
 			if l == 0 || i > 0 && l != leader {
-				return nil, false
+				all = false
+				continue groups
 			}
 			leader = l
 		}
 		if c.node(leader).stopped.Load() {
-			return nil, false
+			all = false
+			continue
 		}
 		out[g] = leader
+	}
+	if !all {
+		return out, false
 	}
 	return out, true
 }

@@ -62,14 +62,32 @@ func TestLeaderNodeStops(t *testing.T) {
 			c.node(1).Stop()
 			election := c.node(2).cfg.ElectionTicks
 			// Liveness takes node 1 for down after an election timeout, then
-			// the lowest voter up campaigns at once (quiescent groups); a
-			// group still ticking elects on its own randomized timeout
-			// (election .. 2×election ticks).
-			leaders, ticks := c.electAll(3 * election)
-			t.Logf("new leaders for %d groups %d ticks after the leader's node stopped", len(leaders), ticks)
-			if ticks > 2*election+2 {
-				t.Fatalf("new leaders after %d ticks, want at most %d", ticks, 2*election+2)
+			// the lowest voter up campaigns at once. A replica that has
+			// started an election on its own timer meanwhile may split the
+			// vote; raft's randomized timeouts settle that (election ..
+			// 2×election ticks more).
+			electedAt := map[uint64]int{}
+			ticks := c.tickUntil(4*election, "a new leader for every group", func() bool {
+				leaders, _ := c.agreedLeaders()
+				for g := range leaders {
+					if _, ok := electedAt[g]; !ok {
+						electedAt[g] = c.ticked
+					}
+				}
+				return len(electedAt) == len(c.groups)
+			})
+			prompt := 0
+			for _, at := range electedAt {
+				if at <= election+2 {
+					prompt++
+				}
 			}
+			t.Logf("new leaders for %d groups within %d ticks of the leader's node stopping, %d of them within %d ticks",
+				len(electedAt), ticks, prompt, election+2)
+			if prompt < len(c.groups)*8/10 {
+				t.Fatalf("%d of %d groups elected within an election timeout and 2 ticks, want 80 %%", prompt, len(c.groups))
+			}
+			leaders, _ := c.leaders()
 			for _, g := range c.groups {
 				c.propose(leaders[g], g, "after")
 			}

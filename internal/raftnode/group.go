@@ -78,6 +78,15 @@ type group struct {
 	apply     func([]*pb.Entry)
 	voters    []uint64
 	failed    error
+	// campaignTicks > 0: this replica is the one to elect itself after its
+	// leader's node went down; it campaigns again on each of that many
+	// ticks while no leader is known (a pre-vote may reach a peer that has
+	// not yet taken the node for down, and be refused).
+	campaignTicks int
+	// holdTicks > 0: the others hold their own election timers that many
+	// ticks, so that their timers, started at the last heartbeat, do not
+	// split the vote with the chosen replica's campaign.
+	holdTicks int
 	spareMsgs []inMessage
 	spareProp []proposal
 
@@ -188,7 +197,21 @@ func (g *group) process() {
 	}
 	g.node.stats.groupRuns.Add(1)
 	for range ticks {
+		if g.holdTicks > 0 {
+			g.holdTicks--
+			continue
+		}
 		g.rn.Tick()
+	}
+	if ticks > 0 && g.campaignTicks > 0 {
+		g.campaignTicks--
+		if st := g.rn.BasicStatus(); st.Lead != 0 {
+			g.campaignTicks = 0
+		} else if st.RaftState == raft.StateFollower || st.RaftState == raft.StatePreCandidate {
+			// A pre-vote refused in a peer's leader lease gets no answer:
+			// ask again.
+			_ = g.rn.Campaign()
+		}
 	}
 	for _, peer := range down {
 		g.peerIsDown(peer)
@@ -323,8 +346,10 @@ func (g *group) applyConfChanges(entries []*pb.Entry) {
 // peerIsDown is run when node liveness takes peer for down: a follower
 // whose leader was on it forgets that leader (so that it grants votes at
 // once instead of waiting out the leader's lease), and the lowest-numbered
-// voter still up campaigns right away; the others elect normally if that
-// fails (split views of who is up).
+// voter still up campaigns right away, and again on its next ticks while
+// no leader is known; the others hold their election timers for an
+// election timeout meanwhile, then elect normally if that failed (split
+// views of who is up).
 func (g *group) peerIsDown(peer uint64) {
 	st := g.rn.BasicStatus()
 	if st.Lead != peer || st.RaftState == raft.StateLeader {
@@ -337,6 +362,9 @@ func (g *group) peerIsDown(peer uint64) {
 		}
 		if v == g.node.cfg.ID {
 			_ = g.rn.Campaign()
+			g.campaignTicks = g.node.cfg.ElectionTicks
+		} else {
+			g.holdTicks = g.node.cfg.ElectionTicks
 		}
 		return
 	}
