@@ -32,6 +32,8 @@ type clusterOptions struct {
 	nodes, groups int
 	manual        bool
 	tweak         func(*Config)
+	// apply, if set, replaces the recording of applied values.
+	apply func(node, group uint64, entries []*pb.Entry)
 }
 
 func newCluster(t testing.TB, o clusterOptions) *testCluster {
@@ -67,6 +69,10 @@ func newCluster(t testing.TB, o clusterOptions) *testCluster {
 			key := [2]uint64{id, gid}
 			c.storages[key] = st
 			err := n.AddGroup(GroupConfig{ID: gid, Voters: voters, Storage: st, Apply: func(entries []*pb.Entry) {
+				if o.apply != nil {
+					o.apply(id, gid, entries)
+					return
+				}
 				c.mu.Lock()
 				defer c.mu.Unlock()
 				for _, e := range entries {

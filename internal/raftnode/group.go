@@ -73,11 +73,11 @@ type group struct {
 	quiesced    bool
 
 	// worker
-	rn        *raft.RawNode
-	storage   Storage
-	apply     func([]*pb.Entry)
-	voters    []uint64
-	failed    error
+	rn      *raft.RawNode
+	storage Storage
+	apply   func([]*pb.Entry)
+	voters  []uint64
+	failed  error
 	// campaignTicks > 0: this replica is the one to elect itself after its
 	// leader's node went down; it campaigns again on each of that many
 	// ticks while no leader is known (a pre-vote may reach a peer that has
