@@ -196,32 +196,11 @@ func (g *group) process() {
 		return
 	}
 	g.node.stats.groupRuns.Add(1)
-	for range ticks {
-		if g.holdTicks > 0 {
-			g.holdTicks--
-			continue
-		}
-		g.rn.Tick()
-	}
-	if ticks > 0 && g.campaignTicks > 0 {
-		g.campaignTicks--
-		if st := g.rn.BasicStatus(); st.Lead != 0 {
-			g.campaignTicks = 0
-		} else if st.RaftState == raft.StateFollower || st.RaftState == raft.StatePreCandidate {
-			// A pre-vote refused in a peer's leader lease gets no answer:
-			// ask again.
-			_ = g.rn.Campaign()
-		}
-	}
-	for _, peer := range down {
-		g.peerIsDown(peer)
-	}
-	if transferTo != 0 {
-		g.rn.TransferLeader(transferTo)
-	}
-	for _, peer := range unreachable {
-		g.rn.ReportUnreachable(peer)
-	}
+	// The messages first, then at most one tick: ticks that piled up while
+	// the group waited for a worker count as one (CockroachDB coalesces
+	// them too), so an overloaded node's groups see time pass more slowly
+	// instead of election timeouts that their peers' queued heartbeats
+	// would have prevented.
 	var quiesceFrom uint64
 	for _, m := range msgs {
 		if err := g.step(m.msg); err != nil {
@@ -230,6 +209,18 @@ func (g *group) process() {
 		}
 		if m.flags&flagQuiesce != 0 {
 			quiesceFrom = m.msg.GetFrom()
+		}
+	}
+	if g.failed == nil {
+		g.tick(ticks > 0)
+		for _, peer := range down {
+			g.peerIsDown(peer)
+		}
+		if transferTo != 0 {
+			g.rn.TransferLeader(transferTo)
+		}
+		for _, peer := range unreachable {
+			g.rn.ReportUnreachable(peer)
 		}
 	}
 	for _, p := range props {
@@ -256,6 +247,28 @@ func (g *group) process() {
 		g.followerQuiesce(quiesceFrom)
 	case ticks > 0 && !quiesced:
 		g.leaderQuiesce()
+	}
+}
+
+// tick is the group's tick of this run, if it has one.
+func (g *group) tick(ticked bool) {
+	if !ticked {
+		return
+	}
+	if g.holdTicks > 0 {
+		g.holdTicks--
+	} else {
+		g.rn.Tick()
+	}
+	if g.campaignTicks > 0 {
+		g.campaignTicks--
+		if st := g.rn.BasicStatus(); st.Lead != 0 {
+			g.campaignTicks = 0
+		} else if st.RaftState == raft.StateFollower || st.RaftState == raft.StatePreCandidate {
+			// A pre-vote refused in a peer's leader lease gets no answer:
+			// ask again.
+			_ = g.rn.Campaign()
+		}
 	}
 }
 
