@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	pb "go.etcd.io/raft/v3/raftpb"
 )
 
 // leadAll makes node id the leader of every group (leadership transfers)
@@ -210,4 +212,42 @@ func TestPartitionedLeader(t *testing.T) {
 			t.Fatalf("group %d: node 1 sees leader %d after healing", g, l)
 		}
 	}
+}
+
+// TestRemoveVoter: a configuration change committed through raft is applied
+// on every replica: with node 3 removed, nodes 1 and 2 commit on their own.
+func TestRemoveVoter(t *testing.T) {
+	c := newCluster(t, clusterOptions{nodes: 3, groups: 2, manual: true})
+	c.electAll(60)
+	c.leadAll(1, 30)
+	for _, g := range c.groups {
+		errs := make(chan error, 1)
+		c.node(1).ProposeConfChange(g, &pb.ConfChange{Type: pb.ConfChangeType_ConfChangeRemoveNode.Enum(), NodeId: new(uint64(3))},
+			func(err error) { errs <- err })
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.tickUntil(10, "node 3 removed everywhere", func() bool {
+		for _, n := range c.nodes[:2] {
+			for _, g := range c.groups {
+				if got := n.votersOf(g); !slices.Equal(got, []uint64{1, 2}) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	c.node(3).Stop()
+	for _, g := range c.groups {
+		c.propose(1, g, "two voters")
+	}
+	c.tickUntil(10, "committed by nodes 1 and 2", func() bool {
+		for _, g := range c.groups {
+			if !c.allApplied(g, 1) {
+				return false
+			}
+		}
+		return true
+	})
 }

@@ -46,6 +46,7 @@ var (
 
 type proposal struct {
 	data []byte
+	cc   pb.ConfChangeI // a configuration change instead of data
 	done func(error)
 }
 
@@ -70,6 +71,7 @@ type group struct {
 	ticks       int
 	peerDown    []uint64 // nodes taken for down since the last run
 	transferTo  uint64   // a leadership transfer asked for
+	inspect     []func() // run by the worker (tests read worker-owned state)
 	quiesced    bool
 
 	// worker
@@ -180,8 +182,8 @@ func (g *group) process() {
 	g.inboxMu.Lock()
 	msgs, props, unreachable, ticks, down := g.messages, g.proposals, g.unreachable, g.ticks, g.peerDown
 	g.messages, g.proposals, g.unreachable, g.ticks, g.peerDown = g.spareMsgs[:0], g.spareProp[:0], nil, 0, nil
-	quiesced, transferTo := g.quiesced, g.transferTo
-	g.transferTo = 0
+	quiesced, transferTo, inspect := g.quiesced, g.transferTo, g.inspect
+	g.transferTo, g.inspect = 0, nil
 	g.inboxMu.Unlock()
 	defer func() {
 		clear(msgs)
@@ -228,9 +230,16 @@ func (g *group) process() {
 			p.done(fmt.Errorf("%w: %v", ErrGroupFailed, g.failed))
 			continue
 		}
+		if p.cc != nil {
+			p.done(g.rn.ProposeConfChange(p.cc))
+			continue
+		}
 		p.done(g.rn.Propose(p.data))
 	}
 	worked := g.handleReadys()
+	for _, f := range inspect {
+		f()
+	}
 	if g.failed != nil {
 		return
 	}
@@ -332,24 +341,21 @@ func (g *group) handleReadys() bool {
 
 func (g *group) applyConfChanges(entries []*pb.Entry) {
 	for _, e := range entries {
-		var cc pb.ConfChangeI
+		var cc interface {
+			pb.ConfChangeI
+			proto.Message
+		}
 		switch e.GetType() {
 		case pb.EntryType_EntryConfChange:
-			c := new(pb.ConfChange)
-			if err := proto.Unmarshal(e.Data, c); err != nil {
-				g.fail(fmt.Errorf("entry %d: configuration change: %w", e.GetIndex(), err))
-				return
-			}
-			cc = c
+			cc = new(pb.ConfChange)
 		case pb.EntryType_EntryConfChangeV2:
-			c := new(pb.ConfChangeV2)
-			if err := proto.Unmarshal(e.Data, c); err != nil {
-				g.fail(fmt.Errorf("entry %d: configuration change: %w", e.GetIndex(), err))
-				return
-			}
-			cc = c
+			cc = new(pb.ConfChangeV2)
 		default:
 			continue
+		}
+		if err := proto.Unmarshal(e.Data, cc); err != nil {
+			g.fail(fmt.Errorf("entry %d: configuration change: %w", e.GetIndex(), err))
+			return
 		}
 		cs := g.rn.ApplyConfChange(cc)
 		g.voters = slices.Clone(cs.GetVoters())

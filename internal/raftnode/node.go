@@ -2,11 +2,13 @@ package raftnode
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
 )
 
 // Node is one node's raft: its groups, the scheduler running them, the
@@ -144,6 +146,20 @@ func (n *Node) Propose(groupID uint64, data []byte, done func(error)) {
 		done(ErrProposalTooLarge)
 	default:
 		g.propose(proposal{data: data, done: done})
+	}
+}
+
+// ProposeConfChange proposes a configuration change (pb.ConfChange or
+// pb.ConfChangeV2) to a group, answered as Propose. Once committed every
+// replica applies it to raft before its Apply sees the entry.
+func (n *Node) ProposeConfChange(groupID uint64, cc pb.ConfChangeI, done func(error)) {
+	switch g := n.group(groupID); {
+	case n.stopped.Load():
+		done(ErrStopped)
+	case g == nil:
+		done(ErrUnknownGroup)
+	default:
+		g.propose(proposal{cc: cc, done: done})
 	}
 }
 
@@ -323,4 +339,19 @@ func (n *Node) busy() bool {
 		}
 	}
 	return false
+}
+
+// votersOf is the voters a group's replica applied last (tests; read after
+// the group's runs are done).
+func (n *Node) votersOf(groupID uint64) []uint64 {
+	g := n.group(groupID)
+	if g == nil {
+		return nil
+	}
+	done := make(chan []uint64, 1)
+	g.inboxMu.Lock()
+	g.inspect = append(g.inspect, func() { done <- slices.Sorted(slices.Values(g.voters)) })
+	g.inboxMu.Unlock()
+	n.sched.enqueue(g)
+	return <-done
 }
