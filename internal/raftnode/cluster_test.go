@@ -147,6 +147,31 @@ func (c *testCluster) tickUntil(maxTicks int, what string, cond func() bool) int
 			n.Tick()
 		}
 		c.settle()
+		c.awaitLiveness()
+	}
+}
+
+// awaitLiveness waits (up to a second) until every live node has heard this
+// tick's liveness frame from every live peer it is not cut off from: test
+// ticks come milliseconds apart, and on a loaded machine ten of them could
+// otherwise pass before a frame is read, which real 100 ms ticks would not.
+func (c *testCluster) awaitLiveness() {
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		heard := true
+		for _, n := range c.live() {
+			now := n.tickNow.Load()
+			for _, p := range c.live() {
+				if p == n {
+					continue
+				}
+				if peer := n.transport.peer(p.ID()); !peer.cut.Load() && peer.lastHeard.Load() < now-1 {
+					heard = false
+				}
+			}
+		}
+		if heard {
+			return
+		}
 	}
 }
 

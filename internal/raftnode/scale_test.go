@@ -137,6 +137,23 @@ func TestQuiescence(t *testing.T) {
 	got := goroutinesAtMost(t, base, 3*perNodeGoroutines(workers, 2), fmt.Sprintf("3 nodes × %d quiescent groups", groups))
 	t.Logf("3 nodes × %d quiescent groups: %d goroutines", groups, got)
 
+	// The answers to the quiesce heartbeats may still be arriving: they are
+	// stepped once, by no tick. The baseline is taken once runs stop.
+	runs := func() (sum uint64) {
+		for _, n := range c.nodes {
+			sum += n.Stats().GroupRuns
+		}
+		return sum
+	}
+	for last, deadline := runs(), time.Now().Add(5*time.Second); ; {
+		c.settle()
+		time.Sleep(50 * time.Millisecond)
+		now := runs()
+		if now == last || time.Now().After(deadline) {
+			break
+		}
+		last = now
+	}
 	before := make([]Stats, len(c.nodes))
 	for i, n := range c.nodes {
 		before[i] = n.Stats()
@@ -147,13 +164,17 @@ func TestQuiescence(t *testing.T) {
 			n.Tick()
 		}
 		c.settle()
+		c.awaitLiveness()
 	}
 	for i, n := range c.nodes {
 		st, was := n.Stats(), before[i]
 		if st.Ticks-was.Ticks != idleTicks {
 			t.Fatalf("node %d: %d ticks, want %d", n.ID(), st.Ticks-was.Ticks, idleTicks)
 		}
-		if st.GroupTicks != was.GroupTicks || st.GroupRuns != was.GroupRuns || st.Readies != was.Readies {
+		// No tick reaches a group and no Ready is made. A group may still
+		// run once to step a late answer to its quiesce heartbeat (on a
+		// loaded machine), never once per tick: at most one run a group.
+		if st.GroupTicks != was.GroupTicks || st.Readies != was.Readies || st.GroupRuns-was.GroupRuns > uint64(groups) {
 			t.Fatalf("node %d did per-group work while quiescent: %d group ticks, %d runs, %d Readys",
 				n.ID(), st.GroupTicks-was.GroupTicks, st.GroupRuns-was.GroupRuns, st.Readies-was.Readies)
 		}
