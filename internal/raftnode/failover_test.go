@@ -150,7 +150,7 @@ func TestPartitionedLeader(t *testing.T) {
 		c.propose(1, g, "lost-1", "lost-2")
 	}
 	election := c.node(1).cfg.ElectionTicks
-	c.tickUntil(4*election, "the majority elects new leaders, the old one steps down", func() bool {
+	c.tickUntil(8*election, "the majority elects new leaders, the old one steps down", func() bool {
 		for _, g := range c.groups {
 			l2, _ := c.node(2).Leader(g)
 			l3, _ := c.node(3).Leader(g)
