@@ -18,7 +18,10 @@
 //     hard state durable) → send the messages → apply the committed entries
 //     (GroupConfig.Apply) → Advance (group.go, handleReadys).
 //   - The ticker (node.go, Tick): one per node (100 ms; election 10 ticks,
-//     heartbeat 1), ticking only the groups that are not quiescent.
+//     heartbeat 1), ticking only the groups that are not quiescent. A group
+//     steps its queued messages before its tick, and ticks that piled up
+//     while it waited for a worker count as one: an overloaded node's
+//     groups see time slow down rather than spurious elections.
 //   - Quiescence (CockroachDB's): a leader with everything committed and
 //     applied and every follower's log matching its own sends each
 //     follower a heartbeat flagged quiesce (carrying the commit index) and

@@ -93,14 +93,7 @@ func TestLeaderNodeStops(t *testing.T) {
 			for _, g := range c.groups {
 				c.propose(leaders[g], g, "after")
 			}
-			c.tickUntil(10, "the new leaders commit", func() bool {
-				for _, g := range c.groups {
-					if !c.allApplied(g, 2) {
-						return false
-					}
-				}
-				return true
-			})
+			c.tickUntil(10, "the new leaders commit", c.everyGroupApplied(2))
 			for _, g := range c.groups {
 				for _, n := range c.live() {
 					if got := c.appliedOf(n.ID(), g); !slices.Equal(got, []string{"before", "after"}) {
@@ -134,14 +127,7 @@ func TestPartitionedLeader(t *testing.T) {
 	for _, g := range c.groups {
 		c.propose(1, g, "committed")
 	}
-	c.tickUntil(10, "the first entry applied", func() bool {
-		for _, g := range c.groups {
-			if !c.allApplied(g, 1) {
-				return false
-			}
-		}
-		return true
-	})
+	c.tickUntil(10, "the first entry applied", c.everyGroupApplied(1))
 
 	c.partition(1, true)
 	// The minority leader still takes proposals into its log, but cannot
@@ -242,12 +228,5 @@ func TestRemoveVoter(t *testing.T) {
 	for _, g := range c.groups {
 		c.propose(1, g, "two voters")
 	}
-	c.tickUntil(10, "committed by nodes 1 and 2", func() bool {
-		for _, g := range c.groups {
-			if !c.allApplied(g, 1) {
-				return false
-			}
-		}
-		return true
-	})
+	c.tickUntil(10, "committed by nodes 1 and 2", c.everyGroupApplied(1))
 }

@@ -72,6 +72,7 @@ type group struct {
 	peerDown    []uint64 // nodes taken for down since the last run
 	transferTo  uint64   // a leadership transfer asked for
 	inspect     []func() // run by the worker (tests read worker-owned state)
+	campaign    bool
 	quiesced    bool
 
 	// worker
@@ -182,8 +183,8 @@ func (g *group) process() {
 	g.inboxMu.Lock()
 	msgs, props, unreachable, ticks, down := g.messages, g.proposals, g.unreachable, g.ticks, g.peerDown
 	g.messages, g.proposals, g.unreachable, g.ticks, g.peerDown = g.spareMsgs[:0], g.spareProp[:0], nil, 0, nil
-	quiesced, transferTo, inspect := g.quiesced, g.transferTo, g.inspect
-	g.transferTo, g.inspect = 0, nil
+	quiesced, transferTo, inspect, campaign := g.quiesced, g.transferTo, g.inspect, g.campaign
+	g.transferTo, g.inspect, g.campaign = 0, nil, false
 	g.inboxMu.Unlock()
 	defer func() {
 		clear(msgs)
@@ -220,6 +221,9 @@ func (g *group) process() {
 		}
 		if transferTo != 0 {
 			g.rn.TransferLeader(transferTo)
+		}
+		if campaign {
+			_ = g.rn.Campaign()
 		}
 		for _, peer := range unreachable {
 			g.rn.ReportUnreachable(peer)

@@ -163,6 +163,24 @@ func (n *Node) ProposeConfChange(groupID uint64, cc pb.ConfChangeI, done func(er
 	}
 }
 
+// Campaign makes this replica of a group campaign at once instead of
+// waiting out an election timeout (a new group's chosen first leader: its
+// preferred replica). Refused by peers that hear from a leader.
+func (n *Node) Campaign(groupID uint64) error {
+	g := n.group(groupID)
+	if g == nil {
+		return ErrUnknownGroup
+	}
+	g.inboxMu.Lock()
+	g.campaign = true
+	if g.quiesced {
+		g.wakeLocked()
+	}
+	g.inboxMu.Unlock()
+	n.sched.enqueue(g)
+	return nil
+}
+
 // TransferLeadership asks this replica of a group, if it leads, to hand
 // leadership to node to (raft's leadership transfer; Kafka's preferred
 // leader election, ElectLeaders, will use it).

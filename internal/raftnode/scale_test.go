@@ -59,14 +59,7 @@ func (c *testCluster) proposeEach(leaders map[uint64]uint64, value string, appli
 	for err := range errs {
 		c.t.Fatal(err)
 	}
-	c.tickUntil(20, "one entry per group applied everywhere", func() bool {
-		for _, g := range c.groups {
-			if !c.allApplied(g, applied) {
-				return false
-			}
-		}
-		return true
-	})
+	c.tickUntil(20, "one entry per group applied everywhere", c.everyGroupApplied(applied))
 }
 
 // goroutinesAtMost fails unless the process runs at most want goroutines
@@ -126,12 +119,10 @@ func TestQuiescence(t *testing.T) {
 	}
 	base := runtime.NumGoroutine()
 	start := time.Now()
-	c := newCluster(t, clusterOptions{nodes: 3, groups: groups, manual: true})
+	c := newCluster(t, clusterOptions{nodes: 3, groups: groups, manual: true, campaign: true})
 	t.Logf("cluster made in %v", time.Since(start))
 	leaders, electTicks := c.electAll(100)
 	t.Logf("elected in %d ticks, %v", electTicks, time.Since(start))
-	leaders = c.spreadLeaders(100)
-	t.Logf("spread in %v", time.Since(start))
 	c.proposeEach(leaders, "one", 1)
 	t.Logf("written in %v", time.Since(start))
 	ticks := c.tickUntil(20, "every group quiescent", c.quiescent)
