@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -229,4 +230,83 @@ func TestRemoveVoter(t *testing.T) {
 		c.propose(1, g, "two voters")
 	}
 	c.tickUntil(10, "committed by nodes 1 and 2", c.everyGroupApplied(1))
+}
+
+// TestNodeRestart: a node stopped and made again on the same storages (a new
+// peer address: its peers redial) resumes its groups and catches up with
+// what was committed meanwhile.
+func TestNodeRestart(t *testing.T) {
+	c := newCluster(t, clusterOptions{nodes: 3, groups: 5, manual: true})
+	c.electAll(60)
+	c.leadAll(1, 30)
+	for _, g := range c.groups {
+		c.propose(1, g, "before")
+	}
+	c.tickUntil(10, "applied everywhere", c.everyGroupApplied(1))
+	old := c.node(3)
+	old.Stop()
+	for _, g := range c.groups {
+		c.propose(1, g, "while down")
+	}
+	c.tickUntil(10, "committed by nodes 1 and 2", func() bool {
+		for _, g := range c.groups {
+			if len(c.appliedOf(1, g)) < 2 || len(c.appliedOf(2, g)) < 2 {
+				return false
+			}
+		}
+		return true
+	})
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := old.cfg
+	cfg.Listener = ln
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted := make(chan string, 16)
+	for _, g := range c.groups {
+		st := c.storages[[2]uint64{3, g}]
+		applied := st.appliedIndexForTest(t)
+		err := n.AddGroup(GroupConfig{ID: g, Storage: st, Applied: applied, Apply: func(entries []*pb.Entry) {
+			for _, e := range entries {
+				if len(e.Data) > 0 {
+					restarted <- string(e.Data)
+				}
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range c.nodes[:2] {
+		if err := n.AddPeer(p.ID(), p.Addr()); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.AddPeer(3, n.Addr()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.Start()
+	c.nodes[2] = n
+	var got []string
+	c.tickUntil(30, "the restarted node catches up", func() bool {
+		for {
+			select {
+			case v := <-restarted:
+				got = append(got, v)
+				continue
+			default:
+			}
+			return len(got) == len(c.groups)
+		}
+	})
+	for _, v := range got {
+		if v != "while down" {
+			t.Fatalf("the restarted node applied %q again or out of order", v)
+		}
+	}
 }
