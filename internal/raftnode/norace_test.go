@@ -1,0 +1,5 @@
+//go:build !race
+
+package raftnode
+
+const raceEnabled = false
