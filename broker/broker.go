@@ -140,7 +140,7 @@ type Config struct {
 	// RecoveryThreads is how many partition logs are opened (recovered:
 	// every batch checked, indexes rebuilt) at once at start-up (Kafka's
 	// num.recovery.threads.per.data.dir). Default DefaultRecoveryThreads():
-	// one per core, at least 2.
+	// one per core, 2 to 8.
 	RecoveryThreads int
 
 	// Authorizer turns ACL authorization on (--authorizer; Kafka's

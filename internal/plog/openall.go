@@ -8,11 +8,13 @@ import (
 
 // DefaultRecoveryThreads is how many partition logs a broker recovers at
 // once when not told (Kafka's num.recovery.threads.per.data.dir, 2 since
-// Kafka 4.0): one per core, at least 2. Recovery is read-bound on one
-// partition (a reader goroutine keeps the disk busy while the scan
-// checksums); more threads overlap many partitions' reads, their CRC on
-// every core, and the per-partition opens and fsyncs of many small ones.
-func DefaultRecoveryThreads() int { return max(2, runtime.GOMAXPROCS(0)) }
+// Kafka 4.0): one per core, at least 2 and at most 8. Recovery is read-bound
+// on one partition (a reader goroutine keeps the disk busy while the scan
+// checksums); more threads overlap many partitions' reads, their CRCs on
+// every core, and the opens and fsyncs of many small partitions. At most 8
+// by default because each thread may hold two read blocks (32 MiB) and a
+// disk is saturated by a few sequential streams.
+func DefaultRecoveryThreads() int { return min(max(2, runtime.GOMAXPROCS(0)), 8) }
 
 // OpenAll opens the logs of cfgs, at most threads at once (at least 1),
 // each recovery thread reusing its read buffers from one partition to the

@@ -350,3 +350,38 @@ func TestOpenAllBounded(t *testing.T) {
 		t.Fatalf("%d bytes of read buffers still counted after OpenAll", left)
 	}
 }
+
+// TestCleanRestartSyncsNothing: a log that ends at its recovery point (a
+// clean stop) opens without an fsync of its segment; one with batches past
+// it (an unclean stop: they may be in the page cache only) syncs it before
+// they become visible.
+func TestCleanRestartSyncsNothing(t *testing.T) {
+	f := newFixture(t, WriteSyscall)
+	writeBatches(t, f.cfg, []int{100, 200, 300})
+	var mu sync.Mutex
+	syncs := 0
+	f.cfg.FS = vfs.NewErrorFS(f.fs, vfs.InjectorFunc(func(op vfs.Op, name string) error {
+		if op == vfs.OpSync && strings.HasSuffix(name, ".log") {
+			mu.Lock()
+			syncs++
+			mu.Unlock()
+		}
+		return nil
+	}))
+	for _, clean := range []bool{true, false} {
+		if !clean {
+			f.fs.Remove(path.Join(f.cfg.Dir, recoveryPointFile))
+		}
+		mu.Lock()
+		syncs = 0
+		mu.Unlock()
+		l := f.open(t)
+		mu.Lock()
+		got := syncs
+		mu.Unlock()
+		if want := map[bool]int{true: 0, false: 1}[clean]; got != want || l.HighWatermark() != 6 {
+			t.Fatalf("clean=%v: %d segment syncs at open (high watermark %d), want %d", clean, got, l.HighWatermark(), want)
+		}
+		l.Close()
+	}
+}

@@ -105,8 +105,13 @@ func (l *Log) recoverWith(bufs *scanBuffers) error {
 			return &CorruptionError{File: last.path, Pos: last.size, Reason: fmt.Sprintf(
 				"the log ends at offset %d, before its recovery point %d (offsets checkpointed as durable)", last.nextOffset, recoveryPoint)}
 		}
-		if err := last.file.Sync(); err != nil {
-			return &IOError{Op: "sync " + last.path, Err: err}
+		// A log that ends at its recovery point (a clean stop) holds no
+		// unsynced byte: nothing to sync (a truncated tail was synced by
+		// the truncation), so a clean start costs no fsync per partition.
+		if last.nextOffset != recoveryPoint {
+			if err := last.file.Sync(); err != nil {
+				return &IOError{Op: "sync " + last.path, Err: err}
+			}
 		}
 		l.hwm = last.nextOffset
 		l.logStart = l.segments[0].base
