@@ -33,6 +33,7 @@ var (
 	recoveryThreads    = flag.Int("recovery-threads", DefaultRecoveryThreads(), "recovery threads of TestRecoverySpeed (OpenAll)")
 	recoveryDir        = flag.String("recovery-dir", "", "keep TestRecoverySpeed's logs in this directory and reuse them")
 	recoveryClean      = flag.Bool("recovery-clean", false, "TestRecoverySpeed keeps the recovery-point checkpoints (a clean stop)")
+	recoveryDrop       = flag.Bool("recovery-drop-cache", true, "TestRecoverySpeed drops the logs from the page cache first (false: read from memory, the CPU's share alone)")
 )
 
 func printDisk(t *testing.T, dir string) {
@@ -166,7 +167,10 @@ func TestRecoverySpeed(t *testing.T) {
 		}
 		size += dirBytes(t, cfg.Dir)
 	}
-	dropped := dropCache(t, dir)
+	dropped := false
+	if *recoveryDrop {
+		dropped = dropCache(t, dir)
+	}
 	start := time.Now()
 	logs, errs := OpenAll(cfgs, *recoveryThreads)
 	elapsed := time.Since(start)
