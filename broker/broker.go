@@ -137,6 +137,11 @@ type Config struct {
 	// acks=all append starts at least this long after the previous one.
 	// Default DefaultSyncInterval; negative: no pacing.
 	SyncInterval time.Duration
+	// RecoveryThreads is how many partition logs are opened (recovered:
+	// every batch checked, indexes rebuilt) at once at start-up (Kafka's
+	// num.recovery.threads.per.data.dir). Default DefaultRecoveryThreads():
+	// one per core, 2 to 8.
+	RecoveryThreads int
 
 	// Authorizer turns ACL authorization on (--authorizer; Kafka's
 	// authorizer.class.name): every request is checked against the ACLs
@@ -201,6 +206,9 @@ type ListenerInfo struct {
 	Addr       net.Addr // nil until served
 	Advertised string   // host:port; "" until served
 }
+
+// DefaultRecoveryThreads is Config.RecoveryThreads' default.
+var DefaultRecoveryThreads = plog.DefaultRecoveryThreads
 
 // The defaults of Config's fields that come from the packages that use them.
 const (
@@ -324,6 +332,7 @@ func New(cfg Config) (*Broker, error) {
 		ProducerIDExpiration:  cfg.ProducerIDExpiration,
 		MaxFetchWait:          cfg.MaxFetchWait,
 		SyncInterval:          cfg.SyncInterval,
+		RecoveryThreads:       cfg.RecoveryThreads,
 		Authorizer: acl.Config{Enabled: cfg.Authorizer, SuperUsers: cfg.SuperUsers,
 			AllowIfNoACL: cfg.AllowEveryoneIfNoACLFound},
 		Quotas: quotas,

@@ -67,6 +67,7 @@ type serveFlags struct {
 	segmentBytesSet      *int64
 	shutdownTimeout      time.Duration
 	maxOpenSegmentFiles  int
+	recoveryThreads      int
 	producerIDExpiration time.Duration
 	syncInterval         time.Duration
 	maxFetchWait         time.Duration
@@ -125,6 +126,9 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 			}
 			if f.maxOpenSegmentFiles < 1 {
 				return fmt.Errorf("--max-open-segment-files %d: must be at least 1", f.maxOpenSegmentFiles)
+			}
+			if f.recoveryThreads < 1 {
+				return fmt.Errorf("--recovery-threads %d: must be at least 1", f.recoveryThreads)
 			}
 			if f.producerIDExpiration < time.Millisecond {
 				return fmt.Errorf("--producer-id-expiration %s: must be at least 1ms", f.producerIDExpiration)
@@ -190,6 +194,7 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.Int64Var(&f.retentionBytes, "log-retention-bytes", -1, "default retention bytes per partition (log.retention.bytes; negative: unlimited; 0: only the active segment is kept)")
 	fl.Int64Var(&f.segmentBytes, "log-segment-bytes", 1<<30, "default segment size (log.segment.bytes; at least 1 MiB)")
 	fl.IntVar(&f.maxOpenSegmentFiles, "max-open-segment-files", broker.DefaultMaxOpenSegmentFiles, "idle segment files kept open across all partitions (opened on use, least recently used closed first)")
+	fl.IntVar(&f.recoveryThreads, "recovery-threads", broker.DefaultRecoveryThreads(), "partition logs opened (recovered: every batch read and checked) at once at start-up (num.recovery.threads.per.data.dir; default one per core, 2 to 8; each holds at most two 16 MiB read blocks)")
 	fl.DurationVar(&f.producerIDExpiration, "producer-id-expiration", broker.DefaultProducerIDExpiration, "forget an idempotent producer's sequence state in a partition after it has not produced there for this long (producer.id.expiration.ms)")
 	fl.DurationVar(&f.syncInterval, "sync-interval", broker.DefaultSyncInterval, "least time between a partition's fsyncs when no acks=all append waits (acks=0/1 records become visible up to this much later; 0: fsync back to back)")
 	fl.IntVar(&f.fetchSessionSlots, "fetch-session-slots", broker.DefaultFetchSessionSlots, "incremental fetch sessions (KIP-227) kept broker-wide, least valuable evicted first (max.incremental.fetch.session.cache.slots; 0: none, every fetch is full)")
@@ -337,6 +342,7 @@ func runServe(ctx context.Context, f serveFlags) error {
 		RetentionBytes:            f.retentionBytesSet,
 		SegmentBytes:              f.segmentBytesSet,
 		MaxOpenSegmentFiles:       f.maxOpenSegmentFiles,
+		RecoveryThreads:           f.recoveryThreads,
 		ProducerIDExpiration:      f.producerIDExpiration,
 		MaxFetchWait:              f.maxFetchWait,
 		SyncInterval:              syncIntervalConfig(f.syncInterval),

@@ -149,3 +149,17 @@ func TestServeAuthorizerFlags(t *testing.T) {
 		t.Errorf("banner without it: %q", off)
 	}
 }
+
+// TestServeRecoveryThreadsFlag: --recovery-threads (and its environment
+// variable) must be at least 1.
+func TestServeRecoveryThreadsFlag(t *testing.T) {
+	for _, args := range [][]string{{"--recovery-threads", "0"}, {"--recovery-threads=-3"}} {
+		cmd := newServeCmd()
+		cmd.SetArgs(append(args, "--data-dir", t.TempDir()))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--recovery-threads") {
+			t.Fatalf("serve %v: %v, want a refusal naming --recovery-threads", args, err)
+		}
+	}
+}

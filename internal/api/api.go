@@ -115,7 +115,11 @@ type Config struct {
 	// fsyncs without acks=all appends). Default plog.DefaultSyncInterval;
 	// negative: none.
 	SyncInterval time.Duration
-	Defaults     Defaults
+	// RecoveryThreads is how many partition logs New opens (recovers) at
+	// once (Kafka's num.recovery.threads.per.data.dir). Default
+	// plog.DefaultRecoveryThreads.
+	RecoveryThreads int
+	Defaults        Defaults
 
 	// TxnVerifier is the transaction coordinator seen from Produce
 	// (txn.go); nil: transactional produce is refused.
@@ -289,6 +293,9 @@ func New(cfg Config) (*Handler, error) {
 	case cfg.SyncInterval < 0:
 		cfg.SyncInterval = 0 // plog: no pacing
 	}
+	if cfg.RecoveryThreads <= 0 {
+		cfg.RecoveryThreads = plog.DefaultRecoveryThreads()
+	}
 	if cfg.Quotas == nil {
 		cfg.Quotas = quota.New(quota.Config{})
 	}
@@ -318,24 +325,7 @@ func New(cfg Config) (*Handler, error) {
 	if err := h.finishDeletions(); err != nil { // 20_delete_topics.go
 		return nil, err
 	}
-	for _, mt := range cfg.Catalog.Topics() {
-		t := &topic{meta: mt}
-		for p := int32(0); p < mt.Partitions; p++ {
-			l, err := h.openLog(mt, p)
-			if err != nil {
-				// One partition that cannot be opened (corruption in the
-				// middle of its log, an unreadable file) must not take the
-				// broker down: it answers KAFKA_STORAGE_ERROR until an
-				// operator repairs it; the others serve.
-				h.log.Error("partition refuses to serve: its log could not be opened; produce and fetch get KAFKA_STORAGE_ERROR until it is repaired",
-					"topic", mt.Name, "partition", p, "err", err)
-				l = plog.Failed(h.logConfig(mt, p), err)
-			}
-			t.parts = append(t.parts, l)
-		}
-		h.topics[mt.Name] = t
-		h.byID[mt.ID] = t
-	}
+	h.openTopics(cfg.Catalog.Topics())
 	if err := h.startGroups(); err != nil {
 		h.Close()
 		return nil, err
@@ -379,6 +369,43 @@ func (h *Handler) checkPartitionLimit(n int32) error {
 
 func (h *Handler) partitionDir(name string, p int32) string {
 	return filepath.Join(h.cfg.DataDir, fmt.Sprintf("%s-%d", name, p))
+}
+
+// openTopics opens the logs of every partition of topics, up to
+// RecoveryThreads at once (plog.OpenAll), and adds the topics. Everything
+// that needs them open (the coordinators and their replay) starts after.
+func (h *Handler) openTopics(topics []meta.Topic) {
+	var cfgs []plog.Config
+	for _, mt := range topics {
+		for p := int32(0); p < mt.Partitions; p++ {
+			cfgs = append(cfgs, h.logConfig(mt, p))
+		}
+	}
+	start := time.Now()
+	logs, errs := plog.OpenAll(cfgs, h.cfg.RecoveryThreads)
+	i := 0
+	for _, mt := range topics {
+		t := &topic{meta: mt}
+		for p := int32(0); p < mt.Partitions; p, i = p+1, i+1 {
+			l := logs[i]
+			if err := errs[i]; err != nil {
+				err = fmt.Errorf("opening partition log %s: %w", cfgs[i].Dir, err) // as openLog
+				// One partition that cannot be opened (corruption in the
+				// middle of its log, an unreadable file) must not take the
+				// broker down: it answers KAFKA_STORAGE_ERROR until an
+				// operator repairs it; the others serve.
+				h.log.Error("partition refuses to serve: its log could not be opened; produce and fetch get KAFKA_STORAGE_ERROR until it is repaired",
+					"topic", mt.Name, "partition", p, "err", err)
+				l = plog.Failed(cfgs[i], err)
+			}
+			t.parts = append(t.parts, l)
+		}
+		h.topics[mt.Name] = t
+		h.byID[mt.ID] = t
+	}
+	if len(cfgs) > 0 {
+		h.log.Info("partition logs opened", "partitions", len(cfgs), "recovery_threads", min(h.cfg.RecoveryThreads, len(cfgs)), "took", time.Since(start).Round(time.Millisecond))
+	}
 }
 
 func (h *Handler) openLog(mt meta.Topic, p int32) (*plog.Log, error) {

@@ -118,7 +118,15 @@ func Failed(cfg Config, err error) *Log {
 func (l *Log) Syncs() int64 { return l.syncs.Load() }
 
 // Open opens (recovering) or creates the partition log in cfg.Dir.
+// OpenAll opens many on a bounded pool of recovery threads.
 func Open(cfg Config) (*Log, error) {
+	var bufs scanBuffers
+	defer bufs.release()
+	return open(cfg, &bufs)
+}
+
+// open is Open with the read buffers of a recovery thread.
+func open(cfg Config, bufs *scanBuffers) (*Log, error) {
 	cfg.setNilDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -137,7 +145,7 @@ func Open(cfg Config) (*Log, error) {
 	if err := makeDirDurable(cfg.FS, cfg.Dir); err != nil {
 		return nil, err
 	}
-	if err := l.recover(); err != nil {
+	if err := l.recoverWith(bufs); err != nil {
 		l.closeFiles()
 		return nil, err
 	}

@@ -10,10 +10,6 @@ import (
 	"github.com/sushka-io/sushka/internal/plog/batch"
 )
 
-// recoverBufSize is the read size of the recovery scan: large sequential
-// reads run at disk speed.
-const recoverBufSize = 16 << 20
-
 // maxSaneBatch bounds the batch length recovery believes: a larger length is
 // garbage, not a batch (max.message.bytes is far smaller).
 const maxSaneBatch = 256 << 20
@@ -22,6 +18,14 @@ const maxSaneBatch = 256 << 20
 // indexes and the producer table, truncating a torn tail of the last
 // segment and refusing to open on corruption anywhere else.
 func (l *Log) recover() error {
+	var bufs scanBuffers
+	defer bufs.release()
+	return l.recoverWith(&bufs)
+}
+
+// recoverWith is recover with the read buffers of a recovery thread, reused
+// across the partitions it opens (OpenAll).
+func (l *Log) recoverWith(bufs *scanBuffers) error {
 	fs := l.cfg.FS
 	names, err := fs.List(l.dir)
 	if err != nil {
@@ -54,7 +58,7 @@ func (l *Log) recover() error {
 	}
 	l.w.producers = newProducerTable()
 	now := l.cfg.Clock.Now()
-	sc := scanner{l: l, recoveryPoint: recoveryPoint, nowMs: now.UnixMilli()}
+	sc := scanner{l: l, recoveryPoint: recoveryPoint, nowMs: now.UnixMilli(), bufs: bufs}
 	var prevNext int64 = -1
 	for i, base := range bases {
 		name := path.Join(l.dir, segmentName(base))
@@ -101,8 +105,13 @@ func (l *Log) recover() error {
 			return &CorruptionError{File: last.path, Pos: last.size, Reason: fmt.Sprintf(
 				"the log ends at offset %d, before its recovery point %d (offsets checkpointed as durable)", last.nextOffset, recoveryPoint)}
 		}
-		if err := last.file.Sync(); err != nil {
-			return &IOError{Op: "sync " + last.path, Err: err}
+		// A log that ends at its recovery point (a clean stop) holds no
+		// unsynced byte: nothing to sync (a truncated tail was synced by
+		// the truncation), so a clean start costs no fsync per partition.
+		if last.nextOffset != recoveryPoint {
+			if err := last.file.Sync(); err != nil {
+				return &IOError{Op: "sync " + last.path, Err: err}
+			}
 		}
 		l.hwm = last.nextOffset
 		l.logStart = l.segments[0].base
@@ -126,7 +135,10 @@ func (l *Log) recover() error {
 	return nil
 }
 
-// scanner reads segments sequentially in large blocks.
+// scanner reads segments sequentially in large blocks (readahead.go) and
+// walks their batches forward: a batch that spans two blocks is
+// checksummed piece by piece, so the scan holds two blocks whatever the
+// size of its batches.
 type scanner struct {
 	l *Log
 	// recoveryPoint is the checkpointed offset below which every batch was
@@ -136,37 +148,63 @@ type scanner struct {
 	// nowMs is the time of recovery. A producer's last append is known by
 	// its batch's max timestamp only, never taken as later than now (a
 	// producer's clock must not keep its state forever).
-	nowMs  int64
-	buf    []byte
-	bufPos int64 // file position of buf[0]
-	bufLen int
+	nowMs int64
+	bufs  *scanBuffers
+	rd    blockReader
+	cur   readBlock // the block being walked: the file's bytes from cur.pos
+	// header holds a batch header that spans two blocks; control a
+	// control batch that does (a broker-written marker: a few dozen bytes).
+	header  [batch.HeaderSize]byte
+	control []byte
 }
 
-// at returns the n bytes at pos of s's file, reading a new block when they
-// are not buffered. n is at most maxSaneBatch.
-func (sc *scanner) at(s *segment, pos int64, n int) ([]byte, error) {
-	if pos >= sc.bufPos && pos+int64(n) <= sc.bufPos+int64(sc.bufLen) {
-		off := pos - sc.bufPos
-		return sc.buf[off : off+int64(n)], nil
+// view returns the len(dst) bytes at pos: a slice of the current block when
+// they lie in it, else dst, filled from this block and the next ones. pos
+// is never before the current block (the walk only moves forward). The
+// slice is valid until the scan moves to another block.
+func (sc *scanner) view(pos int64, dst []byte) ([]byte, error) {
+	if err := sc.reach(pos); err != nil {
+		return nil, err
 	}
-	if n > len(sc.buf) || len(sc.buf) < recoverBufSize {
-		// Grow towards recoverBufSize as the segments need it, so opening
-		// many small partitions does not allocate 4 MiB each.
-		size, _ := s.file.Size()
-		want := max(n, min(recoverBufSize, int(size)-int(pos)), len(sc.buf))
-		if want > len(sc.buf) {
-			sc.buf = make([]byte, want)
+	if off := pos - sc.cur.pos; off+int64(len(dst)) <= int64(len(sc.cur.data)) {
+		return sc.cur.data[off : off+int64(len(dst))], nil
+	}
+	for n := 0; n < len(dst); {
+		if err := sc.reach(pos + int64(n)); err != nil {
+			return nil, err
 		}
+		n += copy(dst[n:], sc.cur.data[pos+int64(n)-sc.cur.pos:])
 	}
-	m, err := s.file.ReadAt(sc.buf, pos)
-	if m < n {
-		if err == nil || err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	return dst, nil
+}
+
+// updateCRC continues crc over the file's bytes [pos, end).
+func (sc *scanner) updateCRC(crc uint32, pos, end int64) (uint32, error) {
+	for pos < end {
+		if err := sc.reach(pos); err != nil {
+			return 0, err
 		}
-		return nil, &IOError{Op: fmt.Sprintf("read %s at %d", s.path, pos), Err: err}
+		b := sc.cur.data[pos-sc.cur.pos:]
+		b = b[:min(int64(len(b)), end-pos)]
+		crc = batch.UpdateCRC(crc, b)
+		pos += int64(len(b))
 	}
-	sc.bufPos, sc.bufLen = pos, m
-	return sc.buf[:n], nil
+	return crc, nil
+}
+
+// reach makes the block holding pos the current one.
+func (sc *scanner) reach(pos int64) error {
+	for pos >= sc.cur.pos+int64(len(sc.cur.data)) {
+		b, err := sc.rd.nextBlock()
+		if err == io.EOF {
+			return &IOError{Op: fmt.Sprintf("read %s at %d", sc.rd.path, pos), Err: io.ErrUnexpectedEOF}
+		}
+		if err != nil {
+			return err
+		}
+		sc.cur = b
+	}
+	return nil
 }
 
 // checkBatch validates the batch at pos (within size bytes of file) that
@@ -176,7 +214,7 @@ func (sc *scanner) checkBatch(s *segment, pos, fileSize, want int64) (batch.Head
 	if fileSize-pos < batch.HeaderSize {
 		return batch.Header{}, nil, fmt.Sprintf("%d bytes, too short for a batch header", fileSize-pos), nil
 	}
-	hb, err := sc.at(s, pos, batch.HeaderSize)
+	hb, err := sc.view(pos, sc.header[:])
 	if err != nil {
 		return batch.Header{}, nil, "", err
 	}
@@ -195,11 +233,27 @@ func (sc *scanner) checkBatch(s *segment, pos, fileSize, want int64) (batch.Head
 	case h.LastOffsetDelta < 0:
 		return h, nil, fmt.Sprintf("lastOffsetDelta %d", h.LastOffsetDelta), nil
 	}
-	b, err := sc.at(s, pos, h.Size())
-	if err != nil {
+	end := pos + int64(h.Size())
+	var b []byte // the whole batch, for a control batch only
+	crc := batch.UpdateCRC(0, hb[batch.OffsetAttributes:])
+	if h.Control() {
+		// Its marker is parsed from the whole batch, copied (a few dozen
+		// bytes): its header before the scan moves to another block.
+		if len(sc.control) < h.Size() {
+			sc.control = make([]byte, h.Size())
+		}
+		b = sc.control[:h.Size()]
+		copy(b, hb)
+		rest, err := sc.view(pos+batch.HeaderSize, b[batch.HeaderSize:])
+		if err != nil {
+			return h, nil, "", err
+		}
+		copy(b[batch.HeaderSize:], rest) // a no-op when view filled b
+		crc = batch.UpdateCRC(crc, b[batch.HeaderSize:])
+	} else if crc, err = sc.updateCRC(crc, pos+batch.HeaderSize, end); err != nil {
 		return h, nil, "", err
 	}
-	if crc := batch.CRC(b); crc != h.CRC {
+	if crc != h.CRC {
 		return h, nil, fmt.Sprintf("crc mismatch: stored 0x%08x, computed 0x%08x", h.CRC, crc), nil
 	}
 	return h, b, "", nil
@@ -212,7 +266,9 @@ func (sc *scanner) scan(s *segment, last bool) error {
 	if err != nil {
 		return &IOError{Op: "stat " + s.path, Err: err}
 	}
-	sc.bufPos, sc.bufLen = 0, 0
+	sc.rd.start(s.file, s.path, fileSize, sc.bufs)
+	defer sc.rd.close()
+	sc.cur = readBlock{}
 	interval := int64(l.cfg.IndexInterval)
 	pos, next := int64(0), s.base
 	for pos < fileSize {
@@ -239,6 +295,7 @@ func (sc *scanner) scan(s *segment, last bool) error {
 			ev = txnEvent{kind: txnBegin, producerID: h.ProducerID}
 		}
 		if reason != "" {
+			sc.rd.close() // nothing reads the file while it is judged and truncated
 			return sc.invalid(s, last, pos, fileSize, next, reason)
 		}
 		s.noteBatchLocked(next, h.LastOffset(), h.MaxTimestamp, pos, int64(h.Size()), interval)
@@ -295,12 +352,12 @@ func (sc *scanner) invalid(s *segment, last bool, pos, fileSize, want int64, rea
 	return nil
 }
 
-// allZero reports whether s's bytes from pos to end are all zero.
+// allZero reports whether s's bytes from pos to end are all zero. It reads
+// on its own (the block reader is stopped by then), a block at a time.
 func (sc *scanner) allZero(s *segment, pos, end int64) (bool, error) {
 	for pos < end {
-		n := min(int64(max(len(sc.buf), 64<<10)), end-pos)
-		b, err := sc.at(s, pos, int(n))
-		if err != nil {
+		b := sc.bufs.block(0, int(min(int64(recoverReadSize), end-pos)))
+		if err := readFull(s.file, s.path, b, pos); err != nil {
 			return false, err
 		}
 		for _, c := range b {
@@ -308,7 +365,7 @@ func (sc *scanner) allZero(s *segment, pos, end int64) (bool, error) {
 				return false, nil
 			}
 		}
-		pos += n
+		pos += int64(len(b))
 	}
 	return true, nil
 }

@@ -28,6 +28,12 @@ var (
 	sustained  = flag.Duration("sustained", 0, "run TestSustainedWrite for this long (0 skips it)")
 	recoveryGB = flag.Float64("recovery-gb", 0, "size of the log TestRecoverySpeed writes then recovers (0 skips it)")
 	probeDisk  = flag.Bool("probe-disk", true, "print the data directory's disk limits beside soak results")
+
+	recoveryPartitions = flag.Int("recovery-partitions", 1, "partitions TestRecoverySpeed divides -recovery-gb into")
+	recoveryThreads    = flag.Int("recovery-threads", DefaultRecoveryThreads(), "recovery threads of TestRecoverySpeed (OpenAll)")
+	recoveryDir        = flag.String("recovery-dir", "", "keep TestRecoverySpeed's logs in this directory and reuse them")
+	recoveryClean      = flag.Bool("recovery-clean", false, "TestRecoverySpeed keeps the recovery-point checkpoints (a clean stop)")
+	recoveryDrop       = flag.Bool("recovery-drop-cache", true, "TestRecoverySpeed drops the logs from the page cache first (false: read from memory, the CPU's share alone)")
 )
 
 func printDisk(t *testing.T, dir string) {
@@ -111,62 +117,114 @@ func TestSustainedWrite(t *testing.T) {
 	}
 }
 
-// TestRecoverySpeed writes a -recovery-gb log, drops it from the page cache
-// and measures how fast Open scans it.
+// TestRecoverySpeed writes -recovery-gb of logs (in -recovery-partitions
+// partitions), drops them from the page cache and measures how fast OpenAll
+// opens them on -recovery-threads. With -recovery-dir the logs are kept
+// there and reused by the next run (so binaries built from different
+// revisions can read the same files, interleaved); without -recovery-clean
+// the recovery-point checkpoints are removed first, as after an unclean
+// stop.
 func TestRecoverySpeed(t *testing.T) {
 	if *recoveryGB <= 0 {
 		t.Skip("pass -recovery-gb 4 to run")
 	}
-	dir := benchDir(t)
-	printDisk(t, dir)
-	cfg := DefaultConfig(vfs.OS(), dir)
-	cfg.Logger, cfg.RetentionTime = quietLogger, -1
-	l, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
+	dir := *recoveryDir
+	if dir == "" {
+		dir = benchDir(t)
+		printDisk(t, dir)
 	}
-	proto := batch.Build(batch.BuildOptions{Records: 100, ValueSize: 1024, ProducerID: -1, BaseTimestamp: time.Now().UnixMilli()})
-	target := int64(*recoveryGB * (1 << 30))
-	for l.Size() < target {
-		if _, err := l.Append(proto, AckWritten); err != nil {
-			t.Fatal(err)
+	var cfgs []Config
+	for p := range *recoveryPartitions {
+		cfg := DefaultConfig(vfs.OS(), filepath.Join(dir, fmt.Sprintf("recovery-%d", p)))
+		cfg.Logger, cfg.RetentionTime = quietLogger, -1
+		cfgs = append(cfgs, cfg)
+	}
+	target := int64(*recoveryGB*(1<<30)) / int64(len(cfgs))
+	done := filepath.Join(dir, fmt.Sprintf("written-%d-%d", len(cfgs), target))
+	if _, err := os.Stat(done); err != nil {
+		proto := batch.Build(batch.BuildOptions{Records: 100, ValueSize: 1024, ProducerID: -1, BaseTimestamp: time.Now().UnixMilli()})
+		for _, cfg := range cfgs {
+			os.RemoveAll(cfg.Dir)
+			l, err := Open(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Counted as appended: Size is the published size, which lags
+			// behind AckWritten appends.
+			for written := int64(0); written < target; written += int64(len(proto)) {
+				if _, err := l.Append(proto, AckWritten); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
 		}
+		os.WriteFile(done, nil, 0o644)
 	}
-	size := l.Size()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
+	var size int64
+	for _, cfg := range cfgs {
+		if !*recoveryClean {
+			os.Remove(filepath.Join(cfg.Dir, "recovery-point"))
+		}
+		size += dirBytes(t, cfg.Dir)
 	}
-	dropped := dropCache(t, dir)
+	dropped := false
+	if *recoveryDrop {
+		dropped = dropCache(t, dir)
+	}
 	start := time.Now()
-	l, err = Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	logs, errs := OpenAll(cfgs, *recoveryThreads)
 	elapsed := time.Since(start)
-	hw := l.HighWatermark()
-	l.Close()
-	t.Logf("recovered %d bytes (%d records, %d segments) in %v: %.0f MB/s (page cache dropped: %v)",
-		size, hw, (size>>30)+1, elapsed.Round(time.Millisecond), float64(size)/1e6/elapsed.Seconds(), dropped)
+	var records int64
+	for i, l := range logs {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		records += l.HighWatermark()
+		l.Close()
+	}
+	t.Logf("recovered %d bytes (%d records, %d partitions, clean %v, threads %d) in %v: %.0f MB/s (page cache dropped: %v)",
+		size, records, len(cfgs), *recoveryClean, *recoveryThreads, elapsed.Round(time.Millisecond), float64(size)/1e6/elapsed.Seconds(), dropped)
 }
 
-// dropCache syncs the segment files and asks the kernel to drop their pages.
-func dropCache(t *testing.T, dir string) bool {
+// dirBytes is the size of the files in dir.
+func dirBytes(t *testing.T, dir string) int64 {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok := true
+	var n int64
 	for _, e := range entries {
-		f, err := os.Open(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
+		if info, err := e.Info(); err == nil && !e.IsDir() {
+			n += info.Size()
 		}
+	}
+	return n
+}
+
+// dropCache syncs the files under dir and asks the kernel to drop their
+// pages.
+func dropCache(t *testing.T, dir string) bool {
+	ok := true
+	err := filepath.WalkDir(dir, func(name string, e os.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		f, err := os.Open(name)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
 		f.Sync()
 		if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
 			ok = false
 			fmt.Fprintln(os.Stderr, "fadvise:", err)
 		}
-		f.Close()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return ok
 }

@@ -148,3 +148,10 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 func CRC(b []byte) uint32 {
 	return crc32.Checksum(b[OffsetAttributes:], castagnoli)
 }
+
+// UpdateCRC continues a batch's CRC-32C over p, the next bytes of the
+// batch: UpdateCRC(0, b[OffsetAttributes:]) is CRC(b). Recovery checksums a
+// batch that spans its read blocks piece by piece with it.
+func UpdateCRC(crc uint32, p []byte) uint32 {
+	return crc32.Update(crc, castagnoli, p)
+}
