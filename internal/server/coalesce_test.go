@@ -1,16 +1,20 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/vfs"
 )
 
 // writeCountingListener counts the writes to the connections it accepts.
@@ -91,5 +95,71 @@ func TestReadyResponsesShareOneWrite(t *testing.T) {
 	}
 	if got := writes.Load(); got != 1 {
 		t.Fatalf("%d answers done together took %d writes, want 1", n, got)
+	}
+}
+
+// TestWriteFrameTCP: a frame of byte and file pieces written to a TCP
+// connection (sendmsg with MSG_MORE before each file range, sendfile,
+// writev) arrives byte for byte, with heads larger than the socket's
+// buffers (partial sends, waits for the reader) and many small pieces.
+func TestWriteFrameTCP(t *testing.T) {
+	f, err := vfs.Default.Create(filepath.Join(t.TempDir(), "seg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	content := make([]byte, 4<<20)
+	for i := range content {
+		content[i] = byte(i * 13 / 7)
+	}
+	if _, err := f.Write(content); err != nil {
+		t.Fatal(err)
+	}
+	var pieces []Piece
+	for i := range 1500 { // more buffers than one sendmsg takes
+		pieces = append(pieces, Piece{Bytes: []byte{byte(i), byte(i >> 8), 0xaa}})
+	}
+	pieces = append(pieces,
+		Piece{File: f, Pos: 3, Len: 1_000_000},
+		Piece{Bytes: bytes.Repeat([]byte{7}, 3<<20)},
+		Piece{File: f, Pos: 2_000_000, Len: 700_000},
+		Piece{Bytes: []byte("tail")})
+	frame := &Frame{Pieces: pieces}
+	head := bytes.Repeat([]byte("head"), 1<<19)
+	want := bytes.Clone(head)
+	for _, p := range frame.Pieces {
+		if p.File != nil {
+			want = append(want, content[p.Pos:p.Pos+p.Len]...)
+		} else {
+			want = append(want, p.Bytes...)
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			got <- nil
+			return
+		}
+		defer c.Close()
+		time.Sleep(20 * time.Millisecond) // let the sender fill the socket first
+		b, _ := io.ReadAll(c)
+		got <- b
+	}()
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFrame(progressWriter{nc: c, timeout: 10 * time.Second}, head, frame); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatalf("received %d bytes, want the frame's %d (equal: %v)", len(b), len(want), bytes.Equal(b, want))
 	}
 }

@@ -538,6 +538,71 @@ func (w progressWriter) writeBuffers(bufs net.Buffers) error {
 	}
 }
 
+// writeBuffersMore is writeBuffers for bytes a file range follows
+// (sendfile): on TCP they go with MSG_MORE, so the kernel sends them in the
+// file's first segment rather than in a small one of their own (issue 12:
+// a fetch answer's head was a segment, and on loopback a receive, of its
+// own).
+func (w progressWriter) writeBuffersMore(bufs net.Buffers) error {
+	tc, ok := w.nc.(*net.TCPConn)
+	if !ok {
+		return w.writeBuffers(bufs)
+	}
+	sc, err := tc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var sendErr error
+	for len(bufs) > 0 && sendErr == nil {
+		// As sendfile: a pass returns once the socket is full after some
+		// progress, and the next one re-arms the deadline.
+		w.arm()
+		progressed := false
+		werr := sc.Write(func(fd uintptr) bool {
+			for len(bufs) > 0 {
+				n, err := unix.SendmsgBuffers(int(fd), bufs[:min(len(bufs), maxIovecs)], nil, nil, unix.MSG_MORE)
+				if n > 0 {
+					consumeBuffers(&bufs, n)
+					progressed = true
+				}
+				switch {
+				case err == unix.EAGAIN:
+					return progressed
+				case err == unix.EINTR:
+					continue
+				case err != nil:
+					sendErr = os.NewSyscallError("sendmsg", err)
+					return true
+				}
+			}
+			return true
+		})
+		if werr != nil && sendErr == nil {
+			sendErr = werr
+		}
+	}
+	return sendErr
+}
+
+// maxIovecs bounds the buffers of one sendmsg (the kernel's IOV_MAX).
+const maxIovecs = 1024
+
+// consumeBuffers drops the first n bytes of bufs.
+func consumeBuffers(bufs *net.Buffers, n int) {
+	for n > 0 && len(*bufs) > 0 {
+		if first := (*bufs)[0]; n >= len(first) {
+			n -= len(first)
+			*bufs = (*bufs)[1:]
+		} else {
+			(*bufs)[0] = first[n:]
+			n = 0
+		}
+	}
+	for len(*bufs) > 0 && len((*bufs)[0]) == 0 {
+		*bufs = (*bufs)[1:]
+	}
+}
+
 // Write writes p in full, re-arming the deadline as writeBuffers does (on
 // a copying connection, before each piece).
 func (w progressWriter) Write(p []byte) (int, error) {
@@ -578,7 +643,7 @@ func writeFrame(w progressWriter, head []byte, f *Frame) error {
 			continue
 		}
 		if len(bufs) > 0 {
-			if err := w.writeBuffers(bufs); err != nil {
+			if err := w.writeBuffersMore(bufs); err != nil {
 				return err
 			}
 			bufs = bufs[:0]
