@@ -417,6 +417,9 @@ func (c *conn) writeLoop() {
 			if r.Frame != nil && r.Frame.Release != nil {
 				r.Frame.Release()
 			}
+			if r.Recycle != nil {
+				r.Recycle.Recycle()
+			}
 			if r.Close && !failed {
 				failed = true
 				c.abort()
