@@ -12,6 +12,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -555,36 +556,13 @@ func (w progressWriter) writeBuffersMore(bufs net.Buffers) error {
 	if err != nil {
 		return err
 	}
-	var sendErr error
-	for len(bufs) > 0 && sendErr == nil {
-		// As sendfile: a pass returns once the socket is full after some
-		// progress, and the next one re-arms the deadline.
-		w.arm()
-		progressed := false
-		werr := sc.Write(func(fd uintptr) bool {
-			for len(bufs) > 0 {
-				n, err := unix.SendmsgBuffers(int(fd), bufs[:min(len(bufs), maxIovecs)], nil, nil, unix.MSG_MORE)
-				if n > 0 {
-					consumeBuffers(&bufs, n)
-					progressed = true
-				}
-				switch {
-				case err == unix.EAGAIN:
-					return progressed
-				case err == unix.EINTR:
-					continue
-				case err != nil:
-					sendErr = os.NewSyscallError("sendmsg", err)
-					return true
-				}
-			}
-			return true
-		})
-		if werr != nil && sendErr == nil {
-			sendErr = werr
+	return sendLoop(w, sc, "sendmsg", func() bool { return len(bufs) > 0 }, func(fd int) (int, error) {
+		n, err := unix.SendmsgBuffers(fd, bufs[:min(len(bufs), maxIovecs)], nil, nil, unix.MSG_MORE)
+		if n > 0 {
+			consumeBuffers(&bufs, n)
 		}
-	}
-	return sendErr
+		return n, err
+	})
 }
 
 // maxIovecs bounds the buffers of one sendmsg (the kernel's IOV_MAX).
@@ -775,47 +753,59 @@ func sendfile(w progressWriter, tc *net.TCPConn, f *os.File, pos, n int64) error
 	}
 	var sendErr error
 	ctlErr := fc.Control(func(filefd uintptr) {
-		for n > 0 && sendErr == nil {
-			// The deadline counts from the last progress: each pass
-			// below returns as soon as the socket is full after having
-			// sent something, and the next pass re-arms it.
-			w.arm()
-			progressed := false
-			werr := sc.Write(func(sockfd uintptr) bool {
-				for n > 0 {
-					off := pos
-					m, err := unix.Sendfile(int(sockfd), int(filefd), &off, int(min(n, 1<<30)))
-					if m > 0 {
-						pos += int64(m)
-						n -= int64(m)
-						progressed = true
-					}
-					switch {
-					case err == unix.EAGAIN:
-						// Wait until writable, under a fresh deadline if
-						// this pass made progress.
-						return progressed
-					case err == unix.EINTR:
-						continue
-					case err != nil:
-						sendErr = os.NewSyscallError("sendfile", err)
-						return true
-					case m == 0:
-						// The file is shorter than the range: a segment
-						// truncated under us. Never spin.
-						sendErr = fmt.Errorf("sendfile: %w", io.ErrUnexpectedEOF)
-						return true
-					}
-				}
-				return true
-			})
-			if werr != nil && sendErr == nil {
-				sendErr = werr
+		sendErr = sendLoop(w, sc, "sendfile", func() bool { return n > 0 }, func(sockfd int) (int, error) {
+			off := pos
+			m, err := unix.Sendfile(sockfd, int(filefd), &off, int(min(n, 1<<30)))
+			if m > 0 {
+				pos += int64(m)
+				n -= int64(m)
 			}
-		}
+			return m, err
+		})
 	})
 	if ctlErr != nil {
 		return ctlErr
+	}
+	return sendErr
+}
+
+// sendLoop drives a non-blocking send system call (sendfile, sendmsg) on
+// the socket of sc while left says bytes remain; step makes one call and
+// returns what it sent. EAGAIN waits for the socket to be writable, under
+// a fresh deadline once a pass made progress (the deadline counts from the
+// last progress: a pass returns as soon as the socket is full after having
+// sent something, and the next pass re-arms it); EINTR retries; another
+// error ends it, and so does a call that sends nothing without one (a
+// file shorter than its range: a segment truncated under us; never spin).
+func sendLoop(w progressWriter, sc syscall.RawConn, op string, left func() bool, step func(fd int) (int, error)) error {
+	var sendErr error
+	for left() && sendErr == nil {
+		w.arm()
+		progressed := false
+		werr := sc.Write(func(fd uintptr) bool {
+			for left() {
+				m, err := step(int(fd))
+				if m > 0 {
+					progressed = true
+				}
+				switch {
+				case err == unix.EAGAIN:
+					return progressed
+				case err == unix.EINTR:
+					continue
+				case err != nil:
+					sendErr = os.NewSyscallError(op, err)
+					return true
+				case m == 0:
+					sendErr = fmt.Errorf("%s: %w", op, io.ErrUnexpectedEOF)
+					return true
+				}
+			}
+			return true
+		})
+		if werr != nil && sendErr == nil {
+			sendErr = werr
+		}
 	}
 	return sendErr
 }

@@ -7,26 +7,12 @@ import (
 	"testing"
 )
 
-// walkRecords is checkRecords without the skim: every record through next,
-// the reference the skim must agree with.
+// walkRecords is checkRecords without the skim: every record through next
+// (recordReader.walk, the path of compressed records), the reference the
+// skim must agree with.
 func walkRecords(b []byte, numRecords int32) error {
 	r := recordReader{b: b, pos: OffsetRecords, end: len(b)}
-	for i := int32(0); i < numRecords; i++ {
-		if r.pos == r.end {
-			return r.errorAt(r.pos, "records end after %d of %d records", i, numRecords)
-		}
-		rec, err := r.next(i)
-		if err != nil {
-			return err
-		}
-		if rec.offsetDelta != i {
-			return errorf(KindInvalid, rec.offsetDeltaPos, "record %d: offsetDelta %d, want %d", i, rec.offsetDelta, i)
-		}
-	}
-	if r.pos != r.end {
-		return r.errorAt(r.pos, "%d bytes left after the last of %d records", r.end-r.pos, numRecords)
-	}
-	return nil
+	return r.walk(numRecords, true, nil)
 }
 
 // TestSkimAgreesWithNext: checkRecords (skim first) accepts exactly what the
