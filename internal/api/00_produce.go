@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -65,7 +66,8 @@ func init() {
 }
 
 func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *kmsg.ProduceRequest) server.Response {
-	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	ps := producePool.Get().(*produceState)
+	resp := ps.response(req)
 
 	var ack plog.AckPolicy
 	badAcks := false
@@ -84,13 +86,7 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 		badAcks = true
 	}
 
-	type job struct {
-		topicIndex, partitionIndex int32 // of its answer in resp.Topics
-		log                        *plog.Log
-		records                    []byte
-		topic                      string
-	}
-	var jobs []job
+	jobs := ps.jobs[:0]
 	failed := false
 
 	// A partition named by more than one entry: which batch would the
@@ -104,6 +100,7 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 	}, func(rt *kmsg.ProduceRequestTopic, i int) int32 { return rt.Partitions[i].Partition })
 	if refused, ok := h.tooManyPartitions(creq, distinctPartitions); ok {
 		creq.Sequenced()
+		ps.Recycle()
 		return refused
 	}
 
@@ -115,7 +112,6 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 	// repeatedPartitions did, to answer each partition once.
 	var answered requestPartitions
 	distinct := int32(0)
-	resp.Topics = make([]kmsg.ProduceResponseTopic, 0, len(req.Topics))
 	for i := range req.Topics {
 		rt := &req.Topics[i]
 		var ti int32
@@ -134,7 +130,7 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 		denied := h.topicDenied(creq, t, rt.Topic, acl.Write)
 		if repeated == nil {
 			// The usual request: every entry is a distinct partition.
-			st.Partitions = make([]kmsg.ProduceResponseTopicPartition, 0, len(rt.Partitions))
+			st.Partitions = ps.partitionAnswers(len(rt.Partitions))
 		}
 		for j := range rt.Partitions {
 			rp := &rt.Partitions[j]
@@ -181,7 +177,7 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 					fail(code, msg)
 					break
 				}
-				jobs = append(jobs, job{topicIndex: int32(len(resp.Topics)), partitionIndex: int32(len(st.Partitions)), log: l, records: rp.Records, topic: t.meta.Name})
+				jobs = append(jobs, produceJob{topicIndex: int32(len(resp.Topics)), partitionIndex: int32(len(st.Partitions)), log: l, records: rp.Records, topic: t.meta.Name})
 			}
 			st.Partitions = append(st.Partitions, sp)
 		}
@@ -194,16 +190,11 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 	// produce request of this connection start (Request.Sequenced) while
 	// this one waits: an idempotent producer's pipelined requests then reach
 	// each log in sequence order and share its group commits.
-	type queued struct {
-		j       job
-		pending plog.Pending
-		err     error
-		start   time.Time
-	}
-	waits := make([]queued, len(jobs))
-	for i, j := range jobs {
-		waits[i] = queued{j: j, start: time.Now()}
-		waits[i].pending, waits[i].err = j.log.Enqueue(j.records, ack)
+	ps.jobs = jobs
+	for i := range jobs {
+		j := &jobs[i]
+		j.start = time.Now()
+		j.pending, j.err = j.log.Enqueue(j.records, ack)
 	}
 	h.produceThrottle(creq) // throttle.go: before the next produce of the connection starts
 	creq.Sequenced()
@@ -212,15 +203,15 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 	// disk or in the page cache and nothing refers to the frame.
 	creq.RecycleFrame()
 	waited := creq.Accounting.WaitStart() // the writer's and fsync's time is not the request's (throttle.go)
-	for i := range waits {
-		q := &waits[i]
+	for i := range jobs {
+		q := &jobs[i]
 		res := plog.AppendResult{BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
 		err := q.err
 		if err == nil {
 			res, err = q.pending.Wait()
 		}
-		sp := &resp.Topics[q.j.topicIndex].Partitions[q.j.partitionIndex]
-		h.finishProduce(req.Version, sp, q.j.topic, len(q.j.records), q.start, res, err)
+		sp := &resp.Topics[q.topicIndex].Partitions[q.partitionIndex]
+		h.finishProduce(req.Version, sp, q.topic, len(q.records), q.start, res, err)
 	}
 	creq.Accounting.WaitEnd(waited)
 
@@ -230,9 +221,84 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 				failed = true
 			}
 		}
-		return server.Response{None: true, Close: failed}
+		return server.Response{None: true, Close: failed, Recycle: ps}
 	}
-	return server.Response{Body: resp}
+	return server.Response{Body: resp, Recycle: ps}
+}
+
+// produceJob is one partition's batches of a Produce: where its answer
+// is, and its append once queued.
+type produceJob struct {
+	topicIndex, partitionIndex int32 // of its answer in resp.Topics
+	log                        *plog.Log
+	records                    []byte
+	topic                      string
+
+	pending plog.Pending
+	err     error
+	start   time.Time
+}
+
+// produceState is what one Produce request needs besides its frame: the
+// answer and the jobs. It comes from producePool and goes back once the
+// answer is written (server.Response.Recycle), so a Produce allocates
+// nothing of its own in the usual case (TestProduceAllocations).
+type produceState struct {
+	resp       kmsg.ProduceResponse
+	topics     []kmsg.ProduceResponseTopic
+	partitions []kmsg.ProduceResponseTopicPartition // carved into the topics' answers
+	used       int                                  // of partitions
+	jobs       []produceJob
+}
+
+var producePool = sync.Pool{New: func() any { return new(produceState) }}
+
+// maxPooledProduce bounds what a pooled state keeps (partitions of one
+// request): a rare huge request does not pin its slices in the pool.
+const maxPooledProduce = 1024
+
+// response resets the state for req and returns its answer, with room for
+// every topic.
+func (ps *produceState) response(req *kmsg.ProduceRequest) *kmsg.ProduceResponse {
+	ps.resp = kmsg.ProduceResponse{Version: req.Version}
+	ps.resp.Default()
+	if cap(ps.topics) < len(req.Topics) {
+		ps.topics = make([]kmsg.ProduceResponseTopic, 0, len(req.Topics))
+	}
+	ps.resp.Topics = ps.topics[:0]
+	total := 0
+	for i := range req.Topics {
+		total += len(req.Topics[i].Partitions)
+	}
+	if cap(ps.partitions) < total {
+		ps.partitions = make([]kmsg.ProduceResponseTopicPartition, total)
+	}
+	ps.partitions, ps.used = ps.partitions[:cap(ps.partitions)], 0
+	return &ps.resp
+}
+
+// partitionAnswers returns an empty slice with room for n partitions'
+// answers, carved from the state's (appending past n would reallocate, not
+// overwrite the next topic's).
+func (ps *produceState) partitionAnswers(n int) []kmsg.ProduceResponseTopicPartition {
+	if ps.used+n > len(ps.partitions) {
+		return make([]kmsg.ProduceResponseTopicPartition, 0, n)
+	}
+	s := ps.partitions[ps.used : ps.used : ps.used+n]
+	ps.used += n
+	return s
+}
+
+// Recycle puts the state back in the pool once its answer is written.
+func (ps *produceState) Recycle() {
+	if cap(ps.partitions) > maxPooledProduce || cap(ps.topics) > maxPooledProduce || cap(ps.jobs) > maxPooledProduce {
+		return
+	}
+	clear(ps.topics[:cap(ps.topics)])
+	clear(ps.partitions)
+	clear(ps.jobs[:cap(ps.jobs)])
+	ps.resp, ps.jobs = kmsg.ProduceResponse{}, ps.jobs[:0]
+	producePool.Put(ps)
 }
 
 // finishProduce fills one partition's answer from its append, enqueued at

@@ -76,6 +76,7 @@ type writer struct {
 	iov       [][]byte       // bytes of the group not yet written, for one writev
 	iovN      int64          // total length of iov
 	pend      []pendingBatch // the group's batches, handed to the publisher once written
+	prealloc  preallocator   // the active segment's reserved blocks (prealloc.go)
 
 	producersCheckedAt time.Time // the last look for expired producers
 
@@ -116,6 +117,7 @@ func (w *writer) openActive() error {
 	}
 	w.active = last
 	w.writePos = last.size
+	w.prealloc.reset()
 	return w.prepareActive(0)
 }
 
@@ -137,6 +139,7 @@ func (w *writer) createSegment(base int64) error {
 	l.segments = append(l.segments, s)
 	l.mu.Unlock()
 	w.active, w.writePos = s, 0
+	w.prealloc.reset()
 	return w.prepareActive(0)
 }
 
@@ -183,6 +186,9 @@ func (w *writer) sealActive() error {
 		if err := s.file.Truncate(w.writePos); err != nil {
 			return &IOError{Op: "truncate", Err: err}
 		}
+	}
+	if err := w.prealloc.trim(s.file, w.writePos); err != nil {
+		return &IOError{Op: "truncate", Err: err}
 	}
 	if err := s.file.Sync(); err != nil {
 		return &IOError{Op: "sync", Err: err}
@@ -579,6 +585,7 @@ func (w *writer) flush() error {
 			pos += int64(copy(s.mapped[pos:], b))
 		}
 	default:
+		w.prealloc.reserve(s.file, w.writePos, n, w.l.config().SegmentBytes)
 		written, err := s.file.Writev(w.iov)
 		if err == nil && int64(written) != n {
 			err = fmt.Errorf("short write: %d of %d bytes", written, n)

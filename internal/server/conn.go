@@ -12,6 +12,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -363,16 +364,49 @@ func (c *conn) handle(sl *slot, prev, mine chan struct{}) {
 }
 
 // writeLoop is the writer goroutine: it writes responses in request order.
+// The responses already done when one is written go with it, in one
+// system call (issue 12: a producer pipelining 16 requests gets the
+// answers one fsync acknowledged together in one write, not one each): a
+// run of answers ends at the first not done yet, at a file-backed answer
+// (sendfile: written with the run before it as its head), at one closing
+// the connection, or past coalesceBytes.
 func (c *conn) writeLoop() {
 	failed := false
-	var hdr []byte
-	for sl := range c.queue {
+	var (
+		buf   []byte
+		run   []*slot
+		carry *slot // received, not done when the last run was cut
+	)
+	for {
+		sl := carry
+		carry = nil
+		if sl == nil {
+			var ok bool
+			if sl, ok = <-c.queue; !ok {
+				return
+			}
+		}
 		<-sl.done
-		r := sl.resp
-		if !failed && !r.None {
-			var err error
-			hdr, err = c.write(hdr[:0], sl.req, r)
-			if err != nil {
+		run = append(run[:0], sl)
+		buf = buf[:0]
+		var frame *Frame
+		for {
+			r := run[len(run)-1].resp
+			if !failed && !r.None {
+				buf, frame = c.appendResponse(buf, run[len(run)-1].req, r)
+			}
+			if frame != nil || r.Close || len(buf) >= coalesceBytes || failed {
+				break
+			}
+			next, ok := c.nextDone()
+			if !ok {
+				carry = next
+				break
+			}
+			run = append(run, next)
+		}
+		if !failed && (len(buf) > 0 || frame != nil) {
+			if err := c.writeRun(buf, frame); err != nil {
 				if !c.isStopping() {
 					if errors.Is(err, os.ErrDeadlineExceeded) {
 						c.s.frameLog.warn(c.log, "closing connection: the client stopped reading its responses", "write_timeout", c.s.cfg.WriteTimeout)
@@ -384,19 +418,52 @@ func (c *conn) writeLoop() {
 				c.abort()
 			}
 		}
-		if r.Frame != nil && r.Frame.Release != nil {
-			r.Frame.Release()
+		for _, sl := range run {
+			r := sl.resp
+			if r.Frame != nil && r.Frame.Release != nil {
+				r.Frame.Release()
+			}
+			if r.Recycle != nil {
+				r.Recycle.Recycle()
+			}
+			if r.Close && !failed {
+				failed = true
+				c.abort()
+			}
+			now := time.Now()
+			if on := c.s.cfg.OnResponse; on != nil && !failed && !r.None && !sl.started.IsZero() {
+				on(sl.req.Key, sl.started.Sub(sl.req.readAt), now.Sub(sl.answered))
+			}
+			c.lastWriteNanos.Store(now.UnixNano())
+			c.inFlight.Add(-1)
 		}
-		if r.Close && !failed {
-			failed = true
-			c.abort()
+		clear(run)
+		if cap(buf) > 4*coalesceBytes {
+			buf = nil // one large answer: not kept for the connection's life
 		}
-		now := time.Now()
-		if on := c.s.cfg.OnResponse; on != nil && !failed && !r.None && !sl.started.IsZero() {
-			on(sl.req.Key, sl.started.Sub(sl.req.readAt), now.Sub(sl.answered))
+	}
+}
+
+// coalesceBytes is where a run of answers written together stops growing.
+const coalesceBytes = 256 << 10
+
+// nextDone returns the next slot of the queue if one was read and its
+// answer is done; a slot read but not done is returned with false (the
+// caller waits for it next), and with none queued, nil and false.
+func (c *conn) nextDone() (*slot, bool) {
+	select {
+	case sl, ok := <-c.queue:
+		if !ok {
+			return nil, false
 		}
-		c.lastWriteNanos.Store(now.UnixNano())
-		c.inFlight.Add(-1)
+		select {
+		case <-sl.done:
+			return sl, true
+		default:
+			return sl, false
+		}
+	default:
+		return nil, false
 	}
 }
 
@@ -410,7 +477,11 @@ func responseHeaderFlexible(req *Request) bool {
 	return req.Body.IsFlexible()
 }
 
-func (c *conn) write(buf []byte, req *Request, r Response) ([]byte, error) {
+// appendResponse appends r's size, header and, for a body, the encoded
+// body to buf; for a file-backed answer it returns the frame whose pieces
+// follow (the size counts them).
+func (c *conn) appendResponse(buf []byte, req *Request, r Response) ([]byte, *Frame) {
+	start := len(buf)
 	buf = append(buf, 0, 0, 0, 0)
 	if !req.RawSASL { // a bare SASL token has no header (sasl.go)
 		buf = binary.BigEndian.AppendUint32(buf, uint32(req.CorrelationID))
@@ -418,18 +489,26 @@ func (c *conn) write(buf []byte, req *Request, r Response) ([]byte, error) {
 			buf = append(buf, 0) // no tagged fields
 		}
 	}
-	w := progressWriter{nc: c.nc, timeout: c.s.cfg.WriteTimeout, copying: c.nc != c.raw}
 	if r.Body != nil {
 		buf = r.Body.AppendTo(buf)
-		binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
-		_, err := w.Write(buf)
-		return buf, err
-	}
-	if r.Frame == nil {
+		binary.BigEndian.PutUint32(buf[start:], uint32(len(buf)-start-4))
 		return buf, nil
 	}
-	binary.BigEndian.PutUint32(buf, uint32(int64(len(buf)-4)+r.Frame.Len()))
-	return buf, writeFrame(w, buf, r.Frame)
+	if r.Frame == nil {
+		return buf[:start], nil
+	}
+	binary.BigEndian.PutUint32(buf[start:], uint32(int64(len(buf)-start-4)+r.Frame.Len()))
+	return buf, r.Frame
+}
+
+// writeRun writes buf, then frame's pieces if frame is not nil.
+func (c *conn) writeRun(buf []byte, frame *Frame) error {
+	w := progressWriter{nc: c.nc, timeout: c.s.cfg.WriteTimeout, copying: c.nc != c.raw}
+	if frame != nil {
+		return writeFrame(w, buf, frame)
+	}
+	_, err := w.Write(buf)
+	return err
 }
 
 // progressWriter writes to a connection with a write timeout measured from
@@ -469,6 +548,48 @@ func (w progressWriter) writeBuffers(bufs net.Buffers) error {
 		if err == nil || n == 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
 			return err
 		}
+	}
+}
+
+// writeBuffersMore is writeBuffers for bytes a file range follows
+// (sendfile): on TCP they go with MSG_MORE, so the kernel sends them in the
+// file's first segment rather than in a small one of their own (issue 12:
+// a fetch answer's head was a segment, and on loopback a receive, of its
+// own).
+func (w progressWriter) writeBuffersMore(bufs net.Buffers) error {
+	tc, ok := w.nc.(*net.TCPConn)
+	if !ok {
+		return w.writeBuffers(bufs)
+	}
+	sc, err := tc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return sendLoop(w, sc, "sendmsg", func() bool { return len(bufs) > 0 }, func(fd int) (int, error) {
+		n, err := unix.SendmsgBuffers(fd, bufs[:min(len(bufs), maxIovecs)], nil, nil, unix.MSG_MORE)
+		if n > 0 {
+			consumeBuffers(&bufs, n)
+		}
+		return n, err
+	})
+}
+
+// maxIovecs bounds the buffers of one sendmsg (the kernel's IOV_MAX).
+const maxIovecs = 1024
+
+// consumeBuffers drops the first n bytes of bufs.
+func consumeBuffers(bufs *net.Buffers, n int) {
+	for n > 0 && len(*bufs) > 0 {
+		if first := (*bufs)[0]; n >= len(first) {
+			n -= len(first)
+			*bufs = (*bufs)[1:]
+		} else {
+			(*bufs)[0] = first[n:]
+			n = 0
+		}
+	}
+	for len(*bufs) > 0 && len((*bufs)[0]) == 0 {
+		*bufs = (*bufs)[1:]
 	}
 }
 
@@ -512,7 +633,7 @@ func writeFrame(w progressWriter, head []byte, f *Frame) error {
 			continue
 		}
 		if len(bufs) > 0 {
-			if err := w.writeBuffers(bufs); err != nil {
+			if err := w.writeBuffersMore(bufs); err != nil {
 				return err
 			}
 			bufs = bufs[:0]
@@ -641,47 +762,59 @@ func sendfile(w progressWriter, tc *net.TCPConn, f *os.File, pos, n int64) error
 	}
 	var sendErr error
 	ctlErr := fc.Control(func(filefd uintptr) {
-		for n > 0 && sendErr == nil {
-			// The deadline counts from the last progress: each pass
-			// below returns as soon as the socket is full after having
-			// sent something, and the next pass re-arms it.
-			w.arm()
-			progressed := false
-			werr := sc.Write(func(sockfd uintptr) bool {
-				for n > 0 {
-					off := pos
-					m, err := unix.Sendfile(int(sockfd), int(filefd), &off, int(min(n, 1<<30)))
-					if m > 0 {
-						pos += int64(m)
-						n -= int64(m)
-						progressed = true
-					}
-					switch {
-					case err == unix.EAGAIN:
-						// Wait until writable, under a fresh deadline if
-						// this pass made progress.
-						return progressed
-					case err == unix.EINTR:
-						continue
-					case err != nil:
-						sendErr = os.NewSyscallError("sendfile", err)
-						return true
-					case m == 0:
-						// The file is shorter than the range: a segment
-						// truncated under us. Never spin.
-						sendErr = fmt.Errorf("sendfile: %w", io.ErrUnexpectedEOF)
-						return true
-					}
-				}
-				return true
-			})
-			if werr != nil && sendErr == nil {
-				sendErr = werr
+		sendErr = sendLoop(w, sc, "sendfile", func() bool { return n > 0 }, func(sockfd int) (int, error) {
+			off := pos
+			m, err := unix.Sendfile(sockfd, int(filefd), &off, int(min(n, 1<<30)))
+			if m > 0 {
+				pos += int64(m)
+				n -= int64(m)
 			}
-		}
+			return m, err
+		})
 	})
 	if ctlErr != nil {
 		return ctlErr
+	}
+	return sendErr
+}
+
+// sendLoop drives a non-blocking send system call (sendfile, sendmsg) on
+// the socket of sc while left says bytes remain; step makes one call and
+// returns what it sent. EAGAIN waits for the socket to be writable, under
+// a fresh deadline once a pass made progress (the deadline counts from the
+// last progress: a pass returns as soon as the socket is full after having
+// sent something, and the next pass re-arms it); EINTR retries; another
+// error ends it, and so does a call that sends nothing without one (a
+// file shorter than its range: a segment truncated under us; never spin).
+func sendLoop(w progressWriter, sc syscall.RawConn, op string, left func() bool, step func(fd int) (int, error)) error {
+	var sendErr error
+	for left() && sendErr == nil {
+		w.arm()
+		progressed := false
+		werr := sc.Write(func(fd uintptr) bool {
+			for left() {
+				m, err := step(int(fd))
+				if m > 0 {
+					progressed = true
+				}
+				switch {
+				case err == unix.EAGAIN:
+					return progressed
+				case err == unix.EINTR:
+					continue
+				case err != nil:
+					sendErr = os.NewSyscallError(op, err)
+					return true
+				case m == 0:
+					sendErr = fmt.Errorf("%s: %w", op, io.ErrUnexpectedEOF)
+					return true
+				}
+			}
+			return true
+		})
+		if werr != nil && sendErr == nil {
+			sendErr = werr
+		}
 	}
 	return sendErr
 }

@@ -168,7 +168,14 @@ type Response struct {
 	// written at once (KIP-219), and no further request of the connection
 	// is started until ThrottleFor has passed since the handler returned.
 	ThrottleFor time.Duration
+	// Recycle, if set, is called once the response is written or dropped:
+	// the handler may then reuse what Body refers to (a pool, so that a
+	// request allocates nothing).
+	Recycle Recycler
 }
+
+// Recycler takes back what a Response referred to (Response.Recycle).
+type Recycler interface{ Recycle() }
 
 // Frame is a hand-encoded response body: byte pieces and file ranges, in
 // order. Release, if set, is called once the frame is written or dropped.

@@ -135,6 +135,29 @@ func (f *osFile) Sync() error {
 	return nil
 }
 
+var _ Preallocator = (*osFile)(nil)
+
+// Preallocate reserves the blocks of [off, off+n) without changing the
+// file's size (fallocate(2), FALLOC_FL_KEEP_SIZE).
+func (f *osFile) Preallocate(off, n int64) error {
+	var allocErr error
+	err := f.control(func(fd int) {
+		for {
+			allocErr = unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, off, n)
+			if allocErr != unix.EINTR {
+				return
+			}
+		}
+	})
+	if err == nil {
+		err = allocErr
+	}
+	if err != nil {
+		return f.pathError("fallocate", err)
+	}
+	return nil
+}
+
 // Writev writes bufs at the write position with writev(2), looping until
 // everything is written or an error occurs (a regular file may accept a
 // short write, e.g. near ENOSPC or when interrupted by a signal).

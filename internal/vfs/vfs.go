@@ -100,6 +100,14 @@ type OSFile interface {
 	OS() *os.File
 }
 
+// Preallocator is implemented by files that can reserve disk blocks ahead
+// of the writes (fallocate(2) with FALLOC_FL_KEEP_SIZE on the OS): the size
+// and the contents do not change, the blocks past the end are freed by a
+// Truncate. It is a hint: writes work without it.
+type Preallocator interface {
+	Preallocate(off, n int64) error
+}
+
 // FS is a filesystem.
 type FS interface {
 	// Create creates or truncates a file for reading and writing.

@@ -108,10 +108,15 @@ func checkAttributes(attributes int16) error {
 
 // checkRecords walks the uncompressed records of the whole batch b. It is
 // recordReader.walk without a visitor, kept apart because it is the append
-// hot path.
+// hot path: each record is first skimmed (skimRecord), and only one the
+// skim does not accept is walked again by next, which names what is wrong.
 func checkRecords(b []byte, numRecords int32) error {
 	r := recordReader{b: b, pos: OffsetRecords, end: len(b)}
 	for i := int32(0); i < numRecords; i++ {
+		if next, ok := skimRecord(b, r.pos, r.end, i); ok {
+			r.pos = next
+			continue
+		}
 		if r.pos == r.end {
 			return r.errorAt(r.pos, "records end after %d of %d records", i, numRecords)
 		}
@@ -254,6 +259,76 @@ func (r *recordReader) next(i int32) (record, error) {
 	}
 	r.pos = end
 	return rec, nil
+}
+
+// skimRecord checks record i at b[pos:end] as next does and returns the
+// position after it, for the common shape only: every varint of at most
+// two bytes (lengths below 8 KiB) but the timestamp delta's (at most nine).
+// It accepts only records next accepts; for anything else (a longer
+// varint, or a malformed record) it returns false and next decides. It is
+// the per-record cost of appending small records (issue 12: at 128 B the
+// record walk through next was 17% of the broker's CPU).
+func skimRecord(b []byte, pos, end int, i int32) (int, bool) {
+	length, pos, ok := varint2(b, pos, end)
+	if !ok || length < 0 || int(length) > end-pos {
+		return 0, false
+	}
+	end = pos + int(length)
+	pos++ // attributes
+	// timestampDelta: a varlong of at most 9 bytes (any such value is valid).
+	for n := 0; ; n++ {
+		if pos >= end || n == 9 {
+			return 0, false
+		}
+		c := b[pos]
+		pos++
+		if c < 0x80 {
+			break
+		}
+	}
+	var offsetDelta, n int32
+	if offsetDelta, pos, ok = varint2(b, pos, end); !ok || offsetDelta != i {
+		return 0, false
+	}
+	for field := 0; field < 2; field++ { // key, value: nullable
+		if n, pos, ok = varint2(b, pos, end); !ok || n < -1 || int(n) > end-pos {
+			return 0, false
+		}
+		pos += max(int(n), 0)
+	}
+	headers, pos, ok := varint2(b, pos, end)
+	if !ok || headers < 0 {
+		return 0, false
+	}
+	for h := int32(0); h < headers; h++ {
+		// A header's key is not nullable, its value is.
+		if n, pos, ok = varint2(b, pos, end); !ok || n < 0 || int(n) > end-pos {
+			return 0, false
+		}
+		pos += int(n)
+		if n, pos, ok = varint2(b, pos, end); !ok || n < -1 || int(n) > end-pos {
+			return 0, false
+		}
+		pos += max(int(n), 0)
+	}
+	return pos, pos == end
+}
+
+// varint2 reads a Kafka varint of one or two bytes from b[pos:end] (false
+// for a longer or cut one: readVarint decides those).
+func varint2(b []byte, pos, end int) (int32, int, bool) {
+	if pos >= end {
+		return 0, pos, false
+	}
+	u := uint32(b[pos])
+	if u >= 0x80 {
+		if pos+1 >= end || b[pos+1] >= 0x80 {
+			return 0, pos, false
+		}
+		u = u&0x7f | uint32(b[pos+1])<<7
+		pos++
+	}
+	return int32(u>>1) ^ -int32(u&1), pos + 1, true
 }
 
 // skipBytes skips a varint length and that many bytes within b[pos:end].
