@@ -404,8 +404,14 @@ func (n *NATS) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.C
 			c.abandon()
 			return nil, fmt.Errorf("nats: subscribing to the pull requests' replies: %w", err)
 		}
-		// The server sends at most FetchBatch messages ahead (plus a
-		// lost request's): nats.go's default limits hold them.
+		// What waits for the handler is bounded by the pull requests (at
+		// most FetchBatch ahead, plus a lost request's), not by nats.go's
+		// default pending limits (64 MiB would drop a batch of 1 MiB
+		// messages as a slow consumer).
+		if err = ts.sub.SetPendingLimits(-1, -1); err != nil {
+			c.abandon()
+			return nil, err
+		}
 		c.topics[topic] = ts
 		c.order = append(c.order, ts)
 	}
