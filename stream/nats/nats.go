@@ -595,18 +595,25 @@ func (c *consumer) Mark(tp stream.TopicPartition, next int64) {
 	if ts == nil || tp.Partition != 0 {
 		return
 	}
+	// The acks are sent after the lock is released: the subscription's
+	// handler (received) and Poll wait for it, and an ack waits for the
+	// connection's lock.
+	var stack [256]*natsclient.Msg
+	acks := stack[:0]
 	c.mu.Lock()
 	i := 0
 	for ; i < len(ts.held) && ts.held[i].offset < next; i++ {
-		// Fire and forget, as JetStream acks are: a lost ack means a
-		// redelivery after AckWait (at least once), never a loss.
-		if ts.held[i].msg.Ack() == nil {
-			c.rememberAckLocked(ts.held[i].msg.Reply)
-		}
+		acks = append(acks, ts.held[i].msg)
+		c.rememberAckLocked(ts.held[i].msg.Reply)
 	}
 	clear(ts.held[:i])
 	ts.held = ts.held[i:]
 	c.mu.Unlock()
+	for _, m := range acks {
+		// Fire and forget, as JetStream acks are: a lost ack means a
+		// redelivery after AckWait (at least once), never a loss.
+		_ = m.Ack()
+	}
 }
 
 func (c *consumer) rememberAckLocked(reply string) {
