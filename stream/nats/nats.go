@@ -53,7 +53,8 @@
 // fetched and not finished are kept alive with +WIP (InProgress) every
 // AckWait/3, so a slow handler or a paused topic does not make JetStream
 // hand them to another member meanwhile. Close acks nothing more: once
-// its pull requests have ended (at most FetchExpiry), it naks what the
+// its pull requests have ended (at most FetchExpiry; twice that for one
+// whose end the server's answer, lost, did not tell), it naks what the
 // member holds unfinished, so that JetStream redelivers it at once to the
 // next member instead of after AckWait. Acks are fire and forget; after a
 // reconnect the consumer sends its recent acks again and waits for the
@@ -87,8 +88,9 @@
 // (per the stream's storage and replicas) before a handler's message is
 // acknowledged. The connection reconnects forever by default (nats.go
 // options given to Transport override that); while it is down, Publish
-// fails with nats.go's timeout after the publish deadline, fetches are
-// retried, and acks wait in nats.go's reconnect buffer. A consumer whose
+// fails with nats.go's timeout after the publish deadline, no pull
+// request is sent (after the reconnect, new ones at once), and acks wait
+// in nats.go's reconnect buffer. A consumer whose
 // durable is deleted, or whose connection is closed for good, makes Poll
 // (and so App.Run) fail.
 package nats
