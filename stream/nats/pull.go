@@ -34,10 +34,13 @@ import (
 //     (lostAfter), when the server has expired it; and a message of a
 //     request taken as ended is still received (the subscription stays), so
 //     nothing the server delivers is lost until AckWait. (nats.go's Fetch
-//     gave up on a request after two missed idle heartbeats and
-//     unsubscribed; on a loaded machine the server then delivered into the
+//     gives up on a request after two missed idle heartbeats and
+//     unsubscribes, dropping what it had received and not yet handed
+//     over; on a loaded machine its heartbeat timer fired with the
+//     messages already in its channel, or the server delivered into the
 //     request it still had, and those messages came back only after
-//     AckWait: TestServerRestartUnderConsumer's flake.)
+//     AckWait: TestServerRestartUnderConsumer's flake,
+//     TestNothingLostWhileTheConnectionStalls.)
 //
 // Bounds: a request is sent only while the topic is not paused and asks
 // for at most FetchBatch − (ready + asked), so fetched-and-unpolled plus
