@@ -914,3 +914,55 @@ func (r *relay) resume() {
 	r.cond.Broadcast()
 	r.mu.Unlock()
 }
+
+// TestFetchedAheadIsBounded: with a backlog and several pull requests in
+// flight, a member that does not poll, or has paused its topic, holds no
+// more than FetchBatch beyond what it polled: the server's count of the
+// durable's unacknowledged deliveries says so after several expiries.
+func TestFetchedAheadIsBounded(t *testing.T) {
+	url := natstest.Start(t)
+	const topic, group, batch, n = "bounded", "g", 16, 400
+	tr := newTransport(t, url, nats.FetchBatch(batch))
+	defer tr.Close()
+	for i := range n {
+		publish(t, tr.Producer(), &stream.Record{Topic: topic, Partition: stream.AnyPartition, Value: []byte(strconv.Itoa(i))})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c, err := tr.Consume(ctx, stream.ConsumerConfig{Group: group, Topics: []string{topic}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	checkHeld := func(most int, what string) {
+		t.Helper()
+		time.Sleep(time.Second) // three FetchExpiry of 300 ms
+		if info := consumerInfo(t, tr, group, topic); info.NumAckPending > most {
+			t.Fatalf("%s: %d delivered and unacknowledged, want at most %d", what, info.NumAckPending, most)
+		}
+	}
+	checkHeld(batch, "not polling")
+	polled, err := c.Poll(ctx, make([]*stream.Record, 0, 2*batch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := stream.TopicPartition{Topic: topic}
+	c.Pause(tp)
+	checkHeld(len(polled)+batch, "paused after a poll")
+	c.Mark(tp, polled[len(polled)-1].Offset+1)
+	c.Resume(tp)
+	var got int
+	for got = len(polled); got < n; {
+		recs, err := c.Poll(ctx, make([]*stream.Record, 0, 64))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if r.Offset != int64(got) {
+				t.Fatalf("offset %d after %d records", r.Offset, got)
+			}
+			got++
+		}
+		c.Mark(tp, int64(got))
+	}
+}
