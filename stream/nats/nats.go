@@ -53,7 +53,8 @@
 // fetched and not finished are kept alive with +WIP (InProgress) every
 // AckWait/3, so a slow handler or a paused topic does not make JetStream
 // hand them to another member meanwhile. Close acks nothing more: once
-// its pull requests have ended (at most FetchExpiry), it naks what the
+// its pull requests have ended (at most FetchExpiry; twice that for one
+// whose end the server's answer, lost, did not tell), it naks what the
 // member holds unfinished, so that JetStream redelivers it at once to the
 // next member instead of after AckWait. Acks are fire and forget; after a
 // reconnect the consumer sends its recent acks again and waits for the
@@ -74,20 +75,22 @@
 // and JetStream's delivery count does not move (TestNackWithTwoMembers
 // fails with nak-based seeks).
 //
-// Flow control: each topic has one pull request (Fetch) outstanding at a
-// time, of at most FetchBatch messages, and a fetch is issued only while
-// the topic is not paused and at most FetchBatch/2 fetched messages wait
-// to be polled. Pause stops fetching and holds back what was already
-// fetched; Resume lets it go. What a member holds is thus bounded by
-// FetchBatch plus the framework's in-flight window, and the group's by
-// MaxAckPending.
+// Flow control: each topic pipelines its pull requests, as nats.go's
+// Consume does, over one subscription (see pull.go): a request is sent
+// while the topic is not paused and what it has fetched and not yet
+// polled, plus what it has asked for and not yet received, is at most
+// FetchBatch/2, for the rest up to FetchBatch. Pause stops asking and
+// holds back what was already fetched; Resume lets it go. What a member
+// holds is thus bounded by FetchBatch plus the framework's in-flight
+// window, and the group's by MaxAckPending.
 //
 // Producer.Publish returns after JetStream's PubAck: the message is stored
 // (per the stream's storage and replicas) before a handler's message is
 // acknowledged. The connection reconnects forever by default (nats.go
 // options given to Transport override that); while it is down, Publish
-// fails with nats.go's timeout after the publish deadline, fetches are
-// retried, and acks wait in nats.go's reconnect buffer. A consumer whose
+// fails with nats.go's timeout after the publish deadline, no pull
+// request is sent (after the reconnect, new ones at once), and acks wait
+// in nats.go's reconnect buffer. A consumer whose
 // durable is deleted, or whose connection is closed for good, makes Poll
 // (and so App.Run) fail.
 package nats
@@ -166,11 +169,6 @@ func (c config) validate() error {
 	return nil
 }
 
-// fetchHeartbeat is the idle heartbeat asked of each pull request: a
-// quarter of its expiry, at most a second; nats.go fails the fetch after
-// two missed heartbeats, which is how a dead connection is noticed.
-func (c config) fetchHeartbeat() time.Duration { return min(c.fetchExpiry/4, time.Second) }
-
 // Option configures the transport beyond the connection's options.
 type Option func(*config)
 
@@ -195,15 +193,16 @@ func AckWait(d time.Duration) Option { return func(c *config) { c.ackWait = d } 
 // for all members of a group together (default 1024).
 func MaxAckPending(n int) Option { return func(c *config) { c.maxAckPending = n } }
 
-// FetchBatch bounds one pull request and what a topic keeps fetched
-// ahead of the App (default 256).
+// FetchBatch bounds what a topic keeps fetched ahead of the App, and
+// asked of the server but not yet delivered, together (default 256); the
+// next pull request is sent when that falls to FetchBatch/2.
 func FetchBatch(n int) Option { return func(c *config) { c.fetchBatch = n } }
 
 // FetchExpiry is how long one pull request waits for messages (default
 // 1 s, at least 200 ms) before the next replaces it. It bounds how long a
-// consumer's Close waits for its pull requests to end, and, with its idle
-// heartbeat (see fetchHeartbeat), how long a lost connection goes
-// unnoticed; an idle topic costs one pull request per FetchExpiry.
+// consumer's Close waits for its pull requests to end (twice FetchExpiry
+// for a request whose end was lost), and an idle topic costs one pull
+// request per FetchExpiry.
 func FetchExpiry(d time.Duration) Option { return func(c *config) { c.fetchExpiry = d } }
 
 // Logger sets where transient errors (a fetch that failed and is
@@ -401,7 +400,20 @@ func (n *NATS) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.C
 			c.abandon()
 			return nil, fmt.Errorf("nats: durable consumer %q on stream %q: %w", DurableName(cfg.Group, topic), streamName, err)
 		}
-		ts := &topicState{topic: topic, jc: jc, wakeFetch: make(chan struct{}, 1)}
+		ts := &topicState{topic: topic, jc: jc, wakeFetch: make(chan struct{}, 1), inbox: n.nc.NewInbox(),
+			nextSubject: "$JS.API.CONSUMER.MSG.NEXT." + streamName + "." + DurableName(cfg.Group, topic)}
+		if ts.sub, err = n.nc.Subscribe(ts.inbox+".*", c.onMessage(ts)); err != nil {
+			c.abandon()
+			return nil, fmt.Errorf("nats: subscribing to the pull requests' replies: %w", err)
+		}
+		// What waits for the handler is bounded by the pull requests (at
+		// most FetchBatch ahead, plus a lost request's), not by nats.go's
+		// default pending limits (64 MiB would drop a batch of 1 MiB
+		// messages as a slow consumer).
+		if err = ts.sub.SetPendingLimits(-1, -1); err != nil {
+			c.abandon()
+			return nil, err
+		}
 		c.topics[topic] = ts
 		c.order = append(c.order, ts)
 	}
@@ -448,19 +460,30 @@ type consumer struct {
 }
 
 type topicState struct {
-	topic     string
-	jc        jetstream.Consumer
-	wakeFetch chan struct{} // signalled when the fetch loop may go on
+	topic       string
+	jc          jetstream.Consumer
+	nextSubject string                   // the durable's $JS.API.CONSUMER.MSG.NEXT subject
+	inbox       string                   // reply subjects are inbox.<request id>
+	sub         *natsclient.Subscription // on inbox.*, for the consumer's life
+	wakeFetch   chan struct{}            // signalled when the fetch loop may go on
 
 	held   []heldMsg        // guarded by consumer.mu
 	ready  []*stream.Record // guarded by consumer.mu
 	paused bool             // guarded by consumer.mu
+
+	// The pull requests (see pull.go), guarded by consumer.mu.
+	pulls     []pullRequest // outstanding, in the order sent
+	asked     int           // messages asked for and not yet delivered (see settleLocked)
+	pullsSent uint64        // requests sent, the last one's id
+	failed    error         // the server refused a request: fetchLoop retries later
+	answered  bool          // the server answered since fetchLoop last looked: the retry interval resets
+	retryAt   time.Time     // no request before then
 }
 
 type heldMsg struct {
 	offset int64
-	msg    jetstream.Msg
-	rec    *stream.Record // as first delivered; Seek queues copies
+	msg    *natsclient.Msg // JetStream's ack methods: Ack, InProgress, Nak
+	rec    *stream.Record  // as first delivered; Seek queues copies
 }
 
 func signal(ch chan struct{}) {
@@ -470,76 +493,8 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// fetchRoomLocked is how many messages ts may fetch now (0: wait).
-func (c *consumer) fetchRoomLocked(ts *topicState) int {
-	if c.closing || ts.paused || len(ts.ready) > c.n.cfg.fetchBatch/2 {
-		return 0
-	}
-	return c.n.cfg.fetchBatch - len(ts.ready)
-}
-
-// fetchLoop keeps one pull request of ts outstanding while there is room.
-func (c *consumer) fetchLoop(ts *topicState) {
-	defer c.loops.Done()
-	retry := 50 * time.Millisecond
-	for {
-		c.mu.Lock()
-		room := c.fetchRoomLocked(ts)
-		c.mu.Unlock()
-		if room == 0 {
-			select {
-			case <-ts.wakeFetch:
-				continue
-			case <-c.fetchCtx.Done():
-				return
-			}
-		}
-		err := c.fetchOnce(ts, room)
-		if c.fetchCtx.Err() != nil {
-			return
-		}
-		if err == nil {
-			retry = 50 * time.Millisecond
-			continue
-		}
-		if c.n.nc.IsClosed() {
-			return // maintain reports it
-		}
-		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-			c.fail(fmt.Errorf("nats: fetching %q: %w", ts.topic, err))
-			return
-		}
-		// A lost connection (missed heartbeats), a server restarting: try
-		// again, a little later each time, up to a second.
-		c.n.cfg.logger.Warn("nats: fetch failed; retrying", "topic", ts.topic, "error", err, "retry_in", retry)
-		select {
-		case <-time.After(retry):
-		case <-c.fetchCtx.Done():
-			return
-		}
-		retry = min(2*retry, time.Second)
-	}
-}
-
-// fetchOnce runs one pull request to its end. It is never cancelled from
-// the client side: a pull request cancelled by the client stays on the
-// server until the server learns there is no one left to read it, and
-// what the server delivers to it meanwhile (Close's own naks, say) goes
-// nowhere until AckWait. A request ends when it is filled, or with the
-// server's 408 at its expiry, after everything the server sent to it.
-func (c *consumer) fetchOnce(ts *topicState, room int) error {
-	batch, err := ts.jc.Fetch(room, jetstream.FetchMaxWait(c.n.cfg.fetchExpiry), jetstream.FetchHeartbeat(c.n.cfg.fetchHeartbeat()))
-	if err != nil {
-		return err
-	}
-	for m := range batch.Messages() {
-		c.received(ts, m)
-	}
-	return batch.Error()
-}
-
-// received makes m held and ready.
-func (c *consumer) received(ts *topicState, m jetstream.Msg) {
+// received makes m, a message of one of ts's requests, held and ready.
+func (c *consumer) received(ts *topicState, m *natsclient.Msg) {
 	meta, err := m.Metadata()
 	if err != nil {
 		// Not a JetStream delivery (no ack subject): nothing to ack either.
@@ -550,11 +505,20 @@ func (c *consumer) received(ts *topicState, m jetstream.Msg) {
 		Topic:     ts.topic,
 		Partition: 0,
 		Offset:    int64(meta.Sequence.Stream) - 1,
-		Value:     m.Data(),
+		Value:     m.Data,
 		Timestamp: meta.Timestamp,
 	}
-	decodeHeaders(m.Headers(), rec)
+	decodeHeaders(m.Header, rec)
 	c.mu.Lock()
+	deliveredLocked(ts)
+	ts.answered = true
+	if c.closed {
+		// Close has naked what it held: this one too, so that the next
+		// member gets it at once.
+		c.mu.Unlock()
+		_ = m.Nak()
+		return
+	}
 	i := sort.Search(len(ts.held), func(i int) bool { return ts.held[i].offset >= rec.Offset })
 	if i < len(ts.held) && ts.held[i].offset == rec.Offset {
 		// JetStream redelivered what we hold (its AckWait passed while we
@@ -609,7 +573,7 @@ func (c *consumer) Poll(ctx context.Context, buf []*stream.Record) ([]*stream.Re
 			rest := copy(ts.ready, ts.ready[take:])
 			clear(ts.ready[rest:])
 			ts.ready = ts.ready[:rest]
-			if len(ts.ready) <= c.n.cfg.fetchBatch/2 {
+			if len(ts.ready)+ts.asked <= c.n.cfg.fetchBatch/2 {
 				signal(ts.wakeFetch)
 			}
 		}
@@ -633,18 +597,25 @@ func (c *consumer) Mark(tp stream.TopicPartition, next int64) {
 	if ts == nil || tp.Partition != 0 {
 		return
 	}
+	// The acks are sent after the lock is released: the subscription's
+	// handler (received) and Poll wait for it, and an ack waits for the
+	// connection's lock.
+	var stack [256]*natsclient.Msg
+	acks := stack[:0]
 	c.mu.Lock()
 	i := 0
 	for ; i < len(ts.held) && ts.held[i].offset < next; i++ {
-		// Fire and forget, as JetStream acks are: a lost ack means a
-		// redelivery after AckWait (at least once), never a loss.
-		if ts.held[i].msg.Ack() == nil {
-			c.rememberAckLocked(ts.held[i].msg.Reply())
-		}
+		acks = append(acks, ts.held[i].msg)
+		c.rememberAckLocked(ts.held[i].msg.Reply)
 	}
 	clear(ts.held[:i])
 	ts.held = ts.held[i:]
 	c.mu.Unlock()
+	for _, m := range acks {
+		// Fire and forget, as JetStream acks are: a lost ack means a
+		// redelivery after AckWait (at least once), never a loss.
+		_ = m.Ack()
+	}
 }
 
 func (c *consumer) rememberAckLocked(reply string) {
@@ -719,7 +690,7 @@ func (c *consumer) maintain() {
 	defer c.loops.Done()
 	renew := time.NewTicker(c.n.cfg.ackWait / 3)
 	defer renew.Stop()
-	var msgs []jetstream.Msg
+	var msgs []*natsclient.Msg
 	for {
 		select {
 		case <-c.fetchCtx.Done():
@@ -728,6 +699,7 @@ func (c *consumer) maintain() {
 			c.fail(errConnectionGone)
 			return
 		case <-c.reconnected:
+			c.lostPulls()
 			c.mu.Lock()
 			replies := slices.Clone(c.recent)
 			c.mu.Unlock()
@@ -799,6 +771,15 @@ var ackBody = []byte("+ACK")
 func (c *consumer) abandon() {
 	c.stopFetching()
 	c.removeListeners()
+	c.unsubscribe()
+}
+
+func (c *consumer) unsubscribe() {
+	for _, ts := range c.topics {
+		if ts.sub != nil {
+			_ = ts.sub.Unsubscribe()
+		}
+	}
 }
 
 func (c *consumer) removeListeners() {
@@ -806,8 +787,8 @@ func (c *consumer) removeListeners() {
 	c.n.nc.RemoveStatusListener(c.reconnected)
 }
 
-// Close waits for the fetches in flight to end (at most FetchExpiry: see
-// fetchOnce), naks what this member holds unfinished (the framework has
+// Close waits for the pull requests outstanding to end (at most
+// FetchExpiry, or twice that for one whose end was lost: see pull.go), naks what this member holds unfinished (the framework has
 // marked, and so acked, everything it finished), and flushes the acks to
 // the server. The connection stays for the transport's Close.
 func (c *consumer) Close(ctx context.Context) error {
@@ -826,9 +807,10 @@ func (c *consumer) Close(ctx context.Context) error {
 			clear(ts.held)
 			ts.held, ts.ready = nil, nil
 		}
-		c.closed = true
+		c.closed = true // a message still coming is naked as it arrives (received)
 		close(c.closedCh)
 		c.mu.Unlock()
+		c.unsubscribe()
 		if _, ok := ctx.Deadline(); !ok {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, 10*time.Second) // FlushWithContext needs a deadline

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -766,5 +767,202 @@ func TestStreamNameTakenByOtherSubjects(t *testing.T) {
 	}
 	if err := tr.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestNothingLostWhileTheConnectionStalls: the App's connection (through
+// a relay, paused) carries nothing for longer than nats.go's Fetch waits
+// for idle heartbeats (twice a quarter of FetchExpiry), just after a pull
+// request reached the server, while another client publishes a message
+// that the server delivers into that request. When the relay goes on, the
+// message is handled at once, not after AckWait. (A Fetch that gave up on
+// missed heartbeats unsubscribed from a request the server still served,
+// and what the server had delivered into it came back only after AckWait:
+// TestServerRestartUnderConsumer's flake on a loaded machine, where the
+// heartbeats came late.)
+func TestNothingLostWhileTheConnectionStalls(t *testing.T) {
+	srv := natstest.StartServer(t)
+	relay := startRelay(t, strings.TrimPrefix(srv.URL, "nats://"))
+	const topic, group, rounds = "stall", "g", 3
+	handled := newTally()
+	app := stream.New(newTransport(t, "nats://"+relay.addr()), stream.Group(group))
+	stream.Consume(app, topic, func(ctx context.Context, v string) error { handled.finish(v); return nil })
+	input := newTransport(t, srv.URL)
+	defer input.Close()
+	publish(t, input.Producer(), &stream.Record{Topic: topic, Partition: stream.AnyPartition, Value: []byte("first")})
+	pulls := make(chan *natsclient.Msg, 64)
+	monitor, err := input.Conn().ChanSubscribe("$JS.API.CONSUMER.MSG.NEXT."+nats.StreamName(topic)+"."+nats.DurableName(group, topic), pulls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer monitor.Unsubscribe()
+	r := run(app)
+	waitFor(t, func() bool { return handled.finishedCount() == 1 }, "the first message")
+	for i := range rounds {
+		for len(pulls) > 0 {
+			<-pulls
+		}
+		select {
+		case <-pulls: // a pull request has just reached the server: it waits there for FetchExpiry
+		case <-time.After(testTimeout):
+			t.Fatal("no pull request reached the server")
+		}
+		relay.pause()
+		v := "stalled-" + strconv.Itoa(i)
+		publish(t, input.Producer(), &stream.Record{Topic: topic, Partition: stream.AnyPartition, Value: []byte(v)})
+		time.Sleep(250 * time.Millisecond) // > 2 × 75 ms of idle heartbeats, < the 300 ms expiry
+		relay.resume()
+		deadline := time.Now().Add(5 * time.Second) // AckWait is 30 s
+		for handled.finishedSet()[v] == 0 {
+			if time.Now().After(deadline) {
+				info := consumerInfo(t, input, group, topic)
+				t.Fatalf("round %d: %s not handled 5 s after the relay went on (server: %d delivered, %d ack pending): lost until AckWait",
+					i, v, info.Delivered.Stream, info.NumAckPending)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	r.stop(t)
+	checkAllAcked(t, input, group, topic, rounds+1)
+}
+
+// relay forwards TCP connections to a target; paused, it forwards nothing
+// either way (what comes waits in its buffers and the kernel's).
+type relay struct {
+	ln     net.Listener
+	mu     sync.Mutex
+	cond   *sync.Cond
+	paused bool // guarded by mu
+}
+
+func startRelay(t *testing.T, target string) *relay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{ln: ln}
+	r.cond = sync.NewCond(&r.mu)
+	var conns sync.WaitGroup
+	var open []net.Conn
+	var openMu sync.Mutex
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", target)
+			if err != nil {
+				client.Close()
+				continue
+			}
+			openMu.Lock()
+			open = append(open, client, server)
+			openMu.Unlock()
+			conns.Add(2)
+			go func() { defer conns.Done(); r.forward(server, client) }()
+			go func() { defer conns.Done(); r.forward(client, server) }()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		r.resume()
+		openMu.Lock()
+		for _, c := range open {
+			c.Close()
+		}
+		openMu.Unlock()
+		conns.Wait()
+	})
+	return r
+}
+
+func (r *relay) addr() string { return r.ln.Addr().String() }
+
+func (r *relay) forward(dst, src net.Conn) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			r.mu.Lock()
+			for r.paused {
+				r.cond.Wait()
+			}
+			r.mu.Unlock()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (r *relay) pause() {
+	r.mu.Lock()
+	r.paused = true
+	r.mu.Unlock()
+}
+
+func (r *relay) resume() {
+	r.mu.Lock()
+	r.paused = false
+	r.cond.Broadcast()
+	r.mu.Unlock()
+}
+
+// TestFetchedAheadIsBounded: with a backlog and several pull requests in
+// flight, a member that does not poll, or has paused its topic, holds no
+// more than FetchBatch beyond what it polled: the server's count of the
+// durable's unacknowledged deliveries says so after several expiries.
+func TestFetchedAheadIsBounded(t *testing.T) {
+	url := natstest.Start(t)
+	const topic, group, batch, n = "bounded", "g", 16, 400
+	tr := newTransport(t, url, nats.FetchBatch(batch))
+	defer tr.Close()
+	for i := range n {
+		publish(t, tr.Producer(), &stream.Record{Topic: topic, Partition: stream.AnyPartition, Value: []byte(strconv.Itoa(i))})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c, err := tr.Consume(ctx, stream.ConsumerConfig{Group: group, Topics: []string{topic}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	checkHeld := func(most int, what string) {
+		t.Helper()
+		time.Sleep(time.Second) // three FetchExpiry of 300 ms
+		if info := consumerInfo(t, tr, group, topic); info.NumAckPending > most {
+			t.Fatalf("%s: %d delivered and unacknowledged, want at most %d", what, info.NumAckPending, most)
+		}
+	}
+	checkHeld(batch, "not polling")
+	polled, err := c.Poll(ctx, make([]*stream.Record, 0, 2*batch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := stream.TopicPartition{Topic: topic}
+	c.Pause(tp)
+	checkHeld(len(polled)+batch, "paused after a poll")
+	c.Mark(tp, polled[len(polled)-1].Offset+1)
+	c.Resume(tp)
+	var got int
+	for got = len(polled); got < n; {
+		recs, err := c.Poll(ctx, make([]*stream.Record, 0, 64))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if r.Offset != int64(got) {
+				t.Fatalf("offset %d after %d records", r.Offset, got)
+			}
+			got++
+		}
+		c.Mark(tp, int64(got))
 	}
 }
