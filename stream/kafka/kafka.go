@@ -225,8 +225,10 @@ type consumer struct {
 	cancelPoll context.CancelFunc              // guarded by mu: interrupts the Poll in progress
 	// held are the partitions the App paused (Pause), with the records
 	// fetched for them since: returned by Poll once resumed. kgo is asked
-	// to stop fetching a partition only when its held records reach
-	// holdBytes, so a pause does not make kgo drop what it fetched and,
+	// to stop fetching a partition only when the held records reach
+	// holdBytes, and to fetch it again only when they are down to
+	// resumeBytes (an entry may stay, empty and resumed by the App, with
+	// fetchPaused until then), so a pause does not make kgo drop what it fetched and,
 	// after the resume, wait for its in-flight fetch (a long poll of the
 	// other partitions, up to FetchMaxWait, 500 ms by default) before it
 	// fetches again. A pause that reaches kgo still costs that wait when
@@ -250,6 +252,11 @@ type consumer struct {
 // its queue is done), so with a bound of one partition's fetch (1 MiB)
 // nearly every pause of a backlog reached kgo.
 const holdBytes = 32 << 20
+
+// resumeBytes is how far the held records must fall before kgo fetches
+// again the partitions paused at holdBytes: half, so that the pauses that
+// reach kgo come once per 16 MiB handled, not once per App pause.
+const resumeBytes = holdBytes / 2
 
 // defaultFetchMaxWait is the consumer's FetchMaxWait unless the caller
 // sets one: Kafka's default fetch.max.wait.ms.
@@ -367,10 +374,11 @@ func (c *consumer) takeHeld(buf []*stream.Record, limit int) []*stream.Record {
 		}
 		h.records = h.records[n:]
 		room -= n
-		if len(h.records) == 0 {
+		if len(h.records) == 0 && !h.fetchPaused {
 			delete(c.held, tp)
 		}
 	}
+	c.resumeFetchingLocked()
 	c.mu.Unlock()
 	for _, records := range ready {
 		for _, r := range records {
@@ -430,10 +438,19 @@ func (c *consumer) Seek(tp stream.TopicPartition, offset int64) {
 	c.seeks[tp] = offset
 	c.k.txn.dropFrom(tp, offset) // under mu: before the redelivery can publish again
 	if h := c.held[tp]; h != nil {
-		// Fetched before the seek: kgo fetches again from offset.
+		// Fetched before the seek: kgo fetches again from offset, at once
+		// (the redelivery waits for it).
 		c.heldBytes -= h.bytes
 		clear(h.records)
 		h.records, h.bytes = nil, 0
+		if h.fetchPaused {
+			h.fetchPaused = false
+			c.cl.ResumeFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+		}
+		if !h.paused {
+			delete(c.held, tp)
+		}
+		c.resumeFetchingLocked()
 	}
 	if c.cancelPoll != nil {
 		c.cancelPoll()
@@ -464,14 +481,46 @@ func (c *consumer) Resume(tp stream.TopicPartition) {
 		return
 	}
 	h.paused = false
-	if h.fetchPaused {
-		h.fetchPaused = false
-		c.cl.ResumeFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
-	}
-	if len(h.records) == 0 {
+	// kgo's fetching of tp, if paused, resumes only once the held records
+	// are down to resumeBytes (resumeFetchingLocked), not here: the App
+	// resumes a partition each time its worker has handled half a window,
+	// and with every resume passed on, each pause after it reached kgo,
+	// which drops the rest of the partition's buffered fetch and its
+	// in-flight one and fetches them again after the resume (issue 9:
+	// the key-lanes backlog was read 4–5 times over).
+	switch {
+	case len(h.records) > 0:
+		if c.cancelPoll != nil {
+			c.cancelPoll()
+		}
+	case !h.fetchPaused:
 		delete(c.held, tp)
-	} else if c.cancelPoll != nil {
-		c.cancelPoll()
+	}
+}
+
+// resumeFetchingLocked lets kgo fetch again every partition whose fetching
+// the consumer paused, once the held records are down to resumeBytes.
+// c.mu is held.
+func (c *consumer) resumeFetchingLocked() {
+	if c.heldBytes > resumeBytes {
+		return
+	}
+	var resume map[string][]int32
+	for tp, h := range c.held {
+		if !h.fetchPaused {
+			continue
+		}
+		h.fetchPaused = false
+		if resume == nil {
+			resume = map[string][]int32{}
+		}
+		resume[tp.Topic] = append(resume[tp.Topic], tp.Partition)
+		if !h.paused && len(h.records) == 0 {
+			delete(c.held, tp)
+		}
+	}
+	if resume != nil {
+		c.cl.ResumeFetchPartitions(resume)
 	}
 }
 
@@ -607,6 +656,7 @@ func (c *consumer) forget(parts []stream.TopicPartition) {
 			delete(c.held, tp)
 		}
 	}
+	c.resumeFetchingLocked()
 	c.mu.Unlock()
 	c.k.txn.dropPartitions(parts)
 }
