@@ -178,6 +178,49 @@ func TestBacklogIsFetchedOnce(t *testing.T) {
 	}
 }
 
+// TestStuckPartitionDoesNotStopTheOthers: a partition whose handler is
+// stuck fills the transport's holdBytes; Poll then stops polling kgo (the
+// test above), but only for holdWait: records published later to another
+// partition must still be handled.
+func TestStuckPartitionDoesNotStopTheOthers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("publishes 128 MiB")
+	}
+	addr := streamtest.StartSushka(t, 2)
+	const topic, group, backlog, later = "stuck", "g", 2048, 10 // 128 MiB on partition 0
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	publishBacklog(ctx, t, addr, topic, backlog, 64<<10)
+
+	app := stream.New(kafka.Transport(kgo.SeedBrokers(addr)), stream.Group(group))
+	var others atomic.Int64
+	release := make(chan struct{})
+	stream.Consume(app, topic, func(ctx context.Context, _ []byte) error {
+		if stream.Current(ctx).Partition == 0 {
+			<-release
+			return nil
+		}
+		others.Add(1)
+		return nil
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- app.Run(runCtx) }()
+	waitFor(t, func() bool { return others.Load() == 1 }, "the first record of partition 1")
+	time.Sleep(2 * time.Second) // partition 0's records held up to holdBytes
+	start := time.Now()
+	publishRecords(ctx, t, addr, topic, later, func(int) *kgo.Record {
+		return &kgo.Record{Topic: topic, Partition: 1, Value: []byte("later")}
+	})
+	waitFor(t, func() bool { return others.Load() == 1+later }, "partition 1's later records")
+	t.Logf("partition 1's %d later records handled %v after their publish began", later, time.Since(start))
+	close(release)
+	stop()
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // fetchCounter counts what a kgo client reads from fetch responses.
 type fetchCounter struct{ records, batches atomic.Int64 }
 
