@@ -12,7 +12,9 @@ import (
 // Diagnostics is what a consumer loop's window cost the process beyond
 // its CPU time: the split of that time into user and system, the garbage
 // collector's cycles, the bytes allocated, the scheduler's events (a
-// goroutine made to run: each wake-up of a waiting goroutine is one) and
+// goroutine made to run: each wake-up of a waiting goroutine is one; the
+// runtime samples one in eight into /sched/latencies, and that sample's
+// count is what SchedEvents holds) and
 // the context switches of the process's threads (voluntary ones are
 // mostly futex sleeps of idle threads). They explain a CPU figure; they
 // are printed per round, not kept in the document.
@@ -59,7 +61,7 @@ func (r diagReading) uint(i int) uint64 {
 }
 
 // schedEvents is the count of the scheduling-latency histogram: one per
-// goroutine that went from runnable to running.
+// sampled goroutine that went from runnable to running.
 func (r diagReading) schedEvents() uint64 {
 	v := r.samples[2].Value
 	if v.Kind() != metrics.KindFloat64Histogram {
@@ -96,7 +98,7 @@ func (d Diagnostics) String(n int) string {
 		return "no messages"
 	}
 	per := func(v float64) float64 { return v / float64(n) }
-	return fmt.Sprintf("user %.2f sys %.2f µs/msg, %d GC cycles (%.1f per 100k msg), %.0f B/msg allocated, %.2f sched events/msg, "+
+	return fmt.Sprintf("user %.2f sys %.2f µs/msg, %d GC cycles (%.1f per 100k msg), %.0f B/msg allocated, %.3f sampled sched events/msg, "+
 		"%.3f voluntary and %.3f involuntary switches/msg, %.0f goroutines and %.1f MiB live heap at the close",
 		per(float64(d.User.Microseconds())), per(float64(d.System.Microseconds())), d.GCCycles, 1e5*per(float64(d.GCCycles)),
 		per(float64(d.AllocBytes)), per(float64(d.SchedEvents)), per(float64(d.VoluntarySwitches)), per(float64(d.InvoluntarySwitches)),

@@ -67,6 +67,9 @@ func deliverEveryMessage(t *testing.T, target Target, partitions int32) {
 				if res.CPU <= 0 {
 					t.Errorf("no CPU time measured in the window (%v)", res.CPU)
 				}
+				if d := res.Diagnostics; !sc.Publish && (d.User+d.System <= 0 || d.AllocBytes == 0 || d.Goroutines == 0) {
+					t.Errorf("diagnostics of a window that decoded %d messages: %+v", res.Received, d)
+				}
 			})
 		}
 	}
