@@ -44,9 +44,7 @@ func TestBacklogIsNotPacedByPauses(t *testing.T) {
 		}
 		return nil
 	})
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- app.Run(runCtx) }()
+	stop := runApp(app)
 	const bound = 5 * time.Second
 	select {
 	case <-done:
@@ -54,8 +52,7 @@ func TestBacklogIsNotPacedByPauses(t *testing.T) {
 	case <-time.After(bound):
 		t.Errorf("%d of %d records handled after %v: the backlog is paced by pauses", handled.Load(), backlog+1, bound)
 	}
-	stop()
-	if err := <-ran; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -90,9 +87,7 @@ func TestResumeAfterHoldingIsNotPacedByFetchMaxWait(t *testing.T) {
 		}
 		return nil
 	}, stream.MaxInFlight(8))
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- app.Run(runCtx) }()
+	stop := runApp(app)
 	time.Sleep(2 * time.Second) // kgo fetches partition 0 meanwhile, held by the transport up to holdBytes
 	start := time.Now()
 	close(release)
@@ -105,8 +100,7 @@ func TestResumeAfterHoldingIsNotPacedByFetchMaxWait(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Errorf("%d of %d records handled after 20 s", handled.Load(), backlog+1)
 	}
-	stop()
-	if err := <-ran; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -159,16 +153,13 @@ func TestBacklogIsFetchedOnce(t *testing.T) {
 		}
 		return nil
 	}, stream.KeyConcurrency(8))
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- app.Run(runCtx) }()
+	stop := runApp(app)
 	select {
 	case <-done:
 	case <-time.After(time.Minute):
 		t.Errorf("%d of %d records handled after a minute", handled.Load(), backlog)
 	}
-	stop()
-	if err := <-ran; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	ratio := float64(read.records.Load()) / backlog
@@ -203,9 +194,7 @@ func TestStuckPartitionDoesNotStopTheOthers(t *testing.T) {
 		others.Add(1)
 		return nil
 	})
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- app.Run(runCtx) }()
+	stop := runApp(app)
 	waitFor(t, func() bool { return others.Load() == 1 }, "the first record of partition 1")
 	time.Sleep(2 * time.Second) // partition 0's records held up to holdBytes
 	start := time.Now()
@@ -215,8 +204,7 @@ func TestStuckPartitionDoesNotStopTheOthers(t *testing.T) {
 	waitFor(t, func() bool { return others.Load() == 1+later }, "partition 1's later records")
 	t.Logf("partition 1's %d later records handled %v after their publish began", later, time.Since(start))
 	close(release)
-	stop()
-	if err := <-ran; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 }
