@@ -448,6 +448,7 @@ func (c *consumer) takeHeld(buf []*stream.Record, limit int) []*stream.Record {
 		h.records = h.records[n:]
 		room -= n
 		if len(h.records) == 0 {
+			c.resumeFetchLocked(tp, h)
 			delete(c.held, tp)
 		}
 	}
@@ -510,10 +511,15 @@ func (c *consumer) Seek(tp stream.TopicPartition, offset int64) {
 	c.seeks[tp] = offset
 	c.k.txn.dropFrom(tp, offset) // under mu: before the redelivery can publish again
 	if h := c.held[tp]; h != nil {
-		// Fetched before the seek: kgo fetches again from offset.
+		// Fetched before the seek: kgo fetches again from offset, at once
+		// (the redelivery waits for it).
 		c.heldBytes -= h.bytes
 		clear(h.records)
 		h.records, h.bytes = nil, 0
+		c.resumeFetchLocked(tp, h)
+		if !h.paused {
+			delete(c.held, tp)
+		}
 	}
 	if c.cancelPoll != nil {
 		c.cancelPoll()
@@ -544,16 +550,26 @@ func (c *consumer) Resume(tp stream.TopicPartition) {
 		return
 	}
 	h.paused = false
-	if h.fetchPaused {
-		h.fetchPaused = false
-		c.cl.ResumeFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
-	}
+	// A partition whose fetching was paused (its handlers were stuck)
+	// is fetched again once its held records are taken (takeHeld), not
+	// before: fetched now, its records would be held again, and at
+	// holdBytes Poll would wait holdWait once more for every partition.
 	if len(h.records) == 0 {
+		c.resumeFetchLocked(tp, h)
 		delete(c.held, tp)
 	} else if c.cancelPoll != nil {
 		c.cancelPoll()
 	}
 	c.signalPoll()
+}
+
+// resumeFetchLocked lets kgo fetch tp again if the consumer had paused
+// its fetching. c.mu is held.
+func (c *consumer) resumeFetchLocked(tp stream.TopicPartition, h *heldRecords) {
+	if h.fetchPaused {
+		h.fetchPaused = false
+		c.cl.ResumeFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+	}
 }
 
 func (c *consumer) commitLoop() {
