@@ -195,3 +195,18 @@ func TestPublishBound(t *testing.T) {
 		}
 	}
 }
+
+// TestChildAddrs: --serve-listen names both listeners or none.
+func TestChildAddrs(t *testing.T) {
+	if addr, admin, err := childAddrs("127.0.0.1:41000,127.0.0.1:41001"); err != nil || addr != "127.0.0.1:41000" || admin != "127.0.0.1:41001" {
+		t.Errorf("childAddrs = %q, %q, %v", addr, admin, err)
+	}
+	for _, bad := range []string{"127.0.0.1:41000", "127.0.0.1:41000,", ",127.0.0.1:41001"} {
+		if _, _, err := childAddrs(bad); err == nil {
+			t.Errorf("childAddrs(%q) accepted", bad)
+		}
+	}
+	if addr, admin, err := childAddrs(""); err != nil || addr == "" || addr == admin {
+		t.Errorf("free ports: %q, %q, %v", addr, admin, err)
+	}
+}
