@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -27,15 +28,12 @@ type Child struct {
 	log     syncBuffer
 }
 
-// StartChild runs bin serve on free 127.0.0.1 ports with its data in
-// dataDir and extra arguments after the ones it sets, and waits until it
-// accepts connections.
-func StartChild(bin, dataDir string, extra ...string) (*Child, error) {
-	addr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	admin, err := freeAddr()
+// StartChild runs bin serve with its data in dataDir and extra arguments
+// after the ones it sets, and waits until it accepts connections. listen
+// is its Kafka and admin listeners, "HOST:PORT,HOST:PORT", or "" for free
+// 127.0.0.1 ports.
+func StartChild(bin, dataDir, listen string, extra ...string) (*Child, error) {
+	addr, admin, err := childAddrs(listen)
 	if err != nil {
 		return nil, err
 	}
@@ -103,6 +101,20 @@ func (c *Child) Stop() {
 
 // Log is what the child printed.
 func (c *Child) Log() string { return c.log.String() }
+
+func childAddrs(listen string) (addr, admin string, err error) {
+	if listen != "" {
+		var ok bool
+		if addr, admin, ok = strings.Cut(listen, ","); !ok || addr == "" || admin == "" {
+			return "", "", fmt.Errorf("the child's listeners %q: want HOST:PORT,HOST:PORT (Kafka, admin)", listen)
+		}
+		return addr, admin, nil
+	}
+	if addr, err = freeAddr(); err == nil {
+		admin, err = freeAddr()
+	}
+	return addr, admin, err
+}
 
 func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

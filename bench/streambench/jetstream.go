@@ -128,9 +128,11 @@ func (j *JetStream) consumeLoop(ctx context.Context, loop Loop, run *Run, stream
 	if err := j.fill(ctx, topic, run); err != nil {
 		return Result{}, err
 	}
-	m := newMeter(j.cpu)
-	m.backlog(run.Messages)
-	settle()
+	m, stopProfile, err := consumerMeter(j.cpu, run)
+	if err != nil {
+		return Result{}, err
+	}
+	defer stopProfile()
 	switch loop {
 	case Raw:
 		return j.raw(ctx, run, streamName, topic, group, m)

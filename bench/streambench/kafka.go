@@ -126,9 +126,11 @@ func (k *Kafka) consumeLoop(ctx context.Context, loop Loop, run *Run, topic, gro
 	if err := k.fill(ctx, topic, run); err != nil {
 		return Result{}, err
 	}
-	m := newMeter(k.cpu)
-	m.backlog(run.Messages)
-	settle()
+	m, stopProfile, err := consumerMeter(k.cpu, run)
+	if err != nil {
+		return Result{}, err
+	}
+	defer stopProfile()
 	switch loop {
 	case Raw:
 		return k.raw(ctx, run, topic, group, m)
@@ -230,9 +232,16 @@ func publishThrough(ctx context.Context, run *Run, cpu cpuClock, loop Loop, tr s
 	})
 }
 
-// settle collects the garbage the backlog's publishing left, so that no
-// loop's window pays for it.
-func settle() { runtime.GC() }
+// consumerMeter is the meter of a consumer loop whose backlog was just
+// published, after the garbage its publishing left is collected (so that
+// no loop's window pays for it), with the run's CPU profile started.
+func consumerMeter(cpu cpuClock, run *Run) (*meter, func() error, error) {
+	m := newMeter(cpu)
+	m.backlog(run.Messages)
+	runtime.GC()
+	stopProfile, err := startCPUProfile(run.CPUProfile)
+	return m, stopProfile, err
+}
 
 // pollUntilDone derives the polling context: cancelled when the last
 // message was handled, so that a poll waiting for more returns.

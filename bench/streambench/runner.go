@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"time"
 
 	"github.com/sushka-io/sushka/bench"
@@ -30,6 +31,9 @@ type Config struct {
 	TopicPrefix string
 	// Progress gets a line per run.
 	Progress io.Writer
+	// CPUProfileDir, when set, gets a CPU profile of every measured
+	// consumer run: <scenario>-<loop>-<round>.pprof.
+	CPUProfileDir string
 }
 
 // BacklogMargin scales the calibration's fastest rate × Duration into the
@@ -108,6 +112,9 @@ func measureScenario(ctx context.Context, cfg Config, t Target, sc Scenario) (*b
 		// A stuck run fails instead of hanging.
 		runCtx, cancel := context.WithTimeout(ctx, 20*cfg.Duration+2*time.Minute)
 		defer cancel()
+		if cfg.CPUProfileDir != "" && round != "calibration" {
+			r.CPUProfile = filepath.Join(cfg.CPUProfileDir, fmt.Sprintf("%s-%s-%s-%s.pprof", t.Name(), sc.Slug(), loop, round))
+		}
 		res, err := t.RunLoop(runCtx, loop, r)
 		if err != nil {
 			return res, fmt.Errorf("%s round %s: %w", loop, round, err)
@@ -120,6 +127,9 @@ func measureScenario(ctx context.Context, cfg Config, t Target, sc Scenario) (*b
 			t.Name(), sc.Name, round, loop.String()+":", float64(res.Received)/res.Window.Seconds(), res.Received,
 			res.Window.Seconds(), 100*res.PollWait.Seconds()/res.Window.Seconds(),
 			bench.MicrosPerMessage(res.CPU, res.Received), bench.MicrosPerMessage(res.BrokerCPU, res.Received), bound)
+		if !sc.Publish {
+			fmt.Fprintf(cfg.Progress, "#   %s\n", res.Diagnostics.String(res.Received))
+		}
 		return res, nil
 	}
 

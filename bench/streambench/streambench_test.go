@@ -67,6 +67,9 @@ func deliverEveryMessage(t *testing.T, target Target, partitions int32) {
 				if res.CPU <= 0 {
 					t.Errorf("no CPU time measured in the window (%v)", res.CPU)
 				}
+				if d := res.Diagnostics; !sc.Publish && (d.User+d.System <= 0 || d.AllocBytes == 0 || d.Goroutines == 0) {
+					t.Errorf("diagnostics of a window that decoded %d messages: %+v", res.Received, d)
+				}
 			})
 		}
 	}
@@ -190,5 +193,20 @@ func TestPublishBound(t *testing.T) {
 		if got := (Result{AfterPublish: c.after}).PublishBound(); got != c.want {
 			t.Errorf("%v after the publishers' stop: publish-bound %v, want %v", c.after, got, c.want)
 		}
+	}
+}
+
+// TestChildAddrs: --serve-listen names both listeners or none.
+func TestChildAddrs(t *testing.T) {
+	if addr, admin, err := childAddrs("127.0.0.1:41000,127.0.0.1:41001"); err != nil || addr != "127.0.0.1:41000" || admin != "127.0.0.1:41001" {
+		t.Errorf("childAddrs = %q, %q, %v", addr, admin, err)
+	}
+	for _, bad := range []string{"127.0.0.1:41000", "127.0.0.1:41000,", ",127.0.0.1:41001"} {
+		if _, _, err := childAddrs(bad); err == nil {
+			t.Errorf("childAddrs(%q) accepted", bad)
+		}
+	}
+	if addr, admin, err := childAddrs(""); err != nil || addr == "" || addr == admin {
+		t.Errorf("free ports: %q, %q, %v", addr, admin, err)
 	}
 }

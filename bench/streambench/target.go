@@ -71,6 +71,9 @@ type Run struct {
 	// publisher until Duration has passed.
 	Publishers int
 	Duration   time.Duration
+	// CPUProfile, when set, is the file of a CPU profile of the consumer
+	// loop, from after the backlog is published to the loop's return.
+	CPUProfile string
 }
 
 // Result is what a run measured.
@@ -96,6 +99,8 @@ type Result struct {
 	// and BrokerCPU the broker process's, when it can be read.
 	CPU, BrokerCPU time.Duration
 	BrokerCPUOK    bool
+	// Diagnostics explain CPU (consumer loops only).
+	Diagnostics Diagnostics
 }
 
 // PublishBoundSlack is how close to the publishers' stop a window may end
@@ -142,8 +147,9 @@ type meter struct {
 	publishedAt atomic.Int64
 	// cpu is the generator's and the broker's CPU clocks, read when the
 	// window opens (cpuAtFirst, set before firstAt) and when it closes.
-	cpu        cpuClock
-	cpuAtFirst cpuReading
+	cpu         cpuClock
+	cpuAtFirst  cpuReading
+	diagAtFirst diagReading
 }
 
 func newMeter(cpu cpuClock) *meter {
@@ -195,6 +201,7 @@ func (m *meter) handled(id int64) {
 func (m *meter) polled(start time.Time, records int) {
 	if m.firstAt.Load() == 0 {
 		if records > 0 {
+			m.diagAtFirst = readDiag()
 			m.cpuAtFirst = m.cpu.read()
 			m.firstAt.Store(time.Now().UnixNano())
 		}
@@ -215,6 +222,7 @@ func (m *meter) finished() Result {
 		PollWait: time.Duration(m.pollWait.Load())}
 	if f := m.firstAt.Load(); f != 0 {
 		cpu := m.cpu.read()
+		r.Diagnostics = readDiag().since(m.diagAtFirst)
 		now := time.Now().UnixNano()
 		r.Window = time.Duration(now - f)
 		if p := m.publishedAt.Load(); p != 0 {

@@ -37,6 +37,7 @@ func newBenchStreamCmd() *cobra.Command {
 		keepTopics  bool
 		targetNames []string
 		natsURL     string
+		childListen string
 	)
 	cmd := &cobra.Command{
 		Use:   "stream",
@@ -124,7 +125,7 @@ The code-cost rows come from stream/internal/costbench's results.json (--code).`
 						return err
 					}
 					defer os.RemoveAll(dir)
-					child, err := streambench.StartChild(bin, dir, serveArgs...)
+					child, err := streambench.StartChild(bin, dir, childListen, serveArgs...)
 					if err != nil {
 						return err
 					}
@@ -218,6 +219,8 @@ The code-cost rows come from stream/internal/costbench's results.json (--code).`
 	fs.StringVar(&name, "name", "kafka", "name of the broker at --brokers in the table")
 	fs.StringVar(&serveBinary, "serve-binary", "", "the sushka binary to start as the broker when --brokers is not given (default: this executable)")
 	fs.StringArrayVar(&serveArgs, "serve-arg", nil, "an extra argument for the child's `sushka serve` (repeatable)")
+	fs.StringVar(&childListen, "serve-listen", "", "the child broker's Kafka and admin listeners, HOST:PORT,HOST:PORT (default: free 127.0.0.1 ports)")
+	fs.StringVar(&cfg.CPUProfileDir, "cpuprofile", "", "write a CPU profile of every measured consumer run (backlog published to the loop's return) into DIR, <target>-<scenario>-<loop>-<round>.pprof")
 	fs.StringVar(&dataParent, "data-parent", "", "where the child broker's fresh data directory is made (default: the system's temporary directory)")
 	fs.StringVar(&jsonPath, "json", "", "also write the results document (schema 3, seeds/004) to FILE")
 	fs.StringVar(&codePath, "code", "", "costbench's results.json with the code-cost rows (default: "+codeResultsPath+" above the working directory)")

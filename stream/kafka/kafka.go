@@ -180,6 +180,7 @@ func (k *Kafka) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.
 		seeks:     map[stream.TopicPartition]int64{},
 		held:      map[stream.TopicPartition]*heldRecords{},
 		stop:      make(chan struct{}),
+		wakePoll:  make(chan struct{}, 1),
 		stopped:   make(chan struct{}),
 	}
 	// Kafka's fetch.max.wait.ms (500 ms) rather than kgo's 5 s, before the
@@ -224,18 +225,26 @@ type consumer struct {
 	seeks      map[stream.TopicPartition]int64 // guarded by mu: applied by the next Poll
 	cancelPoll context.CancelFunc              // guarded by mu: interrupts the Poll in progress
 	// held are the partitions the App paused (Pause), with the records
-	// fetched for them since: returned by Poll once resumed. kgo is asked
-	// to stop fetching a partition only when its held records reach
-	// holdBytes, so a pause does not make kgo drop what it fetched and,
-	// after the resume, wait for its in-flight fetch (a long poll of the
-	// other partitions, up to FetchMaxWait, 500 ms by default) before it
-	// fetches again. A pause that reaches kgo still costs that wait when
-	// the other partitions are idle: kgo cannot cut its in-flight fetch
-	// short (a SetOffsets restarts its session, but the new fetch queues
-	// behind the old one on the broker's connection).
-	// Bounded: holdBytes plus one poll's records per paused partition.
+	// fetched for them since: returned by Poll once resumed. A pause does
+	// not reach kgo, which would drop what it fetched for the partition
+	// (the rest of its buffered fetch, and its in-flight one) and fetch it
+	// again after the resume, and only after its in-flight fetch (a long
+	// poll of the other partitions, up to FetchMaxWait, 500 ms by default).
+	// Once the held records reach holdBytes, Poll stops polling kgo while
+	// the App may resume a paused partition (kgo then fetches nothing more
+	// than the one fetch it buffers: a backlog is read once, as by a raw
+	// poll loop that blocks on its handlers); only when no partition was
+	// resumed for holdWait does it pause kgo's fetching of the paused ones
+	// (fetchPaused), so that the other partitions go on. A pause that
+	// reaches kgo costs the wait above when the other partitions are idle:
+	// kgo cannot cut its in-flight fetch short (a SetOffsets restarts its
+	// session, but the new fetch queues behind the old one on the broker's
+	// connection). Bounded: holdBytes plus one poll's records.
 	held      map[stream.TopicPartition]*heldRecords // guarded by mu
 	heldBytes int                                    // guarded by mu: the value bytes in held
+	// wakePoll is signalled by Resume, Seek and revocations: a Poll
+	// waiting at holdBytes looks again.
+	wakePoll chan struct{}
 
 	stop, stopped chan struct{}
 	closeOnce     sync.Once
@@ -243,13 +252,16 @@ type consumer struct {
 }
 
 // holdBytes is how many value bytes of paused partitions the consumer
-// holds, all partitions together, before it pauses kgo's fetching of those
-// that receive more: a little below kgo's default budget of one fetch
-// (FetchMaxBytes, 50 MiB), which the client may buffer anyway. The App's
-// pauses are short when its handlers keep up (a worker resumes when half
-// its queue is done), so with a bound of one partition's fetch (1 MiB)
-// nearly every pause of a backlog reached kgo.
+// holds, all partitions together, before it stops polling kgo: a little
+// below kgo's default budget of one fetch (FetchMaxBytes, 50 MiB), which
+// the client may buffer anyway. The App's pauses are short when its
+// handlers keep up (a worker resumes when half its queue is done).
 const holdBytes = 32 << 20
+
+// holdWait is how long Poll waits at holdBytes for the App to resume a
+// paused partition before it pauses kgo's fetching of the paused ones:
+// their handlers are stuck, and the other partitions must go on.
+const holdWait = 500 * time.Millisecond
 
 // defaultFetchMaxWait is the consumer's FetchMaxWait unless the caller
 // sets one: Kafka's default fetch.max.wait.ms.
@@ -271,6 +283,9 @@ func (c *consumer) Poll(ctx context.Context, buf []*stream.Record) ([]*stream.Re
 		c.applySeeks()
 		if buf = c.takeHeld(buf, limit); len(buf) > 0 {
 			return buf, nil
+		}
+		if err := c.waitBelowHold(ctx); err != nil {
+			return buf, err
 		}
 		// A Seek interrupts the poll (cancelPoll): otherwise a seek back
 		// on an idle partition would wait for a record that never comes.
@@ -315,10 +330,80 @@ func (c *consumer) Poll(ctx context.Context, buf []*stream.Record) ([]*stream.Re
 	}
 }
 
+// waitBelowHold returns at once unless the held records have reached
+// holdBytes and kgo may still fetch a paused partition, whose records
+// would be held too. Then it waits for a Resume, a Seek or a revocation
+// (the App handling what is held) up to holdWait, and at holdWait pauses
+// kgo's fetching of the paused partitions.
+func (c *consumer) waitBelowHold(ctx context.Context) error {
+	var timer *time.Timer
+	for {
+		c.mu.Lock()
+		if !c.atHoldLocked() {
+			c.mu.Unlock()
+			return nil
+		}
+		c.mu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(holdWait)
+			defer timer.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.wakePoll:
+		case <-timer.C:
+			c.pauseFetchingHeld()
+			return nil
+		}
+	}
+}
+
+// atHoldLocked reports whether Poll must not poll kgo: held records at
+// holdBytes, none ready, and a paused partition kgo still fetches. c.mu
+// is held.
+func (c *consumer) atHoldLocked() bool {
+	if c.heldBytes < holdBytes || len(c.seeks) > 0 {
+		return false
+	}
+	fetching := false
+	for _, h := range c.held {
+		if !h.paused && len(h.records) > 0 {
+			return false // ready: the next takeHeld returns them
+		}
+		fetching = fetching || (h.paused && !h.fetchPaused)
+	}
+	return fetching
+}
+
+// pauseFetchingHeld pauses kgo's fetching of every paused partition.
+func (c *consumer) pauseFetchingHeld() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pause := map[string][]int32{}
+	for tp, h := range c.held {
+		if h.paused && !h.fetchPaused {
+			h.fetchPaused = true
+			pause[tp.Topic] = append(pause[tp.Topic], tp.Partition)
+		}
+	}
+	if len(pause) > 0 {
+		// Under mu, so that kgo sees Pause and Resume in their order.
+		c.cl.PauseFetchPartitions(pause)
+	}
+}
+
+// signalPoll wakes a Poll waiting at holdBytes.
+func (c *consumer) signalPoll() {
+	select {
+	case c.wakePoll <- struct{}{}:
+	default:
+	}
+}
+
 // hold keeps records (one partition's, in offset order) when the
 // partition is paused, or resumed with held records still to leave
-// first; it reports whether it kept them. Once the held records of all
-// partitions reach holdBytes, kgo stops fetching the partition too.
+// first; it reports whether it kept them.
 func (c *consumer) hold(topic string, partition int32, records []*kgo.Record) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -330,11 +415,6 @@ func (c *consumer) hold(topic string, partition int32, records []*kgo.Record) bo
 	for _, r := range records {
 		h.bytes += len(r.Value)
 		c.heldBytes += len(r.Value)
-	}
-	if c.heldBytes >= holdBytes && !h.fetchPaused {
-		h.fetchPaused = true
-		// Under mu, so that kgo sees Pause and Resume in their order.
-		c.cl.PauseFetchPartitions(map[string][]int32{topic: {partition}})
 	}
 	return true
 }
@@ -368,6 +448,7 @@ func (c *consumer) takeHeld(buf []*stream.Record, limit int) []*stream.Record {
 		h.records = h.records[n:]
 		room -= n
 		if len(h.records) == 0 {
+			c.resumeFetchLocked(tp, h)
 			delete(c.held, tp)
 		}
 	}
@@ -430,19 +511,24 @@ func (c *consumer) Seek(tp stream.TopicPartition, offset int64) {
 	c.seeks[tp] = offset
 	c.k.txn.dropFrom(tp, offset) // under mu: before the redelivery can publish again
 	if h := c.held[tp]; h != nil {
-		// Fetched before the seek: kgo fetches again from offset.
+		// Fetched before the seek: kgo fetches again from offset, at once
+		// (the redelivery waits for it).
 		c.heldBytes -= h.bytes
 		clear(h.records)
 		h.records, h.bytes = nil, 0
+		c.resumeFetchLocked(tp, h)
+		if !h.paused {
+			delete(c.held, tp)
+		}
 	}
 	if c.cancelPoll != nil {
 		c.cancelPoll()
 	}
 	c.mu.Unlock()
+	c.signalPoll()
 }
 
-// Pause holds what is fetched for tp from now on, and stops kgo's fetching
-// of it once holdBytes are held (see consumer.held).
+// Pause holds what is fetched for tp from now on (see consumer.held).
 func (c *consumer) Pause(tp stream.TopicPartition) {
 	c.mu.Lock()
 	h := c.held[tp]
@@ -464,14 +550,25 @@ func (c *consumer) Resume(tp stream.TopicPartition) {
 		return
 	}
 	h.paused = false
-	if h.fetchPaused {
-		h.fetchPaused = false
-		c.cl.ResumeFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
-	}
+	// A partition whose fetching was paused (its handlers were stuck)
+	// is fetched again once its held records are taken (takeHeld), not
+	// before: fetched now, its records would be held again, and at
+	// holdBytes Poll would wait holdWait once more for every partition.
 	if len(h.records) == 0 {
+		c.resumeFetchLocked(tp, h)
 		delete(c.held, tp)
 	} else if c.cancelPoll != nil {
 		c.cancelPoll()
+	}
+	c.signalPoll()
+}
+
+// resumeFetchLocked lets kgo fetch tp again if the consumer had paused
+// its fetching. c.mu is held.
+func (c *consumer) resumeFetchLocked(tp stream.TopicPartition, h *heldRecords) {
+	if h.fetchPaused {
+		h.fetchPaused = false
+		c.cl.ResumeFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
 	}
 }
 
@@ -608,6 +705,7 @@ func (c *consumer) forget(parts []stream.TopicPartition) {
 		}
 	}
 	c.mu.Unlock()
+	c.signalPoll()
 	c.k.txn.dropPartitions(parts)
 }
 
