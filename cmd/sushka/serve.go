@@ -66,6 +66,7 @@ type serveFlags struct {
 	segmentBytesSet      *int64
 	shutdownTimeout      time.Duration
 	maxOpenSegmentFiles  int
+	segmentFileIdle      time.Duration
 	producerIDExpiration time.Duration
 	syncInterval         time.Duration
 	maxFetchWait         time.Duration
@@ -124,6 +125,9 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 			}
 			if f.maxOpenSegmentFiles < 1 {
 				return fmt.Errorf("--max-open-segment-files %d: must be at least 1", f.maxOpenSegmentFiles)
+			}
+			if f.segmentFileIdle < 0 {
+				return fmt.Errorf("--segment-file-idle-timeout %s: must be at least 0", f.segmentFileIdle)
 			}
 			if f.producerIDExpiration < time.Millisecond {
 				return fmt.Errorf("--producer-id-expiration %s: must be at least 1ms", f.producerIDExpiration)
@@ -189,6 +193,7 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.Int64Var(&f.retentionBytes, "log-retention-bytes", -1, "default retention bytes per partition (log.retention.bytes; negative: unlimited; 0: only the active segment is kept)")
 	fl.Int64Var(&f.segmentBytes, "log-segment-bytes", 1<<30, "default segment size (log.segment.bytes; at least 1 MiB)")
 	fl.IntVar(&f.maxOpenSegmentFiles, "max-open-segment-files", broker.DefaultMaxOpenSegmentFiles, "idle segment files kept open across all partitions (opened on use, least recently used closed first)")
+	fl.DurationVar(&f.segmentFileIdle, "segment-file-idle-timeout", broker.DefaultSegmentFileIdleTimeout, "close a segment file unused for this long, so idle partitions hold no descriptor (Redpanda's readers_cache_eviction_timeout_ms; 0: closed only by --max-open-segment-files)")
 	fl.DurationVar(&f.producerIDExpiration, "producer-id-expiration", broker.DefaultProducerIDExpiration, "forget an idempotent producer's sequence state in a partition after it has not produced there for this long (producer.id.expiration.ms)")
 	fl.DurationVar(&f.syncInterval, "sync-interval", broker.DefaultSyncInterval, "least time between a partition's fsyncs when no acks=all append waits (acks=0/1 records become visible up to this much later; 0: fsync back to back)")
 	fl.IntVar(&f.fetchSessionSlots, "fetch-session-slots", broker.DefaultFetchSessionSlots, "incremental fetch sessions (KIP-227) kept broker-wide, least valuable evicted first (max.incremental.fetch.session.cache.slots; 0: none, every fetch is full)")
@@ -335,9 +340,10 @@ func runServe(ctx context.Context, f serveFlags) error {
 		RetentionBytes:            f.retentionBytesSet,
 		SegmentBytes:              f.segmentBytesSet,
 		MaxOpenSegmentFiles:       f.maxOpenSegmentFiles,
+		SegmentFileIdleTimeout:    zeroMeansNone(f.segmentFileIdle),
 		ProducerIDExpiration:      f.producerIDExpiration,
 		MaxFetchWait:              f.maxFetchWait,
-		SyncInterval:              syncIntervalConfig(f.syncInterval),
+		SyncInterval:              zeroMeansNone(f.syncInterval),
 		Authorizer:                f.authorizer,
 		SuperUsers:                superUsers(f.superUsers),
 		AllowEveryoneIfNoACLFound: f.allowEveryoneIfNoACL,
@@ -528,9 +534,10 @@ func fetchSessionSlotsConfig(n int) int {
 	return n
 }
 
-// syncIntervalConfig maps --sync-interval (0: no pacing) to
-// broker.Config.SyncInterval (0: the default, negative: no pacing).
-func syncIntervalConfig(d time.Duration) time.Duration {
+// zeroMeansNone maps a flag's duration whose 0 means none (--sync-interval:
+// no pacing; --segment-file-idle-timeout: no timeout) to the broker.Config
+// field's (0: the default, negative: none).
+func zeroMeansNone(d time.Duration) time.Duration {
 	if d == 0 {
 		return -1
 	}
