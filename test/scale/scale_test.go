@@ -351,7 +351,7 @@ func measure(ctx context.Context, t *testing.T, b *broker, client func(...kgo.Op
 	for i := range *samples {
 		_, d, _ := fetchOne(0, 0, 0)
 		same = append(same, d)
-		_, d, _ = fetchOne(int32(1+i*(n-1) / *samples), 0, 0)
+		_, d, _ = fetchOne(int32(1 + i*(n-1) / *samples), 0, 0)
 		cold = append(cold, d)
 	}
 	result(t, "Fetch of one partition with data, the same partition: on the wire %s", latencies(same))
