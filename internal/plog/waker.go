@@ -55,6 +55,7 @@ func (l *Log) Wakers() int {
 
 // signalWakersLocked signals every registered Waker; l.mu must be held.
 func (l *Log) signalWakersLocked() {
+	l.tellWatchersLocked() // watch.go
 	for w := range l.wakers {
 		w.signal()
 	}
