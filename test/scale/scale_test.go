@@ -16,11 +16,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,6 +37,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	sushka "github.com/sushka-io/sushka/broker"
 	"github.com/sushka-io/sushka/test/testbroker"
 )
 
@@ -43,6 +47,7 @@ var (
 	listenAddr = flag.String("scale.listen", "", "Kafka listener host:port (default: a free 127.0.0.1 port)")
 	adminAddr  = flag.String("scale.admin", "", "admin listener host:port (default: a free 127.0.0.1 port)")
 	samples    = flag.Int("scale.samples", 200, "requests per latency figure")
+	idleFiles  = flag.Duration("scale.idle", 32*time.Second, "how long to leave the broker idle before counting its descriptors again")
 )
 
 func TestMain(m *testing.M) { testbroker.Main(m) }
@@ -145,13 +150,17 @@ func (b *broker) held(t *testing.T) held {
 		switch {
 		case strings.HasPrefix(target, "socket:"):
 			kind = "socket"
+		case strings.HasPrefix(target, filepath.Join(b.dir, "meta")+"/"):
+			kind = "metadata log"
+		case strings.HasPrefix(target, filepath.Join(b.dir, "__")):
+			kind = "internal topics"
 		case strings.HasSuffix(target, ".log") && strings.HasPrefix(target, b.dir):
 			kind = "segment"
 		case strings.HasPrefix(target, b.dir):
 			if fi, err := os.Stat(target); err == nil && fi.IsDir() {
 				kind = "directory"
 			} else {
-				kind = "data file"
+				kind = "data file " + filepath.Base(target)
 			}
 		}
 		h.fds[kind]++
@@ -274,6 +283,8 @@ func TestScale(t *testing.T) {
 	result(t, "right after the writes: %v", b.held(t))
 	time.Sleep(5 * time.Second) // writers stop after 1 s idle
 	result(t, "idle 5 s after the writes: %v", b.held(t))
+	time.Sleep(*idleFiles)
+	result(t, "idle %v more (segment files time out after 30 s): %v", *idleFiles, b.held(t))
 
 	measure(ctx, t, b, client, topic, n)
 
@@ -282,6 +293,8 @@ func TestScale(t *testing.T) {
 	result(t, "right after the restart: %v", b.held(t))
 	time.Sleep(3 * time.Second)
 	result(t, "idle 3 s after the restart: %v", b.held(t))
+	time.Sleep(*idleFiles)
+	result(t, "idle %v more: %v", *idleFiles, b.held(t))
 	measure(ctx, t, b, client, topic, n)
 	result(t, "after the measurements: %v", b.held(t))
 	var du int64
@@ -503,4 +516,41 @@ func measure(ctx context.Context, t *testing.T, b *broker, client func(...kgo.Op
 		epoch++
 	}
 	result(t, "incremental long poll of the %d-partition session woken by a produce to one, from the produce's start to the answer: %s", n, latencies(sessionWoken))
+}
+
+var startProfile = flag.String("scale.startprofile", "", "run TestStartProfile: open the broker on -scale.dir in this process under the CPU profiler and write the profile here")
+
+// TestStartProfile opens a broker in this process on the data directory a
+// TestScale run left (-scale.dir) and profiles its start-up (broker.New:
+// the catalogue, every partition's recovery), then shuts it down:
+//
+//	go test ./test/scale -run TestStartProfile -v -args -scale.dir DIR -scale.startprofile start.prof
+func TestStartProfile(t *testing.T) {
+	if *startProfile == "" || *dataDir == "" {
+		t.Skip("a measurement: run with -scale.dir DIR -scale.startprofile FILE")
+	}
+	f, err := os.Create(*startProfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	b, err := sushka.New(sushka.Config{DataDir: *dataDir, MaxPartitions: -1, MaxPartitionsPerTopic: 1 << 30,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	opened := time.Since(began)
+	pprof.StopCPUProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	result(t, "broker.New on %s: %v; heap in use %.1f MB", *dataDir, opened, float64(ms.HeapInuse)/1e6)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := b.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
