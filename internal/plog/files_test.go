@@ -203,21 +203,12 @@ func TestIdlePartitionsHoldNoFiles(t *testing.T) {
 	const partitions, limit = 50, 8
 	fs := &countingFS{FS: vfs.NewMem()}
 	cache := NewFileCache(limit)
-	logs := make([]*Log, partitions)
-	want := make([]map[int64][]byte, partitions)
+	logs, want := openSharingCache(t, fs, cache, partitions)
 	appendTo := func(p int) {
 		b := mkBatch(3, 50+p, t0.UnixMilli())
 		want[p][mustAppend(t, logs[p], b, AckForced).BaseOffset] = bytes.Clone(b)
 	}
 	for p := range logs {
-		cfg := DefaultConfig(fs, fmt.Sprintf("/data/t-%d", p))
-		cfg.Logger, cfg.FileCache, cfg.SegmentBytes = quietLogger, cache, 1024
-		l, err := Open(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		logs[p], want[p] = l, map[int64][]byte{}
 		for range 3 {
 			appendTo(p)
 		}
@@ -257,19 +248,8 @@ func TestIdleTimeoutRacesReadsAndAppends(t *testing.T) {
 	const partitions, readers = 8, 4
 	fs := &countingFS{FS: vfs.NewMem()}
 	cache := NewIdleFileCache(64, time.Millisecond, clock.Real{})
-	logs := make([]*Log, partitions)
+	logs, want := openSharingCache(t, fs, cache, partitions)
 	var mu sync.Mutex
-	want := make([]map[int64][]byte, partitions)
-	for p := range logs {
-		cfg := DefaultConfig(fs, fmt.Sprintf("/data/t-%d", p))
-		cfg.Logger, cfg.FileCache, cfg.SegmentBytes = quietLogger, cache, 1024
-		l, err := Open(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		logs[p], want[p] = l, map[int64][]byte{}
-	}
 	appendTo := func(p, i int) {
 		b := mkBatch(2, 40+i%30, t0.UnixMilli())
 		off := mustAppend(t, logs[p], b, AckForced).BaseOffset
@@ -336,4 +316,23 @@ func TestIdleTimeoutRacesReadsAndAppends(t *testing.T) {
 		}
 	}
 	t.Logf("%d partitions, peak %d files open", partitions, fs.peak.Load())
+}
+
+// openSharingCache opens n logs of 1 KiB segments in fs sharing cache,
+// closed when the test ends, each with an empty map for the batches the
+// test appends.
+func openSharingCache(t *testing.T, fs vfs.FS, cache *FileCache, n int) ([]*Log, []map[int64][]byte) {
+	t.Helper()
+	logs, want := make([]*Log, n), make([]map[int64][]byte, n)
+	for p := range logs {
+		cfg := DefaultConfig(fs, fmt.Sprintf("/data/t-%d", p))
+		cfg.Logger, cfg.FileCache, cfg.SegmentBytes = quietLogger, cache, 1024
+		l, err := Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		logs[p], want[p] = l, map[int64][]byte{}
+	}
+	return logs, want
 }

@@ -47,6 +47,7 @@ var (
 	listenAddr = flag.String("scale.listen", "", "Kafka listener host:port (default: a free 127.0.0.1 port)")
 	adminAddr  = flag.String("scale.admin", "", "admin listener host:port (default: a free 127.0.0.1 port)")
 	samples    = flag.Int("scale.samples", 200, "requests per latency figure")
+	reuse      = flag.Bool("scale.reuse", false, "measure the topic a previous run left in -scale.dir: no create, no writes, no restart")
 	idleFiles  = flag.Duration("scale.idle", 32*time.Second, "how long to leave the broker idle before counting its descriptors again")
 )
 
@@ -236,12 +237,18 @@ func TestScale(t *testing.T) {
 	if b.admin == "" {
 		b.admin = "127.0.0.1:" + strconv.Itoa(testbroker.FreePort(t))
 	}
-	if err := os.RemoveAll(b.dir); err != nil {
-		t.Fatal(err)
+	if !*reuse {
+		if err := os.RemoveAll(b.dir); err != nil {
+			t.Fatal(err)
+		}
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
 	t.Logf("passport: %s GOMAXPROCS=%d NumCPU=%d loadavg %s, %d partitions, data in %s", runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), strings.TrimSpace(string(load)), n, b.dir)
-	result(t, "start (empty): healthy in %v", b.start(t, n))
+	if *reuse {
+		result(t, "start on the kept directory: healthy in %v", b.start(t, n))
+	} else {
+		result(t, "start (empty): healthy in %v", b.start(t, n))
+	}
 	defer func() {
 		select {
 		case <-b.done:
@@ -260,6 +267,12 @@ func TestScale(t *testing.T) {
 		return cl
 	}
 	const topic = "scale"
+	if *reuse {
+		result(t, "right after the start: %v", b.held(t))
+		measure(ctx, t, b, client, topic, n)
+		result(t, "after the measurements: %v", b.held(t))
+		return
+	}
 	admin := kadm.NewClient(client())
 	admin.SetTimeoutMillis(int32((10 * time.Minute).Milliseconds()))
 	began := time.Now()
