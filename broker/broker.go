@@ -31,6 +31,7 @@ import (
 
 	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/api"
+	"github.com/sushka-io/sushka/internal/clock"
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/server"
@@ -122,6 +123,11 @@ type Config struct {
 	// files being read or written are open besides). Default
 	// DefaultMaxOpenSegmentFiles.
 	MaxOpenSegmentFiles int
+	// SegmentFileIdleTimeout closes an idle segment file unused for this
+	// long, so that idle partitions hold no descriptor. Default
+	// DefaultSegmentFileIdleTimeout; negative: idle files are closed only
+	// when MaxOpenSegmentFiles needs their room.
+	SegmentFileIdleTimeout time.Duration
 	// ProducerIDExpiration is producer.id.expiration.ms: an idempotent
 	// producer that has not produced to a partition for this long is
 	// forgotten there (while running and at start-up). Default 1 day.
@@ -212,10 +218,11 @@ var DefaultRecoveryThreads = plog.DefaultRecoveryThreads
 
 // The defaults of Config's fields that come from the packages that use them.
 const (
-	DefaultMaxOpenSegmentFiles  = plog.DefaultMaxOpenSegmentFiles
-	DefaultProducerIDExpiration = plog.DefaultProducerIDExpiration
-	DefaultMaxFetchWait         = api.DefaultMaxFetchWait
-	DefaultSyncInterval         = plog.DefaultSyncInterval
+	DefaultMaxOpenSegmentFiles    = plog.DefaultMaxOpenSegmentFiles
+	DefaultSegmentFileIdleTimeout = plog.DefaultSegmentFileIdleTimeout
+	DefaultProducerIDExpiration   = plog.DefaultProducerIDExpiration
+	DefaultMaxFetchWait           = api.DefaultMaxFetchWait
+	DefaultSyncInterval           = plog.DefaultSyncInterval
 
 	DefaultFailedAuthenticationDelay = api.DefaultFailedAuthenticationDelay
 	DefaultMaxSASLReceiveBytes       = server.DefaultMaxSASLReceiveBytes
@@ -273,6 +280,12 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.MaxOpenSegmentFiles <= 0 {
 		cfg.MaxOpenSegmentFiles = DefaultMaxOpenSegmentFiles
 	}
+	switch {
+	case cfg.SegmentFileIdleTimeout == 0:
+		cfg.SegmentFileIdleTimeout = DefaultSegmentFileIdleTimeout
+	case cfg.SegmentFileIdleTimeout < 0:
+		cfg.SegmentFileIdleTimeout = 0 // plog: no idle timeout
+	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
@@ -328,7 +341,7 @@ func New(cfg Config) (*Broker, error) {
 		MaxPartitionsPerTopic: cfg.MaxPartitionsPerTopic,
 		MaxRequestBytes:       cfg.MaxRequestBytes,
 		Defaults:              defaults(cfg),
-		FileCache:             plog.NewFileCache(cfg.MaxOpenSegmentFiles),
+		FileCache:             plog.NewIdleFileCache(cfg.MaxOpenSegmentFiles, cfg.SegmentFileIdleTimeout, clock.Real{}),
 		ProducerIDExpiration:  cfg.ProducerIDExpiration,
 		MaxFetchWait:          cfg.MaxFetchWait,
 		SyncInterval:          cfg.SyncInterval,

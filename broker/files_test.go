@@ -31,10 +31,12 @@ func openFiles(t *testing.T, dir, topic string) int {
 
 // TestManyPartitionsFewDescriptors: 300 partitions that were written once
 // and are idle hold no more descriptors than MaxOpenSegmentFiles, instead
-// of one per partition (one per segment before that).
+// of one per partition (one per segment before that), and none at all
+// once SegmentFileIdleTimeout has passed, after their writes and again
+// after a consumer read them all (which reopened the files).
 func TestManyPartitionsFewDescriptors(t *testing.T) {
-	const partitions, limit = 300, 16
-	tb := startBroker(t, Config{MaxOpenSegmentFiles: limit})
+	const partitions, limit, idle = 300, 16, 300 * time.Millisecond
+	tb := startBroker(t, Config{MaxOpenSegmentFiles: limit, SegmentFileIdleTimeout: idle})
 	ctx := ctxT(t, 60*time.Second)
 	cl := tb.client(kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err := cl.Ping(ctx); err != nil {
@@ -57,8 +59,20 @@ func TestManyPartitionsFewDescriptors(t *testing.T) {
 	if n := openFiles(t, tb.dir, "wide"); n > limit {
 		t.Fatalf("%d files open for %d idle partitions, limit %d", n, partitions, limit)
 	}
+	noneOpen := func(after string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for openFiles(t, tb.dir, "wide") > 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := openFiles(t, tb.dir, "wide"); n > 0 {
+			t.Fatalf("%d files open for %d idle partitions %v after %s, want none", n, partitions, idle, after)
+		}
+	}
+	noneOpen("their writes")
 	consumed := consumeAll(t, tb, "wide", partitions)
 	if len(consumed) != partitions {
 		t.Fatalf("consumed %d records, want %d", len(consumed), partitions)
 	}
+	noneOpen("a consumer read them")
 }

@@ -68,6 +68,7 @@ type serveFlags struct {
 	shutdownTimeout      time.Duration
 	maxOpenSegmentFiles  int
 	recoveryThreads      int
+	segmentFileIdle      time.Duration
 	producerIDExpiration time.Duration
 	syncInterval         time.Duration
 	maxFetchWait         time.Duration
@@ -129,6 +130,9 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 			}
 			if f.recoveryThreads < 1 {
 				return fmt.Errorf("--recovery-threads %d: must be at least 1", f.recoveryThreads)
+			}
+			if f.segmentFileIdle < 0 {
+				return fmt.Errorf("--segment-file-idle-timeout %s: must be at least 0", f.segmentFileIdle)
 			}
 			if f.producerIDExpiration < time.Millisecond {
 				return fmt.Errorf("--producer-id-expiration %s: must be at least 1ms", f.producerIDExpiration)
@@ -195,6 +199,7 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.Int64Var(&f.segmentBytes, "log-segment-bytes", 1<<30, "default segment size (log.segment.bytes; at least 1 MiB)")
 	fl.IntVar(&f.maxOpenSegmentFiles, "max-open-segment-files", broker.DefaultMaxOpenSegmentFiles, "idle segment files kept open across all partitions (opened on use, least recently used closed first)")
 	fl.IntVar(&f.recoveryThreads, "recovery-threads", broker.DefaultRecoveryThreads(), "partition logs opened (recovered: every batch read and checked) at once at start-up (num.recovery.threads.per.data.dir; default one per core, 2 to 8; each holds at most two 16 MiB read blocks)")
+	fl.DurationVar(&f.segmentFileIdle, "segment-file-idle-timeout", broker.DefaultSegmentFileIdleTimeout, "close a segment file unused for this long, so idle partitions hold no descriptor (Redpanda's readers_cache_eviction_timeout_ms; 0: closed only by --max-open-segment-files)")
 	fl.DurationVar(&f.producerIDExpiration, "producer-id-expiration", broker.DefaultProducerIDExpiration, "forget an idempotent producer's sequence state in a partition after it has not produced there for this long (producer.id.expiration.ms)")
 	fl.DurationVar(&f.syncInterval, "sync-interval", broker.DefaultSyncInterval, "least time between a partition's fsyncs when no acks=all append waits (acks=0/1 records become visible up to this much later; 0: fsync back to back)")
 	fl.IntVar(&f.fetchSessionSlots, "fetch-session-slots", broker.DefaultFetchSessionSlots, "incremental fetch sessions (KIP-227) kept broker-wide, least valuable evicted first (max.incremental.fetch.session.cache.slots; 0: none, every fetch is full)")
@@ -343,9 +348,10 @@ func runServe(ctx context.Context, f serveFlags) error {
 		SegmentBytes:              f.segmentBytesSet,
 		MaxOpenSegmentFiles:       f.maxOpenSegmentFiles,
 		RecoveryThreads:           f.recoveryThreads,
+		SegmentFileIdleTimeout:    zeroMeansNone(f.segmentFileIdle),
 		ProducerIDExpiration:      f.producerIDExpiration,
 		MaxFetchWait:              f.maxFetchWait,
-		SyncInterval:              syncIntervalConfig(f.syncInterval),
+		SyncInterval:              zeroMeansNone(f.syncInterval),
 		Authorizer:                f.authorizer,
 		SuperUsers:                superUsers(f.superUsers),
 		AllowEveryoneIfNoACLFound: f.allowEveryoneIfNoACL,
@@ -544,9 +550,10 @@ func fetchSessionSlotsConfig(n int) int {
 	return n
 }
 
-// syncIntervalConfig maps --sync-interval (0: no pacing) to
-// broker.Config.SyncInterval (0: the default, negative: no pacing).
-func syncIntervalConfig(d time.Duration) time.Duration {
+// zeroMeansNone maps a flag's duration whose 0 means none (--sync-interval:
+// no pacing; --segment-file-idle-timeout: no timeout) to the broker.Config
+// field's (0: the default, negative: none).
+func zeroMeansNone(d time.Duration) time.Duration {
 	if d == 0 {
 		return -1
 	}

@@ -43,8 +43,9 @@ import (
 // * Fetch sessions (KIP-227, v7+): a full fetch at epoch 0 creates one
 //   (fetchsession.go has the rules, Kafka's), epoch -1 is sessionless (what
 //   kafka-go's Client.Fetch sends), either closes the session it names; an
-//   incremental fetch reads the session's partitions and answers only those
-//   that changed, with the same long poll and file ranges as a full one.
+//   incremental fetch (fetchsession.go) reads the session's partitions that
+//   may have changed and answers those that did, with file ranges as a full
+//   one's and a long poll on the session's changes.
 // * IsolationLevel 1 (read_committed, KIP-98): each partition is read up to
 //   its last stable offset only (plog.ReadCommitted), and answered with the
 //   aborted transactions overlapping what is returned, which the consumer
@@ -87,6 +88,13 @@ type fetchPart struct {
 	sent       sentOffsets
 	hadRecords bool
 	forgotten  bool
+	// Its change tracking (fetchsession.go, owned by the session's
+	// token holder): the registration with its log (nil until a fetch
+	// resolved it), whether the next fetch reads it (on the session's
+	// candidates), and its place in the session's order.
+	watch   *partWatch
+	pending bool
+	order   int64
 }
 
 // sentOffsets are the offsets a session's client was last told of a
@@ -204,11 +212,10 @@ func (h *Handler) newFetchSession(req *kmsg.FetchRequest, topics []fetchTopic, p
 	s.byKey = make(map[sessionKey]*fetchPart, partitions)
 	s.parts = make([]*fetchPart, 0, partitions)
 	chunk := make([]fetchPart, 0, partitions)
+	s.candidates = make([]*fetchPart, 0, partitions)
 	put := func(key sessionKey, fp fetchPart) {
 		chunk = append(chunk, fp)
-		p := &chunk[len(chunk)-1]
-		s.byKey[key] = p
-		s.parts = append(s.parts, p)
+		s.put(key, &chunk[len(chunk)-1])
 	}
 	for _, t := range topics {
 		tk := s.topicKey(t.name, t.id)
@@ -225,72 +232,6 @@ func (h *Handler) newFetchSession(req *kmsg.FetchRequest, topics []fetchTopic, p
 		}
 	}
 	return s.id
-}
-
-// incrementalFetch answers a fetch of an existing session: the partitions
-// of the session that changed since they were last answered.
-func (h *Handler) incrementalFetch(ctx context.Context, creq *server.Request, req *kmsg.FetchRequest) server.Response {
-	s, code := h.fetchSessions.acquire(ctx, req.SessionID, req.SessionEpoch, req.Version >= 13)
-	if code != 0 {
-		resp := req.ResponseKind().(*kmsg.FetchResponse)
-		resp.ErrorCode = code
-		return server.Response{Body: resp}
-	}
-	defer s.release()
-	s.update(req)
-	if len(s.parts) == 0 {
-		// Everything forgotten: Kafka closes the session and answers the
-		// request (naming nothing, then) sessionless.
-		h.fetchSessions.remove(s.id)
-		return h.fullFetch(ctx, creq, req, false)
-	}
-	if refused, ok := h.tooManyPartitions(creq, len(s.parts)); ok {
-		h.fetchSessions.remove(s.id)
-		return refused
-	}
-	h.fetchSessions.used(s)
-	anyMissing := h.resolveSession(creq, s, req)
-	h.waitFetch(ctx, creq, req, s.parts, anyMissing)
-
-	// The answer takes the changed partitions' reads with it (the session
-	// is free again as soon as this returns); the others are released now.
-	var (
-		answered []fetchPart
-		changed  []*fetchPart
-	)
-	for _, fp := range s.parts {
-		fp.hadRecords = len(fp.result.Chunks) > 0
-		if fp.changed() {
-			answered = append(answered, *fp)
-			changed = append(changed, fp)
-		} else if fp.haveResult {
-			fp.result.Release()
-		}
-		// resolveSession finds the log again next time: a deleted
-		// topic's log is not kept alive by a session.
-		fp.result, fp.haveResult, fp.log = plog.ReadResult{}, false, nil
-	}
-	parts := make([]*fetchPart, len(answered))
-	for i := range answered {
-		parts[i] = &answered[i]
-	}
-	frame := encodeFetch(req.Version, s.id, sessionTopics(parts, s.usesTopicIDs))
-	if throttled, ok := h.fetchThrottle(creq, req.Version, frame); ok { // throttle.go
-		// As Kafka's throttled incremental answer: the session keeps
-		// what it last told the client, so the next fetch answers it.
-		releaseFetch(parts)
-		if fr, ok := throttled.Body.(*kmsg.FetchResponse); ok {
-			fr.SessionID = s.id
-		}
-		return throttled
-	}
-	for _, fp := range changed {
-		fp.markAnswered()
-	}
-	s.reorder()
-	h.countFetched(parts)
-	frame.Release = func() { releaseFetch(parts) }
-	return server.Response{Frame: frame}
 }
 
 // fetchParts resolves the requested partitions, in request order, each
@@ -372,64 +313,6 @@ func (h *Handler) lookupFetchTopic(byID bool, name string, id [16]byte) (*topic,
 		return nil, kerr.UnknownTopicID.Code
 	}
 	return t, kerr.UnknownTopicOrPartition.Code
-}
-
-// resolveSession points each partition of a session at its log for this
-// request (so a topic deleted or created since is seen now) at the
-// request's isolation level, and reports whether any does not exist (its
-// error code set, nothing to read).
-func (h *Handler) resolveSession(creq *server.Request, s *fetchSession, req *kmsg.FetchRequest) (missing bool) {
-	var (
-		last   topicKey
-		looked bool
-		t      *topic
-		code   int16
-		denied bool
-	)
-	// Authorized on every fetch, as Kafka does: an ACL removed since the
-	// session began denies its partitions now (the rules of a full
-	// fetch's, fetchParts).
-	replica := req.ReplicaID >= 0 || req.ReplicaState.ID >= 0
-	replicaDenied := replica && !h.allowedCluster(creq, acl.ClusterAction)
-	for _, fp := range s.parts {
-		// A session's partitions of one topic mostly follow each other:
-		// one lookup per run of them.
-		if tk := s.topicKey(fp.topic, fp.topicID); !looked || tk != last {
-			t, code = h.lookupFetchTopic(s.usesTopicIDs, fp.topic, fp.topicID)
-			denied = replicaDenied || !replica && h.topicDenied(creq, t, fp.topic, acl.Read)
-			last, looked = tk, true
-		}
-		fp.committed = req.IsolationLevel == 1
-		fp.log = t.partition(fp.partition)
-		if denied {
-			fp.log, code = nil, kerr.TopicAuthorizationFailed.Code
-		}
-		if fp.log == nil {
-			fp.errorCode, fp.hwm, fp.logStart, fp.lso = code, -1, -1, -1
-			missing = true
-			continue
-		}
-		fp.topic = t.meta.Name
-	}
-	return missing
-}
-
-// sessionTopics groups an incremental answer's partitions (in session
-// order) into topic entries: a topic whose partitions are not next to each
-// other has an entry per run, as Kafka's FetchResponse.of builds them.
-// Each entry's parts are a window of parts (no allocation per topic).
-func sessionTopics(parts []*fetchPart, byID bool) []fetchTopic {
-	var topics []fetchTopic
-	start := 0
-	for i, fp := range parts {
-		if n := len(topics); n > 0 && (byID && topics[n-1].id == fp.topicID || !byID && topics[n-1].name == fp.topic) {
-			topics[n-1].parts = parts[start : i+1 : i+1]
-			continue
-		}
-		start = i
-		topics = append(topics, fetchTopic{name: fp.topic, id: fp.topicID, parts: parts[i : i+1 : i+1]})
-	}
-	return topics
 }
 
 // longPollFetch waits until the partitions hold minBytes, maxWait passes or

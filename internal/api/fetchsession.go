@@ -1,16 +1,21 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/clock"
+	"github.com/sushka-io/sushka/internal/plog"
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // Fetch sessions (KIP-227), as Kafka's FetchManager and FetchSessionCache
@@ -46,9 +51,18 @@ import (
 //     evictable sets when it is used; here its age is looked at when a
 //     new session needs the room (the same rule, read when it matters).
 //
-// Memory: a session of N partitions costs O(N) (a fetchPart and a map
-// entry each, about 300 bytes); the slots bound the sessions and
-// Config.MaxPartitionsPerRequest the partitions of each.
+//   - Unlike Kafka's, whose incremental fetch reads every partition of the
+//     session, a fetch here reads only the session's candidates (see
+//     fetchSession.candidates): each partition, once read, is watched by
+//     its log (plog.Watcher) for the session's life, so a caught-up
+//     partition is not looked at again until its log tells of a change.
+//     The answer is Kafka's: the partitions not read are exactly those
+//     with nothing to answer.
+//
+// Memory: a session of N partitions costs O(N) (a fetchPart, a map entry,
+// a watch and its entry in the log's watchers, about 350 bytes each); the
+// slots bound the sessions and Config.MaxPartitionsPerRequest the
+// partitions of each.
 
 // The defaults of the fetch session cache, Kafka's.
 const (
@@ -96,9 +110,26 @@ type fetchSession struct {
 	token chan struct{} // capacity 1, full while no request holds the session
 
 	epoch int32        // the epoch the next request must carry
-	parts []*fetchPart // in session order: read in this order, answered in it
+	parts []*fetchPart // in session order (ascending fetchPart.order): answered in it
 	byKey map[sessionKey]*fetchPart
 	moved []*fetchPart // reorder's scratch, kept between requests
+
+	// Change tracking: an incremental fetch reads only its candidates,
+	// the partitions that may have something to answer (named by the
+	// request, not caught up or in error when last read, never read yet,
+	// or told of a change by their log through their partWatch); every
+	// other partition is caught up, answered as it is, and registered
+	// with its log, which tells its watch of the next change. So a fetch
+	// costs what changed, not the session's size (issue 12).
+	candidates []*fetchPart // partitions with pending set, in no order
+	nextOrder  int64
+	topics     []sessionTopic   // the session's topics, authorized on every fetch
+	topicIndex map[topicKey]int // into topics
+	changesMu  sync.Mutex       // a leaf, taken under plog.Log.mu (partWatch.LogChanged)
+	changes    []*partWatch     // (changesMu) told of a change since the last fetch took them
+	changedAt  int64            // (changesMu) unix ns of the first of changes: the wake-up metric
+	woken      int64            // the changedAt of the changes the last takeChanges took (timing.go)
+	wake       chan struct{}    // capacity 1: signalled at each change, for a long poll
 
 	lastUsed   time.Time
 	size       int  // partitions when last used (Kafka's cachedSize)
@@ -156,6 +187,19 @@ func (c *fetchSessions) removeLocked(s *fetchSession) {
 	delete(c.byID, s.id)
 	s.prev.next, s.next.prev = s.next, s.prev
 	s.prev, s.next, s.removed = nil, nil, true
+	go s.unwatchAll() // waits for a request holding it; not under c.mu
+}
+
+// unwatchAll unregisters a removed session's partitions from their logs,
+// once the request holding the session (if any) has released it. The
+// token is given back after: a request that found the session before its
+// removal and waits for it sees it removed and answers so.
+func (s *fetchSession) unwatchAll() {
+	s.token <- struct{}{}
+	defer s.release()
+	for _, fp := range s.parts {
+		fp.unwatch()
+	}
 }
 
 // touchLocked marks s used now with size partitions: the most recently used.
@@ -187,7 +231,8 @@ func (c *fetchSessions) create(privileged, usesTopicIDs bool, size int) *fetchSe
 		id = c.rng.Int32N(math.MaxInt32-1) + 1 // 1 .. MaxInt32-1, as Kafka
 	}
 	s := &fetchSession{id: id, privileged: privileged, usesTopicIDs: usesTopicIDs, created: now,
-		token: make(chan struct{}, 1), epoch: nextFetchEpoch(fetchInitialEpoch)}
+		token: make(chan struct{}, 1), epoch: nextFetchEpoch(fetchInitialEpoch),
+		topicIndex: map[topicKey]int{}, wake: make(chan struct{}, 1)}
 	s.token <- struct{}{} // held before anyone can find it
 	c.byID[id] = s
 	c.touchLocked(s, size, now)
@@ -295,12 +340,33 @@ func (s *fetchSession) release() { <-s.token }
 func (s *fetchSession) add(key sessionKey, fp fetchPart) {
 	if have := s.byKey[key]; have != nil {
 		have.offset, have.maxBytes = fp.offset, fp.maxBytes
+		s.markPending(have)
 		return
 	}
 	p := new(fetchPart)
 	*p = fp
+	s.put(key, p)
+}
+
+// put adds p, a partition new to the session, at the end of its order; the
+// next fetch reads it.
+func (s *fetchSession) put(key sessionKey, p *fetchPart) {
+	p.order, s.nextOrder = s.nextOrder, s.nextOrder+1
 	s.byKey[key] = p
 	s.parts = append(s.parts, p)
+	s.markPending(p)
+	if _, ok := s.topicIndex[key.topic]; !ok {
+		s.topicIndex[key.topic] = len(s.topics)
+		s.topics = append(s.topics, sessionTopic{key: key.topic, name: p.topic, id: p.topicID})
+	}
+}
+
+// markPending makes fp one of the next fetch's candidates.
+func (s *fetchSession) markPending(fp *fetchPart) {
+	if !fp.pending {
+		fp.pending = true
+		s.candidates = append(s.candidates, fp)
+	}
 }
 
 // update applies an incremental request: its partitions are added or
@@ -319,21 +385,38 @@ func (s *fetchSession) update(req *kmsg.FetchRequest) {
 		for _, p := range ft.Partitions {
 			if fp := s.byKey[sessionKey{tk, p}]; fp != nil {
 				delete(s.byKey, sessionKey{tk, p})
+				fp.unwatch()
 				fp.log, fp.forgotten = nil, true
 				forgot = true
 			}
 		}
 	}
 	if forgot {
-		kept := s.parts[:0]
+		s.parts = withoutForgotten(s.parts)
+		s.candidates = withoutForgotten(s.candidates)
+		// The topics left: those of the partitions kept.
+		s.topics, s.topicIndex = s.topics[:0], map[topicKey]int{}
 		for _, fp := range s.parts {
-			if !fp.forgotten {
-				kept = append(kept, fp)
+			if tk := s.topicKey(fp.topic, fp.topicID); !hasKey(s.topicIndex, tk) {
+				s.topicIndex[tk] = len(s.topics)
+				s.topics = append(s.topics, sessionTopic{key: tk, name: fp.topic, id: fp.topicID})
 			}
 		}
-		clear(s.parts[len(kept):])
-		s.parts = kept
 	}
+}
+
+func hasKey(m map[topicKey]int, k topicKey) bool { _, ok := m[k]; return ok }
+
+// withoutForgotten filters the forgotten partitions out of parts, in place.
+func withoutForgotten(parts []*fetchPart) []*fetchPart {
+	kept := parts[:0]
+	for _, fp := range parts {
+		if !fp.forgotten {
+			kept = append(kept, fp)
+		}
+	}
+	clear(parts[len(kept):])
+	return kept
 }
 
 func (s *fetchSession) topicKey(name string, id [16]byte) topicKey {
@@ -370,20 +453,351 @@ func (fp *fetchPart) markAnswered() {
 
 // reorder moves the partitions that returned records to the end of the
 // session, as Kafka does, so the next fetch's response budget goes to the
-// others first.
+// others first. Only candidates can have returned records; the others
+// are passed over by pointer, never touched.
 func (s *fetchSession) reorder() {
 	s.moved = s.moved[:0]
-	kept := s.parts[:0]
-	for _, fp := range s.parts {
+	for _, fp := range s.candidates { // in session order (sortCandidates)
 		if fp.hadRecords {
 			s.moved = append(s.moved, fp)
-		} else {
-			kept = append(kept, fp)
 		}
 	}
 	if len(s.moved) == 0 {
 		return
 	}
+	// s.parts and s.moved are both in session order: one merge-like walk.
+	kept, j := s.parts[:0], 0
+	for _, fp := range s.parts {
+		if j < len(s.moved) && fp == s.moved[j] {
+			j++
+			continue
+		}
+		kept = append(kept, fp)
+	}
 	s.parts = append(kept, s.moved...)
+	for _, fp := range s.moved {
+		fp.order, s.nextOrder = s.nextOrder, s.nextOrder+1
+	}
 	clear(s.moved)
+}
+
+// sessionTopic is a topic of a session, with its last authorization.
+type sessionTopic struct {
+	key    topicKey
+	name   string
+	id     [16]byte
+	denied bool // when last authorized: its partitions were answered TOPIC_AUTHORIZATION_FAILED
+}
+
+// partWatch registers a session's partition with its log (plog.Watcher):
+// the log tells it of each change and it queues its partition for the
+// session's next fetch. Its log is the token holder's; queued is under
+// the session's changesMu.
+type partWatch struct {
+	s      *fetchSession
+	fp     *fetchPart
+	log    *plog.Log // registered with; nil: none
+	queued bool      // (s.changesMu) on s.changes
+}
+
+// LogChanged is called by the log, under its lock.
+func (w *partWatch) LogChanged() {
+	s := w.s
+	s.changesMu.Lock()
+	if !w.queued {
+		if len(s.changes) == 0 {
+			s.changedAt = time.Now().UnixNano() // once per wake-up, not per change
+		}
+		w.queued = true
+		s.changes = append(s.changes, w)
+	}
+	s.changesMu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default: // a wake-up is pending already
+	}
+}
+
+// watchLog registers fp with its log for this fetch (fp.log), moving the
+// registration when the log changed (a topic deleted and created again),
+// dropping it when there is none; slab provides new watches.
+func (s *fetchSession) watchLog(fp *fetchPart, slab *[]partWatch) {
+	if fp.watch == nil {
+		if len(*slab) == 0 {
+			*slab = make([]partWatch, max(1, len(s.candidates)))
+		}
+		fp.watch, *slab = &(*slab)[0], (*slab)[1:]
+		fp.watch.s, fp.watch.fp = s, fp
+	}
+	if w := fp.watch; w.log != fp.log {
+		fp.unwatch()
+		if fp.log != nil {
+			fp.log.AddWatcher(w)
+			w.log = fp.log
+		}
+	}
+}
+
+// unwatch unregisters fp from its log, if registered.
+func (fp *fetchPart) unwatch() {
+	if w := fp.watch; w != nil && w.log != nil {
+		w.log.RemoveWatcher(w)
+		w.log = nil
+	}
+}
+
+// takeChanges makes the partitions whose log told of a change since the
+// last call candidates; it reports whether there were any.
+func (s *fetchSession) takeChanges() bool {
+	s.changesMu.Lock()
+	changes := s.changes
+	s.changes = nil
+	s.woken, s.changedAt = s.changedAt, 0
+	for _, w := range changes {
+		w.queued = false
+	}
+	s.changesMu.Unlock()
+	for _, w := range changes {
+		if !w.fp.forgotten {
+			s.markPending(w.fp)
+		}
+	}
+	return len(changes) > 0
+}
+
+// sortCandidates puts the candidates in session order: they are read (the
+// response budget goes first to the first) and answered in it.
+func (s *fetchSession) sortCandidates() {
+	slices.SortFunc(s.candidates, func(a, b *fetchPart) int { return cmp.Compare(a.order, b.order) })
+}
+
+// settle keeps as candidates, after an answer, the partitions that may
+// have more to answer at once: in error or with no log, or not caught up
+// (records left below the high watermark, or the last stable offset for
+// read_committed). The others wait for their log to tell of a change.
+func (s *fetchSession) settle() {
+	kept := s.candidates[:0]
+	for _, fp := range s.candidates {
+		end := fp.hwm
+		if fp.committed {
+			end = fp.lso
+		}
+		if fp.errorCode != 0 || fp.watch == nil || fp.watch.log == nil || fp.offset < end {
+			kept = append(kept, fp)
+			continue
+		}
+		fp.pending = false
+	}
+	clear(s.candidates[len(kept):])
+	s.candidates = kept
+}
+
+// incrementalFetch answers a fetch of an existing session: the partitions
+// of the session that changed since they were last answered. It reads the
+// session's candidates only (fetchSession.candidates): with nothing
+// changed, a session of any size costs one pass over its topics'
+// authorization and nothing per partition.
+func (h *Handler) incrementalFetch(ctx context.Context, creq *server.Request, req *kmsg.FetchRequest) server.Response {
+	s, code := h.fetchSessions.acquire(ctx, req.SessionID, req.SessionEpoch, req.Version >= 13)
+	if code != 0 {
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		resp.ErrorCode = code
+		return server.Response{Body: resp}
+	}
+	defer s.release()
+	select {
+	case <-s.wake: // taken with the changes below
+	default:
+	}
+	s.update(req)
+	if len(s.parts) == 0 {
+		// Everything forgotten: Kafka closes the session and answers the
+		// request (naming nothing, then) sessionless.
+		h.fetchSessions.remove(s.id)
+		return h.fullFetch(ctx, creq, req, false)
+	}
+	if refused, ok := h.tooManyPartitions(creq, len(s.parts)); ok {
+		h.fetchSessions.remove(s.id)
+		return refused
+	}
+	h.fetchSessions.used(s)
+	s.takeChanges()
+	h.authorizeSession(creq, s, req)
+	s.sortCandidates()
+	anyMissing := h.resolveSession(creq, s, req, s.candidates)
+	h.waitSession(ctx, creq, req, s, anyMissing)
+
+	// The answer takes the changed partitions' reads with it (the session
+	// is free again as soon as this returns); the others are released now.
+	var (
+		answered []fetchPart
+		changed  []*fetchPart
+	)
+	for _, fp := range s.candidates {
+		fp.hadRecords = len(fp.result.Chunks) > 0
+		if fp.changed() {
+			answered = append(answered, *fp)
+			changed = append(changed, fp)
+		} else if fp.haveResult {
+			fp.result.Release()
+		}
+		// The next fetch finds the log again: a deleted topic's log is
+		// kept by the partition's watch only until then.
+		fp.result, fp.haveResult, fp.log = plog.ReadResult{}, false, nil
+	}
+	parts := make([]*fetchPart, len(answered))
+	for i := range answered {
+		parts[i] = &answered[i]
+	}
+	frame := encodeFetch(req.Version, s.id, sessionTopics(parts, s.usesTopicIDs))
+	if throttled, ok := h.fetchThrottle(creq, req.Version, frame); ok { // throttle.go
+		// As Kafka's throttled incremental answer: the session keeps
+		// what it last told the client, so the next fetch answers it
+		// (the candidates stay).
+		releaseFetch(parts)
+		if fr, ok := throttled.Body.(*kmsg.FetchResponse); ok {
+			fr.SessionID = s.id
+		}
+		return throttled
+	}
+	for _, fp := range changed {
+		fp.markAnswered()
+	}
+	s.reorder()
+	s.settle()
+	h.countFetched(parts)
+	frame.Release = func() { releaseFetch(parts) }
+	return server.Response{Frame: frame}
+}
+
+// authorizeSession authorizes every topic of the session on every fetch,
+// as Kafka does for each partition: a topic whose verdict changed since the
+// last fetch has all its partitions read (answered
+// TOPIC_AUTHORIZATION_FAILED, or again what they hold). Without an
+// authorizer nothing is ever denied and nothing is done.
+func (h *Handler) authorizeSession(creq *server.Request, s *fetchSession, req *kmsg.FetchRequest) {
+	if !h.authz.Enabled() {
+		return
+	}
+	replica := req.ReplicaID >= 0 || req.ReplicaState.ID >= 0
+	replicaDenied := replica && !h.allowedCluster(creq, acl.ClusterAction)
+	for i := range s.topics {
+		st := &s.topics[i]
+		t, _ := h.lookupFetchTopic(s.usesTopicIDs, st.name, st.id)
+		denied := replicaDenied || !replica && h.topicDenied(creq, t, st.name, acl.Read)
+		if denied == st.denied {
+			continue
+		}
+		st.denied = denied
+		for _, fp := range s.parts {
+			if s.topicKey(fp.topic, fp.topicID) == st.key {
+				s.markPending(fp)
+			}
+		}
+	}
+}
+
+// waitSession reads the session's candidates and, with fewer than MinBytes
+// and no error, long polls on the session's changes (no registration per
+// request: every partition read is watched); the last read stays in the
+// candidates.
+func (h *Handler) waitSession(ctx context.Context, creq *server.Request, req *kmsg.FetchRequest, s *fetchSession, anyError bool) {
+	maxBytes := h.fetchMaxBytes(creq, int64(req.MaxBytes)) // throttle.go
+	total, readError := h.readFetch(s.candidates, maxBytes)
+	maxWait := min(time.Duration(req.MaxWaitMillis)*time.Millisecond, h.cfg.MaxFetchWait)
+	if total >= int64(req.MinBytes) || anyError || readError || maxWait <= 0 {
+		return
+	}
+	waited := creq.Accounting.WaitStart()
+	defer creq.Accounting.WaitEnd(waited)
+	timer := time.NewTimer(maxWait)
+	defer timer.Stop()
+	for {
+		timedOut := false
+		select {
+		case <-s.wake:
+		case <-timer.C:
+			timedOut = true // answer with what changed meanwhile, if anything
+		case <-ctx.Done():
+			return // the client is gone: the answer is dropped
+		}
+		before := len(s.candidates)
+		if s.takeChanges() {
+			// Partitions that changed since the last read, candidates
+			// already or new ones (found and watched before they are
+			// read): read again with the others.
+			missing := h.resolveSession(creq, s, req, s.candidates[before:])
+			s.sortCandidates()
+			releaseFetch(s.candidates)
+			var readError bool
+			total, readError = h.readFetch(s.candidates, maxBytes)
+			if total >= int64(req.MinBytes) || missing || readError {
+				h.fetchWokenAt(s.woken) // timing.go
+				return
+			}
+		}
+		if timedOut {
+			return
+		}
+	}
+}
+
+// resolveSession points each of parts, partitions of a session, at its log for this
+// request (so a topic deleted or created since is seen now) at the
+// request's isolation level, and reports whether any does not exist (its
+// error code set, nothing to read).
+func (h *Handler) resolveSession(creq *server.Request, s *fetchSession, req *kmsg.FetchRequest, parts []*fetchPart) (missing bool) {
+	var (
+		last   topicKey
+		looked bool
+		t      *topic
+		code   int16
+		denied bool
+	)
+	// Authorized on every fetch, as Kafka does: an ACL removed since the
+	// session began denies its partitions now (the rules of a full
+	// fetch's, fetchParts).
+	replica := req.ReplicaID >= 0 || req.ReplicaState.ID >= 0
+	replicaDenied := replica && !h.allowedCluster(creq, acl.ClusterAction)
+	var slab []partWatch // new watches, allocated together
+	for _, fp := range parts {
+		// A session's partitions of one topic mostly follow each other:
+		// one lookup per run of them.
+		if tk := s.topicKey(fp.topic, fp.topicID); !looked || tk != last {
+			t, code = h.lookupFetchTopic(s.usesTopicIDs, fp.topic, fp.topicID)
+			denied = replicaDenied || !replica && h.topicDenied(creq, t, fp.topic, acl.Read)
+			last, looked = tk, true
+		}
+		fp.committed = req.IsolationLevel == 1
+		fp.log = t.partition(fp.partition)
+		if denied {
+			fp.log, code = nil, kerr.TopicAuthorizationFailed.Code
+		}
+		s.watchLog(fp, &slab) // before it is read: a change after the read is told
+		if fp.log == nil {
+			fp.errorCode, fp.hwm, fp.logStart, fp.lso = code, -1, -1, -1
+			missing = true
+			continue
+		}
+		fp.topic = t.meta.Name
+	}
+	return missing
+}
+
+// sessionTopics groups an incremental answer's partitions (in session
+// order) into topic entries: a topic whose partitions are not next to each
+// other has an entry per run, as Kafka's FetchResponse.of builds them.
+// Each entry's parts are a window of parts (no allocation per topic).
+func sessionTopics(parts []*fetchPart, byID bool) []fetchTopic {
+	var topics []fetchTopic
+	start := 0
+	for i, fp := range parts {
+		if n := len(topics); n > 0 && (byID && topics[n-1].id == fp.topicID || !byID && topics[n-1].name == fp.topic) {
+			topics[n-1].parts = parts[start : i+1 : i+1]
+			continue
+		}
+		start = i
+		topics = append(topics, fetchTopic{name: fp.topic, id: fp.topicID, parts: parts[i : i+1 : i+1]})
+	}
+	return topics
 }

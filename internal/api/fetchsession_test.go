@@ -528,15 +528,33 @@ func BenchmarkIncrementalFetch(b *testing.B) {
 			req.SessionEpoch = 0
 			b.ReportAllocs()
 			for b.Loop() {
-				req.SessionEpoch++
-				resp := tb.Handle(ctx, creq)
-				if resp.Frame == nil {
-					b.Fatalf("epoch %d answered %+v", req.SessionEpoch, resp.Body)
-				}
-				resp.Frame.Release()
+				nextIncremental(b, tb, creq, req)
+			}
+		})
+		// The same with a long poll of 1 ms that nothing wakes: the
+		// request's cost above its millisecond of waiting is what a
+		// caught-up consumer of the session pays per poll.
+		b.Run(fmt.Sprintf("partitions=%d/incremental-long-poll", n), func(b *testing.B) {
+			creq, req := incrementalRequest(openSession(b, tb, tp))
+			req.SessionEpoch, req.MaxWaitMillis, req.MinBytes = 0, 1, 1
+			b.ReportAllocs()
+			for b.Loop() {
+				nextIncremental(b, tb, creq, req)
 			}
 		})
 	}
+}
+
+// nextIncremental sends the session's next incremental fetch (req, in
+// creq) through the Handler and releases its answer.
+func nextIncremental(t testing.TB, tb *testBroker, creq *server.Request, req *kmsg.FetchRequest) {
+	t.Helper()
+	req.SessionEpoch++
+	resp := tb.Handle(context.Background(), creq)
+	if resp.Frame == nil {
+		t.Fatalf("epoch %d answered %+v", req.SessionEpoch, resp.Body)
+	}
+	resp.Frame.Release()
 }
 
 // TestNextFetchEpoch: Kafka's FetchMetadata.nextEpoch.

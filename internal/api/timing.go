@@ -19,3 +19,11 @@ func (h *Handler) fetchWoken(w *plog.Waker) {
 		m.FetchWake(time.Since(at))
 	}
 }
+
+// fetchWokenAt is fetchWoken for a fetch session's long poll, woken by the
+// session's watches: at is the unix ns of the first change (0: none).
+func (h *Handler) fetchWokenAt(at int64) {
+	if m := h.cfg.Metrics; m != nil && at != 0 {
+		m.FetchWake(time.Duration(time.Now().UnixNano() - at))
+	}
+}

@@ -3,12 +3,20 @@ package plog
 import (
 	"fmt"
 	"sync"
+	"time"
 
+	"github.com/sushka-io/sushka/internal/clock"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
 // DefaultMaxOpenSegmentFiles is the limit of DefaultFileCache.
 const DefaultMaxOpenSegmentFiles = 1024
+
+// DefaultSegmentFileIdleTimeout is how long an unpinned segment file stays
+// open unused before the cache closes it: Redpanda's
+// readers_cache_eviction_timeout_ms (30 s). Past it, a partition nobody
+// reads or writes holds no descriptor, whatever the limit (issue 12).
+const DefaultSegmentFileIdleTimeout = 30 * time.Second
 
 // DefaultFileCache is the file cache of logs whose Config.FileCache is nil:
 // one for the whole process, so that the bound holds across logs.
@@ -24,7 +32,9 @@ var DefaultFileCache = NewFileCache(DefaultMaxOpenSegmentFiles)
 // life: the mapping needs the file). Unpinned, a file is kept open, least
 // recently used first out, while there are no more than the limit, then
 // closed; it is reopened on the next use (read-write while the segment is
-// active).
+// active). An idle file unused for the cache's idle timeout is closed too,
+// by one goroutine per cache that runs only while some file is idle: so
+// idle partitions hold no descriptor at all, not merely a bounded number.
 //
 // The limit bounds the idle files: when every open file is pinned, one more
 // is opened rather than waiting (a fetch pins one segment per partition until
@@ -35,34 +45,92 @@ var DefaultFileCache = NewFileCache(DefaultMaxOpenSegmentFiles)
 // lock (after Log.mu); files are opened and closed under it, which costs a
 // system call on a miss only.
 type FileCache struct {
-	limit int
+	limit       int
+	idleTimeout time.Duration // 0: idle files are closed by the limit only
+	clock       clock.Clock
+	epoch       time.Time // segment.idleSince counts from it
 
 	mu   sync.Mutex
 	open int // (mu) segment files open, pinned or idle
 	// idle is a ring of the segments with an open, unpinned file, linked
 	// through their idlePrev/idleNext (no allocation per unpin): the least
 	// recently used is idle.idleNext.
-	idle  segment // (mu)
-	idles int     // (mu) segments on the ring
+	idle     segment // (mu)
+	idles    int     // (mu) segments on the ring
+	sweeping bool    // (mu) the sweep goroutine runs
 }
 
 // NewFileCache returns a cache keeping at most limit idle segment files
-// open. limit must be at least 1.
+// open, each for at most DefaultSegmentFileIdleTimeout unused. limit must
+// be at least 1.
 func NewFileCache(limit int) *FileCache {
+	return NewIdleFileCache(limit, DefaultSegmentFileIdleTimeout, clock.Real{})
+}
+
+// NewIdleFileCache is NewFileCache with the idle timeout (0: an idle file
+// is closed only when the limit needs its room) and the clock that times
+// it.
+func NewIdleFileCache(limit int, idleTimeout time.Duration, clk clock.Clock) *FileCache {
 	if limit < 1 {
 		panic(fmt.Sprintf("plog.NewFileCache: limit %d, must be at least 1", limit))
 	}
-	c := &FileCache{limit: limit}
+	if idleTimeout < 0 {
+		panic(fmt.Sprintf("plog.NewIdleFileCache: idle timeout %v, must be at least 0", idleTimeout))
+	}
+	c := &FileCache{limit: limit, idleTimeout: idleTimeout, clock: clk, epoch: clk.Now()}
 	c.idle.idlePrev, c.idle.idleNext = &c.idle, &c.idle
 	return c
 }
 
-// pushIdleLocked puts s at the most recently used end of the ring.
+// pushIdleLocked puts s at the most recently used end of the ring, idle
+// from now on, and starts the sweep if none runs. The ring is thus in the
+// order of idleSince: its first segment is the next to time out.
 func (c *FileCache) pushIdleLocked(s *segment) {
 	last := c.idle.idlePrev
 	s.idlePrev, s.idleNext = last, &c.idle
 	last.idleNext, c.idle.idlePrev = s, s
 	c.idles++
+	if c.idleTimeout > 0 {
+		s.idleSince = c.clock.Now().Sub(c.epoch)
+		if !c.sweeping {
+			c.sweeping = true
+			go c.sweep()
+		}
+	}
+}
+
+// sweep closes the idle files unused for the idle timeout, the oldest
+// first, and ends once no file is idle (the next one to go idle starts it
+// again): a cache whose files are all closed or in use has no goroutine.
+func (c *FileCache) sweep() {
+	timer := time.NewTimer(c.idleTimeout)
+	defer timer.Stop()
+	for range timer.C {
+		c.mu.Lock()
+		now := c.clock.Now().Sub(c.epoch)
+		for c.idles > 0 {
+			s := c.idle.idleNext
+			if left := s.idleSince + c.idleTimeout - now; left > 0 {
+				timer.Reset(left)
+				break
+			}
+			c.closeIdleLocked(s)
+		}
+		if c.idles == 0 {
+			c.sweeping = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+	}
+}
+
+// closeIdleLocked closes the file of s, an idle segment on the ring.
+func (c *FileCache) closeIdleLocked(s *segment) {
+	c.removeIdleLocked(s)
+	s.file.Close()
+	s.file = nil
+	c.open--
 }
 
 // removeIdleLocked takes s off the ring if it is on it.
@@ -85,15 +153,15 @@ func (c *FileCache) Open() int {
 // Limit is the number of idle segment files kept open.
 func (c *FileCache) Limit() int { return c.limit }
 
+// IdleTimeout is how long an idle segment file stays open unused (0: until
+// the limit needs its room).
+func (c *FileCache) IdleTimeout() time.Duration { return c.idleTimeout }
+
 // evictLocked closes idle files, least recently used first, while more
 // than the limit are open.
 func (c *FileCache) evictLocked() {
 	for c.open > c.limit && c.idles > 0 {
-		s := c.idle.idleNext
-		c.removeIdleLocked(s)
-		s.file.Close()
-		s.file = nil
-		c.open--
+		c.closeIdleLocked(c.idle.idleNext)
 	}
 }
 

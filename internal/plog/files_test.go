@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sushka-io/sushka/internal/clock"
 	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
@@ -202,21 +203,12 @@ func TestIdlePartitionsHoldNoFiles(t *testing.T) {
 	const partitions, limit = 50, 8
 	fs := &countingFS{FS: vfs.NewMem()}
 	cache := NewFileCache(limit)
-	logs := make([]*Log, partitions)
-	want := make([]map[int64][]byte, partitions)
+	logs, want := openSharingCache(t, fs, cache, partitions)
 	appendTo := func(p int) {
 		b := mkBatch(3, 50+p, t0.UnixMilli())
 		want[p][mustAppend(t, logs[p], b, AckForced).BaseOffset] = bytes.Clone(b)
 	}
 	for p := range logs {
-		cfg := DefaultConfig(fs, fmt.Sprintf("/data/t-%d", p))
-		cfg.Logger, cfg.FileCache, cfg.SegmentBytes = quietLogger, cache, 1024
-		l, err := Open(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		logs[p], want[p] = l, map[int64][]byte{}
 		for range 3 {
 			appendTo(p)
 		}
@@ -245,4 +237,102 @@ func TestIdlePartitionsHoldNoFiles(t *testing.T) {
 		t.Fatalf("%d files open for %d idle partitions after reads and appends, limit %d", got, partitions, limit)
 	}
 	t.Logf("%d partitions, %d files open when idle (peak %d)", partitions, fs.open.Load(), fs.peak.Load())
+}
+
+// TestIdleTimeoutRacesReadsAndAppends: with files timing out after a
+// millisecond, readers of every batch and appenders to the same partitions
+// race the sweep that closes them: every read returns exactly the bytes
+// appended (a file is never closed under a pinned reader or writer; -race
+// checks the handover), and once idle no file is open and the sweep ends.
+func TestIdleTimeoutRacesReadsAndAppends(t *testing.T) {
+	const partitions, readers = 8, 4
+	fs := &countingFS{FS: vfs.NewMem()}
+	cache := NewIdleFileCache(64, time.Millisecond, clock.Real{})
+	logs, want := openSharingCache(t, fs, cache, partitions)
+	var mu sync.Mutex
+	appendTo := func(p, i int) {
+		b := mkBatch(2, 40+i%30, t0.UnixMilli())
+		off := mustAppend(t, logs[p], b, AckForced).BaseOffset
+		mu.Lock()
+		want[p][off] = bytes.Clone(b)
+		mu.Unlock()
+	}
+	for p := range logs {
+		appendTo(p, 0)
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for p := range logs {
+		wg.Add(1)
+		go func() { // appends, with pauses longer than the idle timeout
+			defer wg.Done()
+			for i := 1; i < 40; i++ {
+				appendTo(p, i)
+				time.Sleep(time.Duration(i%3) * time.Millisecond)
+			}
+		}()
+	}
+	for r := range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(r), 11))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p := rng.IntN(partitions)
+				mu.Lock()
+				var off int64
+				var b []byte
+				for off, b = range want[p] {
+					break
+				}
+				mu.Unlock()
+				if !readOne(t, logs[p], off, b) {
+					return
+				}
+				time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for fs.open.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := fs.open.Load(); got > 0 {
+		t.Fatalf("%d files open once idle past the timeout (the cache counts %d)", got, cache.Open())
+	}
+	for p := range logs { // reopened on use
+		for off, b := range want[p] {
+			if !readOne(t, logs[p], off, b) {
+				t.FailNow()
+			}
+		}
+	}
+	t.Logf("%d partitions, peak %d files open", partitions, fs.peak.Load())
+}
+
+// openSharingCache opens n logs of 1 KiB segments in fs sharing cache,
+// closed when the test ends, each with an empty map for the batches the
+// test appends.
+func openSharingCache(t *testing.T, fs vfs.FS, cache *FileCache, n int) ([]*Log, []map[int64][]byte) {
+	t.Helper()
+	logs, want := make([]*Log, n), make([]map[int64][]byte, n)
+	for p := range logs {
+		cfg := DefaultConfig(fs, fmt.Sprintf("/data/t-%d", p))
+		cfg.Logger, cfg.FileCache, cfg.SegmentBytes = quietLogger, cache, 1024
+		l, err := Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		logs[p], want[p] = l, map[int64][]byte{}
+	}
+	return logs, want
 }

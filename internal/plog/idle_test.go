@@ -10,11 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sushka-io/sushka/internal/clock"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
 // An idle partition (opened, written once, then left alone) holds no
-// goroutine and at most idleBytesPerPartition of heap (what this package
+// goroutine, no descriptor once its file's idle timeout has passed, and
+// at most idleBytesPerPartition of heap (what this package
 // allocated and still holds: the Log, its segment, indexes, producer
 // table): a broker of 100,000 partitions (issue 12) pays for the ones in
 // use, not for the others.
@@ -26,7 +28,9 @@ func TestIdlePartitionCost(t *testing.T) {
 	}
 	const partitions = 500
 	dir := t.TempDir()
-	cache := NewFileCache(64)
+	// 64 idle files may stay open by the limit; the idle timeout closes
+	// them all.
+	cache := NewIdleFileCache(64, 50*time.Millisecond, clock.Real{})
 	// The heap this package holds: every live allocation made in
 	// internal/plog (not the runtime's own, such as the threads sysmon
 	// starts on a loaded machine), from the memory profile at rate 1.
@@ -71,7 +75,7 @@ func TestIdlePartitionCost(t *testing.T) {
 	}
 	close(release)
 	wg.Wait()
-	goroutinesBefore, heapBefore := runtime.NumGoroutine(), heap()
+	goroutinesBefore, heapBefore, fdsBefore := runtime.NumGoroutine(), heap(), openDescriptors(t)
 	logs := make([]*Log, partitions)
 	b := mkBatch(1, 100, t0.UnixMilli())
 	for p := range logs {
@@ -89,12 +93,13 @@ func TestIdlePartitionCost(t *testing.T) {
 			l.Close()
 		}
 	}()
-	// Writers go idle once their queue stays empty.
+	// Writers go idle once their queue stays empty, files once unused
+	// for the idle timeout (the sweep then ends).
 	deadline := time.Now().Add(10 * time.Second)
-	goroutines := runtime.NumGoroutine() - goroutinesBefore
-	for goroutines > 0 && time.Now().Before(deadline) {
+	goroutines, fds := runtime.NumGoroutine()-goroutinesBefore, openDescriptors(t)-fdsBefore
+	for (goroutines > 0 || fds > 0) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
-		goroutines = runtime.NumGoroutine() - goroutinesBefore
+		goroutines, fds = runtime.NumGoroutine()-goroutinesBefore, openDescriptors(t)-fdsBefore
 	}
 	perPartition := (int64(heap()) - int64(heapBefore)) / partitions
 	if f := os.Getenv("PLOG_IDLE_HEAP_PROFILE"); f != "" {
@@ -105,12 +110,25 @@ func TestIdlePartitionCost(t *testing.T) {
 		pprof.WriteHeapProfile(w)
 		w.Close()
 	}
-	t.Logf("%d idle partitions: %d goroutines, %d heap bytes each", partitions, goroutines, perPartition)
+	t.Logf("%d idle partitions: %d goroutines, %d descriptors, %d heap bytes each", partitions, goroutines, fds, perPartition)
 	if goroutines > 0 {
 		t.Errorf("%d goroutines for %d idle partitions, want none", goroutines, partitions)
+	}
+	if fds > 0 {
+		t.Errorf("%d descriptors open for %d idle partitions, want none (the cache counts %d)", fds, partitions, cache.Open())
 	}
 	if perPartition > idleBytesPerPartition {
 		t.Errorf("an idle partition holds %d heap bytes, want at most %d", perPartition, idleBytesPerPartition)
 	}
 	runtime.KeepAlive(logs)
+}
+
+// openDescriptors is the count of this process's open descriptors.
+func openDescriptors(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd to count descriptors: %v", err)
+	}
+	return len(entries) - 1 // the directory ReadDir opened
 }

@@ -77,6 +77,10 @@ type Log struct {
 
 	// wakers (mu) are signalled wherever waitCh is closed (waker.go).
 	wakers map[*Waker]struct{}
+	// watchers (mu) are told of every change a reader could see
+	// (watch.go): wherever the wakers are signalled, and when the log
+	// start moves.
+	watchers []Watcher
 
 	// Transactions (txn.go), as published: where each producer's
 	// transaction in progress begins, the earliest of them (noTxn when

@@ -171,6 +171,7 @@ func (l *Log) DeleteRecordsBefore(offset int64) (logStart int64, err error) {
 	l.mu.Lock()
 	if offset > l.logStart {
 		l.logStart = offset
+		l.tellWatchersLocked()
 	}
 	logStart = l.logStart
 	victims := l.removeSegmentsLocked(func(s, next *segment) bool { return next.base <= logStart })
@@ -210,6 +211,7 @@ func (l *Log) EnforceRetention() error {
 	})
 	if n := len(l.segments); len(victims) > 0 && n > 0 && l.segments[0].base > l.logStart {
 		l.logStart = l.segments[0].base
+		l.tellWatchersLocked()
 	}
 	l.mu.Unlock()
 	return l.deleteSegments(victims)

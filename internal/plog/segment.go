@@ -66,6 +66,9 @@ type segment struct {
 	dropped   bool     // (cache) off the log's list: close file once unpinned
 	idlePrev  *segment // (cache) neighbours on cache.idle, nil when not on it
 	idleNext  *segment // (cache)
+	// idleSince is when the file went idle (on the ring), counted from
+	// cache.epoch: the sweep closes it idleTimeout later. (cache)
+	idleSince time.Duration
 
 	size       int64        // (mu) bytes of whole, published batches
 	nextOffset int64        // (mu) offset after the last published batch

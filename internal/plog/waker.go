@@ -78,6 +78,7 @@ func (l *Log) Wakers() int {
 
 // signalWakersLocked signals every registered Waker; l.mu must be held.
 func (l *Log) signalWakersLocked() {
+	l.tellWatchersLocked() // watch.go
 	if len(l.wakers) == 0 {
 		return
 	}
