@@ -11,12 +11,8 @@ import (
 // to now, when its answer is ready; the connection's writer times the rest
 // (server.Config.OnResponse). Nothing when no signal came (a timeout).
 func (h *Handler) fetchWoken(w *plog.Waker) {
-	m := h.cfg.Metrics
-	if m == nil {
-		return
-	}
 	if at := w.SignalTime(); !at.IsZero() {
-		m.FetchWake(time.Since(at))
+		h.fetchWokenAt(at.UnixNano())
 	}
 }
 

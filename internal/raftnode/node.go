@@ -167,30 +167,25 @@ func (n *Node) ProposeConfChange(groupID uint64, cc pb.ConfChangeI, done func(er
 // waiting out an election timeout (a new group's chosen first leader: its
 // preferred replica). Refused by peers that hear from a leader.
 func (n *Node) Campaign(groupID uint64) error {
-	g := n.group(groupID)
-	if g == nil {
-		return ErrUnknownGroup
-	}
-	g.inboxMu.Lock()
-	g.campaign = true
-	if g.quiesced {
-		g.wakeLocked()
-	}
-	g.inboxMu.Unlock()
-	n.sched.enqueue(g)
-	return nil
+	return n.ask(groupID, func(g *group) { g.campaign = true })
 }
 
 // TransferLeadership asks this replica of a group, if it leads, to hand
 // leadership to node to (raft's leadership transfer; Kafka's preferred
 // leader election, ElectLeaders, will use it).
 func (n *Node) TransferLeadership(groupID, to uint64) error {
+	return n.ask(groupID, func(g *group) { g.transferTo = to })
+}
+
+// ask sets a request in a group's inbox (set runs under inboxMu), wakes
+// the group if it is quiescent and schedules it.
+func (n *Node) ask(groupID uint64, set func(*group)) error {
 	g := n.group(groupID)
 	if g == nil {
 		return ErrUnknownGroup
 	}
 	g.inboxMu.Lock()
-	g.transferTo = to
+	set(g)
 	if g.quiesced {
 		g.wakeLocked()
 	}

@@ -418,6 +418,7 @@ func (c *conn) writeLoop() {
 				c.abort()
 			}
 		}
+		now := time.Now() // the run was written together
 		for _, sl := range run {
 			r := sl.resp
 			if r.Frame != nil && r.Frame.Release != nil {
@@ -430,7 +431,6 @@ func (c *conn) writeLoop() {
 				failed = true
 				c.abort()
 			}
-			now := time.Now()
 			if on := c.s.cfg.OnResponse; on != nil && !failed && !r.None && !sl.started.IsZero() {
 				on(sl.req.Key, sl.started.Sub(sl.req.readAt), now.Sub(sl.answered))
 			}
