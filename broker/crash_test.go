@@ -89,6 +89,15 @@ func startProc(t *testing.T, bin, dataDir string) *brokerProc {
 		cmd.Process.Kill()
 		t.Fatalf("sushka serve did not start within 60s:\n%s", p.out)
 	}
+	// A broker the test leaves running (the last one of a crash test) is
+	// killed with the test, not left behind holding its port and files.
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			p.kill()
+		}
+	})
 	return p
 }
 
