@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sushka-io/sushka/internal/clock"
 	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
@@ -320,6 +321,13 @@ func TestOpenAllBounded(t *testing.T) {
 	tfs := &readTrackingFS{FS: vfs.NewMem()}
 	sizes := []int{3000, 500, 9000, 1200, 2500, 700, 4000, 6000}
 	cfgs := writePartitions(t, tfs, partitions, sizes)
+	// A cache of their own without an idle timeout: the shared cache starts
+	// its sweep goroutine when the first opened partition's file goes idle,
+	// one goroutine that is not recovery's (it made this test fail at 7).
+	files := NewIdleFileCache(DefaultMaxOpenSegmentFiles, 0, clock.Real{})
+	for i := range cfgs {
+		cfgs[i].FileCache = files
+	}
 	tfs.mu.Lock()
 	tfs.reads, tfs.maxFlight, tfs.goroutinesAtReadPeak = nil, 0, 0
 	tfs.delay = 200 * time.Microsecond
