@@ -294,6 +294,10 @@ func (j *JetStream) raw(ctx context.Context, run *Run, streamName, topic, group 
 			offset := int64(meta.Sequence.Stream) - 1
 			acks.hold(offset, msg)
 			loop.dispatch(item{topic, 0, offset, []byte(msg.Headers().Get(streamnats.KeyHeader)), msg.Data()})
+			// nats.go's iterator hands over one message and cannot tell
+			// whether the next is already here: hand each over at once
+			// (a batch held back could wait for a message never sent).
+			loop.flush()
 		}
 	}()
 	pollErr = errors.Join(pollErr, loop.close())

@@ -308,6 +308,7 @@ func (k *Kafka) raw(ctx context.Context, run *Run, topic, group string, m *meter
 			fetches.EachRecord(func(r *kgo.Record) {
 				loop.dispatch(item{r.Topic, r.Partition, r.Offset, r.Key, r.Value})
 			})
+			loop.flush()
 		}
 	}()
 	pollErr = errors.Join(pollErr, loop.close())
@@ -443,6 +444,7 @@ func adapterLoop(ctx context.Context, run *Run, topic, group string, m *meter, t
 			for _, r := range records {
 				loop.dispatch(item{r.Topic, r.Partition, r.Offset, r.Key, r.Value})
 			}
+			loop.flush()
 			buf = records
 		}
 	}()
