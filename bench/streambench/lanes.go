@@ -42,9 +42,9 @@ func handleOne(m *meter, o *Order, value []byte) error {
 // goroutines by the hash of the key (sequential per key), at most window
 // records of the partition in flight (it waits at the bound, woken once
 // half the window is finished). The mark moves only over the finished
-// prefix. A partition's goroutine with partitionQueue polls waiting makes
-// the polling goroutine wait (backpressure, where the framework pauses
-// the partition). Before this shape the polling goroutine sent each record
+// prefix. Once HoldBytes of values are handed over and not yet handled
+// (or handed to a lane), the polling goroutine waits (backpressure: the
+// framework's consumer stops polling at the same bound). Before this shape the polling goroutine sent each record
 // to its lane and waited on a partition's full window itself, stalling
 // every other partition: the raw loop cost 28 % more CPU per message than
 // the framework in ack each, at half its msg/s (issue 9). close waits for
@@ -55,12 +55,54 @@ type keyLanes struct {
 	mark                    markFunc
 	parts                   map[partitionKey]*partitionLanes // the polling goroutine's only
 	failed                  chan error
+	hold                    holdBudget
 }
 
-// partitionQueue is how many polls' records a partition's goroutine holds
-// before the polling goroutine waits for it (franz-go's example of a
-// goroutine per partition buffers five).
-const partitionQueue = 4
+// partitionQueue bounds the polls a partition's goroutine has waiting
+// (HoldBytes is the bound that acts: 32 MiB of 512 B values are 128 polls
+// of 512 records).
+const partitionQueue = 1024
+
+// holdBudget counts the value bytes handed over and not yet handled.
+type holdBudget struct {
+	mu      sync.Mutex
+	cond    sync.Cond
+	held    int64 // guarded by mu
+	limit   int64
+	waiting bool // guarded by mu: the polling goroutine waits
+}
+
+// take counts n bytes handed over, then waits while the budget is spent.
+// The polling goroutine's only.
+func (h *holdBudget) take(n int64) {
+	h.mu.Lock()
+	h.held += n
+	for h.held >= h.limit {
+		h.waiting = true
+		h.cond.Wait()
+	}
+	h.waiting = false
+	h.mu.Unlock()
+}
+
+// release gives n bytes back, waking the polling goroutine once the
+// budget has room.
+func (h *holdBudget) release(n int64) {
+	h.mu.Lock()
+	h.held -= n
+	if h.waiting && h.held < h.limit {
+		h.cond.Signal()
+	}
+	h.mu.Unlock()
+}
+
+func valueBytes(items []item) int64 {
+	n := 0
+	for _, it := range items {
+		n += len(it.value)
+	}
+	return int64(n)
+}
 
 type partitionKey struct {
 	topic     string
@@ -93,8 +135,11 @@ type partitionLanes struct {
 
 // newConsumeLoop is the handler side of sc for the raw and adapter loops.
 func newConsumeLoop(sc Scenario, m *meter, mark markFunc) *keyLanes {
-	return &keyLanes{lanes: max(sc.KeyLanes, 1), window: MaxInFlight, batchMax: sc.BatchMaxCount, m: m, mark: mark,
+	k := &keyLanes{lanes: max(sc.KeyLanes, 1), window: MaxInFlight, batchMax: sc.BatchMaxCount, m: m, mark: mark,
 		parts: map[partitionKey]*partitionLanes{}, failed: make(chan error, 1)}
+	k.hold.limit = HoldBytes
+	k.hold.cond.L = &k.hold.mu
+	return k
 }
 
 func newPartitionLanes(key partitionKey, offset int64, window int) *partitionLanes {
@@ -120,12 +165,17 @@ func (k *keyLanes) dispatch(it item) {
 // flush, one send a partition; its goroutine owns the slice from then on.
 // The polling goroutine calls it after each poll.
 func (k *keyLanes) flush() {
+	var n int64
 	for _, p := range k.parts {
 		if len(p.pending) > 0 {
+			n += valueBytes(p.pending)
 			p.in <- p.pending
 			p.pending = nil
 			p.handovers++
 		}
+	}
+	if n > 0 {
+		k.hold.take(n)
 	}
 }
 
@@ -145,6 +195,7 @@ func (k *keyLanes) run(p *partitionLanes) {
 				}
 				p.finish(it.offset, k.window, k.mark)
 			}
+			k.hold.release(valueBytes(items))
 		}
 	default:
 		k.runLanes(p)
@@ -182,6 +233,7 @@ func (k *keyLanes) runLanes(p *partitionLanes) {
 			p.lanePending[lane] = append(p.lanePending[lane], it)
 		}
 		p.flushLanes()
+		k.hold.release(valueBytes(items)) // the window bounds the lanes' share
 	}
 	for _, ch := range p.lanes {
 		close(ch)
@@ -224,6 +276,7 @@ func (k *keyLanes) runBatches(p *partitionLanes) {
 				p.reserve(it, k.window, nil)
 			}
 			k.handleBatch(p, arrived[:n], orders)
+			k.hold.release(valueBytes(arrived[:n]))
 			arrived = arrived[n:]
 		}
 	}

@@ -93,6 +93,11 @@ const (
 	// MaxInFlight bounds a partition's records in flight in the lanes
 	// scenario: the framework's default, given to it explicitly.
 	MaxInFlight = 256
+	// HoldBytes bounds the value bytes the raw and adapter loops' handler
+	// side holds fetched and not yet handled before the polling goroutine
+	// waits: stream/kafka's holdBytes, what the framework's consumer holds
+	// while kgo keeps fetching.
+	HoldBytes = 32 << 20
 	// Keys is the number of distinct keys the generator cycles through.
 	Keys = 1024
 	// payloadPool is the number of distinct payloads; message i carries

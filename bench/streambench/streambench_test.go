@@ -139,11 +139,16 @@ func TestLanesWakeOncePerPoll(t *testing.T) {
 		name                   string
 		sc                     Scenario
 		window, polls, perPoll int
+		holdBytes              int64
 	}{
-		{"one lane", Scenario{}, 8, 3, 100},
-		{"batches", Scenario{BatchMaxCount: 16}, 8, 3, 100},
-		{"key lanes, window smaller than a poll", Scenario{KeyLanes: 4}, 8, 2, 50},
-		{"key lanes, window larger than a poll", Scenario{KeyLanes: 4}, 1000, 3, 100},
+		{"one lane", Scenario{}, 8, 3, 100, HoldBytes},
+		{"batches", Scenario{BatchMaxCount: 16}, 8, 3, 100, HoldBytes},
+		{"key lanes, window smaller than a poll", Scenario{KeyLanes: 4}, 8, 2, 50, HoldBytes},
+		{"key lanes, window larger than a poll", Scenario{KeyLanes: 4}, 1000, 3, 100, HoldBytes},
+		// Every poll spends the budget: the polling goroutine waits
+		// after each until the partition has handled it.
+		{"hold budget spent", Scenario{}, 8, 20, 10, 4 * 512},
+		{"hold budget spent, batches", Scenario{BatchMaxCount: 16}, 8, 20, 10, 4 * 512},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := newMeter(cpuClock{})
@@ -151,7 +156,7 @@ func TestLanesWakeOncePerPoll(t *testing.T) {
 			m.setTotal(n)
 			var marked atomic.Int64
 			k := newConsumeLoop(tc.sc, m, func(_ string, _ int32, next int64) { marked.Store(next) })
-			k.window = tc.window
+			k.window, k.hold.limit = tc.window, tc.holdBytes
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
