@@ -5,21 +5,14 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/errresp"
 )
 
 // --- OffsetCommit ---
 
 func fillCommit(req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, code int16) {
-	for _, t := range req.Topics {
-		st := kmsg.NewOffsetCommitResponseTopic()
-		st.Topic, st.TopicID = t.Topic, t.TopicID
-		for _, p := range t.Partitions {
-			sp := kmsg.NewOffsetCommitResponseTopicPartition()
-			sp.Partition, sp.ErrorCode = p.Partition, code
-			st.Partitions = append(st.Partitions, sp)
-		}
-		resp.Topics = append(resp.Topics, st)
-	}
+	resp.Topics = append(resp.Topics, errresp.For(req, code).(*kmsg.OffsetCommitResponse).Topics...)
 }
 
 // validateClassicCommit is Kafka's ClassicGroup.validateOffsetCommit.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sushka-io/sushka/internal/clock"
 	"github.com/sushka-io/sushka/internal/coordloop"
+	"github.com/sushka-io/sushka/internal/errresp"
 	"github.com/sushka-io/sushka/internal/kvlog"
 	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/vfs"
@@ -19,6 +20,12 @@ import (
 
 // ErrClosed is returned by Do and Verify after Close.
 var ErrClosed = errors.New("txn: coordinator closed")
+
+// ErrUnsupported is returned by Do for a request type the coordinator has
+// no answer for (not a transaction request, and without an error response
+// in internal/errresp): the caller closes the connection, as Kafka does for
+// a request it cannot answer.
+var ErrUnsupported = errors.New("txn: the coordinator cannot answer this request type")
 
 // MarkerWriter writes a transaction's end into one partition: a commit or
 // abort marker, durable before it returns (api.Handler.WriteTxnMarker; for
@@ -136,6 +143,9 @@ func (s *Service) do(ctx context.Context, req Request) (Response, error) {
 // response (an EndTxn waits for its markers).
 func (s *Service) Do(ctx context.Context, body kmsg.Request) (kmsg.Response, error) {
 	resp, err := s.do(ctx, Request{Body: body})
+	if err == nil && resp.Body == nil {
+		err = ErrUnsupported
+	}
 	return resp.Body, err
 }
 
@@ -177,7 +187,7 @@ func errorResponse(req Request, code int16) Response {
 	if req.Verify != nil {
 		return Response{ID: req.ID, Code: code}
 	}
-	return Response{ID: req.ID, Body: ErrorResponse(req.Body, code)}
+	return Response{ID: req.ID, Body: errresp.For(req.Body, code)}
 }
 
 // flush persists the Ready's records, then starts its marker jobs and
