@@ -216,10 +216,7 @@ func (s *Service) flush() {
 	}
 	for _, r := range rd.Responses {
 		s.loop.Answer(r.ID, func(req Request) Response {
-			if id := requestID(req); id != "" && failed[s.c.partitionFor(id)] != nil {
-				return errorResponse(req, kerr.NotCoordinator.Code)
-			}
-			return r
+			return answerFailed(req, r, func(id string) bool { return failed[s.c.partitionFor(id)] != nil })
 		})
 	}
 	// The completions after the answers (see Ready), before the next
@@ -248,8 +245,34 @@ func (s *Service) unload(failed map[int32]error, why string) {
 	}
 }
 
-// requestID is the transactional id a request changes ("" if none or
-// many).
+// answerFailed is r, req's answer, with what touched a partition whose
+// append failed (failedID of its transactional id) failed too:
+// NOT_COORDINATOR for a request of one id, and for each transaction of a
+// batched AddPartitionsToTxn (v4+, its transactions in any partitions) on
+// its own, never an answer of success for records that were lost.
+func answerFailed(req Request, r Response, failedID func(id string) bool) Response {
+	if b, ok := req.Body.(*kmsg.AddPartitionsToTxnRequest); ok && b.Version >= 4 {
+		if resp, ok := r.Body.(*kmsg.AddPartitionsToTxnResponse); ok {
+			for i := range resp.Transactions {
+				if rt := &resp.Transactions[i]; failedID(rt.TransactionalID) {
+					for j := range rt.Topics {
+						for k := range rt.Topics[j].Partitions {
+							rt.Topics[j].Partitions[k].ErrorCode = kerr.NotCoordinator.Code
+						}
+					}
+				}
+			}
+		}
+		return r
+	}
+	if id := requestID(req); id != "" && failedID(id) {
+		return errorResponse(req, kerr.NotCoordinator.Code)
+	}
+	return r
+}
+
+// requestID is the transactional id a request of one id changes ("" if
+// none; a batched AddPartitionsToTxn is answerFailed's).
 func requestID(req Request) string {
 	if req.Verify != nil {
 		return req.Verify.TransactionalID
@@ -262,9 +285,6 @@ func requestID(req Request) string {
 	case *kmsg.AddPartitionsToTxnRequest:
 		if b.Version < 4 {
 			return b.TransactionalID
-		}
-		if len(b.Transactions) > 0 {
-			return b.Transactions[0].TransactionalID // single node: one partition
 		}
 	case *kmsg.AddOffsetsToTxnRequest:
 		return b.TransactionalID

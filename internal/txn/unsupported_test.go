@@ -3,13 +3,18 @@ package txn
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sushka-io/sushka/internal/errresp/errresptest"
+	"github.com/sushka-io/sushka/internal/kvlog"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
@@ -45,6 +50,65 @@ func TestRequestTypeNotServedIsAnError(t *testing.T) {
 		}
 		if !slices.Contains(codes, kerr.UnknownServerError.Code) {
 			t.Errorf("%s routed to the transaction coordinator: answered %T with error codes %v, want UNKNOWN_SERVER_ERROR or ErrUnsupported", kmsg.NameForKey(key), resp, codes)
+		}
+	}
+}
+
+// TestBatchedAddPartitionsFailsEachTransactionOfAFailedPartition: a v4
+// AddPartitionsToTxn names transactions of two __transaction_state
+// partitions, and the append to one of them fails. Each transaction of the
+// failed partition must be answered NOT_COORDINATOR, the others succeed;
+// before, only the first transaction's partition was looked at, and a
+// transaction whose records were lost was answered success.
+func TestBatchedAddPartitionsFailsEachTransactionOfAFailedPartition(t *testing.T) {
+	// Two ids in different partitions of a 2-partition __transaction_state.
+	ids := []string{"a"}
+	for i := 0; len(ids) < 2; i++ {
+		if id := fmt.Sprintf("b%d", i); kvlog.PartitionFor(id, 2) != kvlog.PartitionFor("a", 2) {
+			ids = append(ids, id)
+		}
+	}
+	var failing atomic.Bool
+	failDir := fmt.Sprintf("%s-%d", StateTopic, kvlog.PartitionFor(ids[1], 2))
+	fs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op, path string) error {
+		if failing.Load() && strings.Contains(path, failDir) && (op == vfs.OpWrite || op == vfs.OpWritev || op == vfs.OpWriteAt || op == vfs.OpSync) {
+			return vfs.ErrInjected
+		}
+		return nil
+	}))
+	var pid int64
+	s, err := Start(ServiceConfig{FS: fs, DataDir: "/data", Logger: slog.New(slog.DiscardHandler), Markers: newPartitionsSide(),
+		Coordinator: Config{NodeID: 1, StatePartitions: 2, NewProducerID: func() (int64, error) { pid++; return pid, nil }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	add := kmsg.NewPtrAddPartitionsToTxnRequest()
+	add.Version = 4
+	for _, id := range ids {
+		init := kmsg.NewPtrInitProducerIDRequest()
+		init.Version, init.TransactionalID, init.TransactionTimeoutMillis = 4, &id, 60000
+		ir := doTxn[*kmsg.InitProducerIDResponse](t, s, init)
+		if ir.ErrorCode != 0 {
+			t.Fatalf("InitProducerID %s: %v", id, kerr.ErrorForCode(ir.ErrorCode))
+		}
+		rt := kmsg.NewAddPartitionsToTxnRequestTransaction()
+		rt.TransactionalID, rt.ProducerID, rt.ProducerEpoch = id, ir.ProducerID, ir.ProducerEpoch
+		rt.Topics = []kmsg.AddPartitionsToTxnRequestTransactionTopic{{Topic: "t", Partitions: []int32{0}}}
+		add.Transactions = append(add.Transactions, rt)
+	}
+	failing.Store(true)
+	resp := doTxn[*kmsg.AddPartitionsToTxnResponse](t, s, add)
+	if len(resp.Transactions) != 2 {
+		t.Fatalf("%d transactions answered, want 2", len(resp.Transactions))
+	}
+	for i, want := range []int16{0, kerr.NotCoordinator.Code} {
+		rt := resp.Transactions[i]
+		if rt.TransactionalID != ids[i] || len(rt.Topics) != 1 || len(rt.Topics[0].Partitions) != 1 {
+			t.Fatalf("transaction %d answered %+v", i, rt)
+		}
+		if got := rt.Topics[0].Partitions[0].ErrorCode; got != want {
+			t.Errorf("%s (partition %d, failing: %v): %v, want %v", ids[i], kvlog.PartitionFor(ids[i], 2), i == 1, kerr.ErrorForCode(got), kerr.ErrorForCode(want))
 		}
 	}
 }
