@@ -169,16 +169,7 @@ func (c *Coordinator) offsetFetch(req *kmsg.OffsetFetchRequest) *kmsg.OffsetFetc
 		}
 		if req.Version < 2 && g0.ErrorCode != 0 && len(resp.Topics) == 0 {
 			// v0-1 have nowhere to put a group error but the partitions.
-			for _, t := range req.Topics {
-				st := kmsg.NewOffsetFetchResponseTopic()
-				st.Topic = t.Topic
-				for _, p := range t.Partitions {
-					sp := kmsg.NewOffsetFetchResponseTopicPartition()
-					sp.Partition, sp.Offset, sp.ErrorCode = p, -1, g0.ErrorCode
-					st.Partitions = append(st.Partitions, sp)
-				}
-				resp.Topics = append(resp.Topics, st)
-			}
+			resp.Topics = errresp.OffsetFetchTopics(req.Topics, g0.ErrorCode)
 		}
 	}
 	return resp

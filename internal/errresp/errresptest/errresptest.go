@@ -1,12 +1,18 @@
 // Package errresptest is what tests need to check error answers on the
-// wire: a request naming one of everything (FillOne) and the error codes a
-// response carries once encoded at its version and decoded (WireCodes).
+// wire: a request naming one of everything (FillOne), the error codes a
+// response carries once encoded at its version and decoded (WireCodes), and
+// a coordinator's answers to the request types it does not serve
+// (NotServedIsAnError).
 package errresptest
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
+	"slices"
+	"testing"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -72,6 +78,37 @@ func collect(v reflect.Value, inItem bool, codes, items *[]int16) {
 	case reflect.Slice:
 		for i := range v.Len() {
 			collect(v.Index(i), true, codes, items)
+		}
+	}
+}
+
+// NotServedIsAnError hands do (a coordinator's Do) a request of every type
+// kmsg knows but served, as a wrong route would: each must come back as
+// UNKNOWN_SERVER_ERROR on the wire, in the request's own shape, or as
+// unsupported (the caller closes the connection), never as a bare response
+// whose error code 0 reads as success.
+func NotServedIsAnError(t testing.TB, served []int16, unsupported error, do func(kmsg.Request) (kmsg.Response, error)) {
+	t.Helper()
+	for key := int16(0); key <= kmsg.MaxKey; key++ {
+		req := kmsg.RequestForKey(key)
+		if req == nil || slices.Contains(served, key) {
+			continue
+		}
+		FillOne(req)
+		req.SetVersion(req.MaxVersion())
+		resp, err := do(req)
+		if errors.Is(err, unsupported) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", kmsg.NameForKey(key), err)
+		}
+		codes, _, err := WireCodes(resp)
+		if err != nil {
+			t.Fatalf("%s: %v", kmsg.NameForKey(key), err)
+		}
+		if !slices.Contains(codes, kerr.UnknownServerError.Code) {
+			t.Errorf("%s routed wrong: answered %T with error codes %v, want UNKNOWN_SERVER_ERROR or %v", kmsg.NameForKey(key), resp, codes, unsupported)
 		}
 	}
 }
