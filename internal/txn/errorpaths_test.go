@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -86,6 +87,57 @@ func TestBatchedAddPartitionsFailsEachTransactionOfAFailedPartition(t *testing.T
 		}
 		if got := rt.Topics[0].Partitions[0].ErrorCode; got != want {
 			t.Errorf("%s (partition %d, failing: %v): %v, want %v", ids[i], kvlog.PartitionFor(ids[i], 2), i == 1, kerr.ErrorForCode(got), kerr.ErrorForCode(want))
+		}
+	}
+}
+
+// TestListTransactionsWhileAPartitionIsUnloaded: while a
+// __transaction_state partition is unloaded after a storage error, its ids
+// would be missing from ListTransactions, so the answer is
+// COORDINATOR_LOAD_IN_PROGRESS, as Kafka's while a partition loads, not
+// success without them; once it is back the id is listed again.
+func TestListTransactionsWhileAPartitionIsUnloaded(t *testing.T) {
+	var failing atomic.Bool
+	fs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op, path string) error {
+		if failing.Load() && (op == vfs.OpWrite || op == vfs.OpWritev || op == vfs.OpWriteAt || op == vfs.OpSync) {
+			return vfs.ErrInjected
+		}
+		return nil
+	}))
+	s := startTxnService(t, fs, newPartitionsSide())
+	defer s.Close()
+	beginTxn(t, s, "tx")
+	list := func() *kmsg.ListTransactionsResponse {
+		req := kmsg.NewPtrListTransactionsRequest()
+		req.Version = 1
+		req.DurationFilterMillis = -1
+		return doTxn[*kmsg.ListTransactionsResponse](t, s, req)
+	}
+	if r := list(); r.ErrorCode != 0 || len(r.TransactionStates) != 1 {
+		t.Fatalf("ListTransactions: %v, %d ids, want tx", kerr.ErrorForCode(r.ErrorCode), len(r.TransactionStates))
+	}
+	failing.Store(true)
+	id := "tx"
+	init := kmsg.NewPtrInitProducerIDRequest()
+	init.Version, init.TransactionalID, init.TransactionTimeoutMillis = 4, &id, 60000
+	init.ProducerID, init.ProducerEpoch = -1, -1
+	if code := doTxn[*kmsg.InitProducerIDResponse](t, s, init).ErrorCode; code != kerr.NotCoordinator.Code {
+		t.Fatalf("InitProducerID on a failing disk: %v, want NOT_COORDINATOR", kerr.ErrorForCode(code))
+	}
+	if r := list(); r.ErrorCode != kerr.CoordinatorLoadInProgress.Code {
+		t.Fatalf("ListTransactions with tx's partition unloaded: %v with %d ids, want COORDINATOR_LOAD_IN_PROGRESS", kerr.ErrorForCode(r.ErrorCode), len(r.TransactionStates))
+	}
+	failing.Store(false)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		r := list()
+		if r.ErrorCode == 0 {
+			if len(r.TransactionStates) != 1 || r.TransactionStates[0].TransactionalID != "tx" {
+				t.Fatalf("ListTransactions after recovery: %+v, want tx", r.TransactionStates)
+			}
+			break
+		}
+		if r.ErrorCode != kerr.CoordinatorLoadInProgress.Code || time.Now().After(deadline) {
+			t.Fatalf("ListTransactions after the disk came back: %v", kerr.ErrorForCode(r.ErrorCode))
 		}
 	}
 }
