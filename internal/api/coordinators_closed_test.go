@@ -143,3 +143,16 @@ func TestCoordinatedRequestsDuringClose(t *testing.T) {
 	wg.Wait()
 	closed.Wait()
 }
+
+// TestErrorReplyWithoutAShapeCloses: a request type without an error
+// response (internal/errresp) is answered by closing the connection, never
+// by a bare response (error code 0, success to the client).
+func TestErrorReplyWithoutAShapeCloses(t *testing.T) {
+	if r := errorReply(kmsg.NewPtrProduceRequest(), kerr.CoordinatorNotAvailable.Code); !r.Close || !r.None || r.Body != nil {
+		t.Errorf("Produce: %+v, want the connection closed with no answer", r)
+	}
+	r := errorReply(kmsg.NewPtrHeartbeatRequest(), kerr.CoordinatorNotAvailable.Code)
+	if hb, ok := r.Body.(*kmsg.HeartbeatResponse); !ok || hb.ErrorCode != kerr.CoordinatorNotAvailable.Code || r.Close {
+		t.Errorf("Heartbeat: %+v, want COORDINATOR_NOT_AVAILABLE", r)
+	}
+}
