@@ -163,12 +163,7 @@ func TestConcurrentCommitsSplitIntoBatches(t *testing.T) {
 func TestStorageErrorFailsRequestsThenRecovers(t *testing.T) {
 	mem := vfs.NewMem()
 	var failing atomic.Bool
-	fs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op, path string) error {
-		if failing.Load() && (op == vfs.OpWrite || op == vfs.OpWritev || op == vfs.OpWriteAt || op == vfs.OpSync) {
-			return vfs.ErrInjected
-		}
-		return nil
-	}))
+	fs := vfs.NewErrorFS(mem, vfs.WritesWhile(&failing, ""))
 	s := startServiceBatch(t, fs, 0)
 	defer func() { s.Close() }()
 	commit := func(group string, offset int64) int16 {
@@ -217,12 +212,7 @@ func TestStorageErrorFailsRequestsThenRecovers(t *testing.T) {
 func TestStorageErrorAnswersWaitingJoins(t *testing.T) {
 	mem := vfs.NewMem()
 	var failing atomic.Bool
-	fs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op, path string) error {
-		if failing.Load() && (op == vfs.OpWrite || op == vfs.OpWritev || op == vfs.OpSync) {
-			return vfs.ErrInjected
-		}
-		return nil
-	}))
+	fs := vfs.NewErrorFS(mem, vfs.WritesWhile(&failing, ""))
 	s := startServiceBatch(t, fs, 0)
 	defer s.Close()
 	if _, _, code := joinAndSync(t, s, "g", []byte("a")); code != 0 {
@@ -271,12 +261,7 @@ func TestStorageErrorAnswersWaitingJoins(t *testing.T) {
 // listed again without error.
 func TestListGroupsWhileAPartitionIsUnloaded(t *testing.T) {
 	var failing atomic.Bool
-	fs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op, path string) error {
-		if failing.Load() && (op == vfs.OpWrite || op == vfs.OpWritev || op == vfs.OpWriteAt || op == vfs.OpSync) {
-			return vfs.ErrInjected
-		}
-		return nil
-	}))
+	fs := vfs.NewErrorFS(vfs.NewMem(), vfs.WritesWhile(&failing, ""))
 	s := startServiceBatch(t, fs, 0)
 	defer s.Close()
 	list := func() *kmsg.ListGroupsResponse {

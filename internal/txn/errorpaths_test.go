@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,12 +47,7 @@ func TestBatchedAddPartitionsFailsEachTransactionOfAFailedPartition(t *testing.T
 	}
 	var failing atomic.Bool
 	failDir := fmt.Sprintf("%s-%d", StateTopic, kvlog.PartitionFor(ids[1], 2))
-	fs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op, path string) error {
-		if failing.Load() && strings.Contains(path, failDir) && (op == vfs.OpWrite || op == vfs.OpWritev || op == vfs.OpWriteAt || op == vfs.OpSync) {
-			return vfs.ErrInjected
-		}
-		return nil
-	}))
+	fs := vfs.NewErrorFS(vfs.NewMem(), vfs.WritesWhile(&failing, failDir))
 	var pid int64
 	s, err := Start(ServiceConfig{FS: fs, DataDir: "/data", Logger: slog.New(slog.DiscardHandler), Markers: newPartitionsSide(),
 		Coordinator: Config{NodeID: 1, StatePartitions: 2, NewProducerID: func() (int64, error) { pid++; return pid, nil }}})
@@ -98,12 +92,7 @@ func TestBatchedAddPartitionsFailsEachTransactionOfAFailedPartition(t *testing.T
 // success without them; once it is back the id is listed again.
 func TestListTransactionsWhileAPartitionIsUnloaded(t *testing.T) {
 	var failing atomic.Bool
-	fs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op, path string) error {
-		if failing.Load() && (op == vfs.OpWrite || op == vfs.OpWritev || op == vfs.OpWriteAt || op == vfs.OpSync) {
-			return vfs.ErrInjected
-		}
-		return nil
-	}))
+	fs := vfs.NewErrorFS(vfs.NewMem(), vfs.WritesWhile(&failing, ""))
 	s := startTxnService(t, fs, newPartitionsSide())
 	defer s.Close()
 	beginTxn(t, s, "tx")
