@@ -63,9 +63,12 @@ type Service struct {
 	clock clock.Clock
 	store *kvlog.Store
 	loop  *coordloop.Loop[Request, Response]
-	// jobsCtx ends at Close: marker jobs in flight give up.
+	// jobsCtx ends at Close: marker jobs in flight give up, and Close
+	// waits for them (jobs: added by the loop's goroutine only, so every
+	// Add is done once the loop has stopped).
 	jobsCtx    context.Context
 	cancelJobs context.CancelFunc
+	jobs       sync.WaitGroup
 
 	// Owned by the loop's goroutine.
 	c *Coordinator
@@ -171,12 +174,14 @@ func (s *Service) SetAddress(host string, port int32) {
 	s.Inspect(func(c *Coordinator) { c.SetAddress(host, port) })
 }
 
-// Close stops the driver and its marker jobs, answers the requests still
-// waiting with COORDINATOR_NOT_AVAILABLE and closes the store. Prepared
+// Close stops the driver and its marker jobs (and waits for them: none
+// writes into a partition after Close), answers the requests still waiting
+// with COORDINATOR_NOT_AVAILABLE and closes the store. Prepared
 // transactions stay prepared on disk: the next start writes their markers.
 func (s *Service) Close() error {
 	s.cancelJobs()
 	s.loop.Stop()
+	s.jobs.Wait()
 	return s.store.Close()
 }
 
@@ -212,7 +217,11 @@ func (s *Service) flush() {
 		if failed[s.c.partitionFor(job.TransactionalID)] != nil {
 			continue
 		}
-		go s.writeMarkers(job)
+		s.jobs.Add(1)
+		go func() {
+			defer s.jobs.Done()
+			s.writeMarkers(job)
+		}()
 	}
 	for _, r := range rd.Responses {
 		s.loop.Answer(r.ID, func(req Request) Response {

@@ -2,6 +2,7 @@ package txn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sushka-io/sushka/internal/errresp/errresptest"
 	"github.com/sushka-io/sushka/internal/kvlog"
+	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
@@ -128,5 +130,48 @@ func TestListTransactionsWhileAPartitionIsUnloaded(t *testing.T) {
 		if r.ErrorCode != kerr.CoordinatorLoadInProgress.Code || time.Now().After(deadline) {
 			t.Fatalf("ListTransactions after the disk came back: %v", kerr.ErrorForCode(r.ErrorCode))
 		}
+	}
+}
+
+// slowToStop is a marker writer that holds every write until its context
+// ends and then takes a while to return, as a partition log finishing the
+// fsync of a marker already queued does.
+type slowToStop struct {
+	started  chan struct{}
+	returned atomic.Int32
+}
+
+func (w *slowToStop) WriteTxnMarker(ctx context.Context, topic string, partition int32, m plog.TxnMarker) int16 {
+	w.started <- struct{}{}
+	<-ctx.Done()
+	time.Sleep(200 * time.Millisecond)
+	w.returned.Add(1)
+	return kerr.RequestTimedOut.Code
+}
+
+// TestCloseWaitsForMarkerJobs: Close cancels the marker jobs and returns
+// only once they have (before, a job could still be writing into the
+// partition logs the broker closes right after the coordinator, and report
+// into a stopped loop).
+func TestCloseWaitsForMarkerJobs(t *testing.T) {
+	w := &slowToStop{started: make(chan struct{}, 8)}
+	s := startTxnService(t, vfs.NewMem(), w)
+	pid, epoch := beginTxn(t, s, "tx")
+	end := kmsg.NewPtrEndTxnRequest()
+	end.Version, end.TransactionalID, end.ProducerID, end.ProducerEpoch, end.Commit = 3, "tx", pid, epoch, true
+	answered := make(chan error, 1)
+	go func() {
+		_, err := s.Do(context.Background(), end)
+		answered <- err
+	}()
+	<-w.started // t/0 and t/1: up to two writes in flight
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := w.returned.Load(); n == 0 {
+		t.Fatal("Close returned while its marker job was still writing")
+	}
+	if err := <-answered; err != nil && !errors.Is(err, ErrClosed) {
+		t.Fatalf("EndTxn waiting at Close: %v", err)
 	}
 }
