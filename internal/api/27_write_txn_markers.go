@@ -7,7 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sushka-io/sushka/internal/acl"
-	"github.com/sushka-io/sushka/internal/group"
+	"github.com/sushka-io/sushka/internal/errresp"
 	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/server"
 )
@@ -30,10 +30,10 @@ func init() { regKey(27, 0, 2, (*Handler).handleWriteTxnMarkers) }
 
 func (h *Handler) handleWriteTxnMarkers(ctx context.Context, creq *server.Request, req *kmsg.WriteTxnMarkersRequest) server.Response {
 	if !h.allowedCluster(creq, acl.ClusterAction) && !h.allowedCluster(creq, acl.Alter) {
-		return reply(group.ErrorResponse(req, kerr.ClusterAuthorizationFailed.Code))
+		return errorReply(req, kerr.ClusterAuthorizationFailed.Code)
 	}
 	w := txnMarkers{h}
-	return reply(group.WriteTxnMarkersResponse(req, func(m *kmsg.WriteTxnMarkersRequestMarker, topic string, p int32) int16 {
+	return reply(errresp.WriteTxnMarkers(req, func(m *kmsg.WriteTxnMarkersRequestMarker, topic string, p int32) int16 {
 		marker := plog.TxnMarker{ProducerID: m.ProducerID, ProducerEpoch: m.ProducerEpoch, Commit: m.Committed, CoordinatorEpoch: m.CoordinatorEpoch}
 		return w.WriteTxnMarker(ctx, topic, p, marker)
 	}))

@@ -36,10 +36,10 @@ func (h *Handler) handleTxnOffsetCommit(ctx context.Context, creq *server.Reques
 
 func (h *Handler) txnOffsetCommit(ctx context.Context, creq *server.Request, req *kmsg.TxnOffsetCommitRequest) server.Response {
 	if h.txns == nil {
-		return reply(group.ErrorResponse(req, kerr.CoordinatorNotAvailable.Code))
+		return errorReply(req, kerr.CoordinatorNotAvailable.Code)
 	}
 	if code := h.verifyTxnOffsets(ctx, req); code != 0 {
-		return reply(group.ErrorResponse(req, code))
+		return errorReply(req, code)
 	}
 	return h.handleGroup(ctx, creq)
 }

@@ -33,6 +33,7 @@ import (
 
 	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/clock"
+	"github.com/sushka-io/sushka/internal/errresp"
 	"github.com/sushka-io/sushka/internal/group"
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/plog"
@@ -172,12 +173,13 @@ type Handler struct {
 	byID   map[[16]byte]*topic
 
 	// groups is the group coordinator with __consumer_offsets (groups.go);
-	// set in New, nil after Close.
+	// set in New and never changed: handlers read it without a lock, and
+	// after Close it answers ErrClosed (COORDINATOR_NOT_AVAILABLE).
 	groups *group.Service
 	// fetchSessions is the fetch session cache (fetchsession.go).
 	fetchSessions *fetchSessions
 	// txns is the transaction coordinator with __transaction_state
-	// (txns.go); set in New after groups, nil after Close.
+	// (txns.go); set in New after groups and never changed, as groups.
 	txns *txn.Service
 
 	// authz checks every request (authz.go); its bindings are the
@@ -592,6 +594,9 @@ func regKey[Req kmsg.Request](key, minVersion, maxVersion int16, handle keyHandl
 	if minVersion < 0 || minVersion > maxVersion || maxVersion > body.MaxVersion() {
 		panic(fmt.Sprintf("api key %d (%s): versions %d..%d, kmsg decodes 0..%d", key, kmsg.NameForKey(key), minVersion, maxVersion, body.MaxVersion()))
 	}
+	if ruleFor(key).gate != nil && errresp.For(body, kerr.ClusterAuthorizationFailed.Code) == nil {
+		panic(fmt.Sprintf("api key %d (%s) is refused whole by its authorization gate but has no error response: add it to internal/errresp", key, kmsg.NameForKey(key)))
+	}
 	k := &apiKey{
 		minVersion: minVersion,
 		maxVersion: maxVersion,
@@ -667,6 +672,17 @@ func (h *Handler) Handle(ctx context.Context, req *server.Request) server.Respon
 }
 
 func reply(r kmsg.Response) server.Response { return server.Response{Body: r} }
+
+// errorReply is body's answer with every error code set to code
+// (internal/errresp), or, for a request type without an error response, the
+// connection closed, as Kafka does for a request it cannot answer: never a
+// bare response, whose error code 0 a client reads as success.
+func errorReply(body kmsg.Request, code int16) server.Response {
+	if r := errresp.For(body, code); r != nil {
+		return reply(r)
+	}
+	return server.Response{None: true, Close: true}
+}
 
 func errMessage(err error) *string {
 	if err == nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sushka-io/sushka/internal/acl"
+	"github.com/sushka-io/sushka/internal/errresp"
 	"github.com/sushka-io/sushka/internal/server"
 )
 
@@ -77,10 +78,10 @@ var authzRules = map[int16]authzRule{
 	// 48, 49): a rule for a key not registered is unused until it is.
 	17: noAuthz("SASL authenticates the connection: served before it, as Kafka"),
 	36: noAuthz("SASL authenticates the connection: served before it, as Kafka"),
-	48: gatedOnCluster(acl.DescribeConfigs, refuseDescribeClientQuotas),
-	49: gatedOnCluster(acl.AlterConfigs, refuseAlterClientQuotas),
-	50: gatedOnCluster(acl.Describe, refuseDescribeUserSCRAM),
-	51: gatedOnCluster(acl.Alter, refuseAlterUserSCRAM),
+	48: gatedOnCluster(acl.DescribeConfigs),
+	49: gatedOnCluster(acl.AlterConfigs),
+	50: gatedOnCluster(acl.Describe),
+	51: gatedOnCluster(acl.Alter),
 }
 
 // authzRule is what one API key needs: every need must hold, each by one of
@@ -123,62 +124,17 @@ func (r authzRule) note(s string) authzRule { r.notes = s; return r }
 
 // gatedOnCluster is the rule of a cluster-wide admin key that Kafka
 // refuses whole without op on the cluster: Handle checks it before the
-// handler, and refuse builds the key's answer with the error.
-func gatedOnCluster(op acl.Operation, refuse func(req kmsg.Request, code int16) kmsg.Response) authzRule {
+// handler, and the key's answer with the error is its entry in
+// internal/errresp (Kafka's getErrorResponse).
+func gatedOnCluster(op acl.Operation) authzRule {
 	r := needs(kerr.ClusterAuthorizationFailed, on(acl.Cluster, op)).note("the whole request, before the handler")
 	r.gate = func(h *Handler, creq *server.Request) kmsg.Response {
 		if h.allowedCluster(creq, op) {
 			return nil
 		}
-		return refuse(creq.Body, kerr.ClusterAuthorizationFailed.Code)
+		return errresp.For(creq.Body, kerr.ClusterAuthorizationFailed.Code)
 	}
 	return r
-}
-
-// The refusals of the gated keys, each as Kafka's getErrorResponse.
-
-func refuseDescribeClientQuotas(req kmsg.Request, code int16) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.DescribeClientQuotasResponse)
-	resp.ErrorCode = code
-	return resp
-}
-
-func refuseAlterClientQuotas(req kmsg.Request, code int16) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.AlterClientQuotasResponse)
-	for _, e := range req.(*kmsg.AlterClientQuotasRequest).Entries {
-		re := kmsg.NewAlterClientQuotasResponseEntry()
-		re.ErrorCode = code
-		for _, p := range e.Entity {
-			re.Entity = append(re.Entity, kmsg.AlterClientQuotasResponseEntryEntity{Type: p.Type, Name: p.Name})
-		}
-		resp.Entries = append(resp.Entries, re)
-	}
-	return resp
-}
-
-func refuseDescribeUserSCRAM(req kmsg.Request, code int16) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.DescribeUserSCRAMCredentialsResponse)
-	resp.ErrorCode = code
-	return resp
-}
-
-func refuseAlterUserSCRAM(req kmsg.Request, code int16) kmsg.Response {
-	r := req.(*kmsg.AlterUserSCRAMCredentialsRequest)
-	resp := req.ResponseKind().(*kmsg.AlterUserSCRAMCredentialsResponse)
-	seen := map[string]bool{}
-	add := func(user string) {
-		if !seen[user] {
-			seen[user] = true
-			resp.Results = append(resp.Results, kmsg.AlterUserSCRAMCredentialsResponseResult{User: user, ErrorCode: code})
-		}
-	}
-	for _, d := range r.Deletions {
-		add(d.Name)
-	}
-	for _, u := range r.Upsertions {
-		add(u.Name)
-	}
-	return resp
 }
 
 // ruleFor returns key's rule; regKey panics on a key without one.

@@ -5,9 +5,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sushka-io/sushka/internal/acl"
-	"github.com/sushka-io/sushka/internal/group"
+	"github.com/sushka-io/sushka/internal/errresp"
 	"github.com/sushka-io/sushka/internal/server"
-	"github.com/sushka-io/sushka/internal/txn"
 )
 
 // The coordinators' keys are authorized here, before the request reaches
@@ -26,28 +25,28 @@ func (h *Handler) authorizeCoordinated(creq *server.Request) (refused kmsg.Respo
 	switch req := creq.Body.(type) {
 	case *kmsg.JoinGroupRequest, *kmsg.SyncGroupRequest, *kmsg.HeartbeatRequest, *kmsg.LeaveGroupRequest:
 		if groupDenied(memberGroup(req), acl.Read) {
-			return group.ErrorResponse(req, kerr.GroupAuthorizationFailed.Code), nil
+			return errresp.For(req, kerr.GroupAuthorizationFailed.Code), nil
 		}
 	case *kmsg.OffsetCommitRequest:
 		if groupDenied(req.Group, acl.Read) {
-			return group.ErrorResponse(req, kerr.GroupAuthorizationFailed.Code), nil
+			return errresp.For(req, kerr.GroupAuthorizationFailed.Code), nil
 		}
 		var out []kmsg.OffsetCommitRequestTopic
 		req.Topics, out = splitDenied(req.Topics, func(t kmsg.OffsetCommitRequestTopic) bool { return topicDenied(t.Topic, acl.Read) })
 		return refuseTopics(len(req.Topics), out, func() *kmsg.OffsetCommitResponse {
-			return group.ErrorResponse(&kmsg.OffsetCommitRequest{Version: req.Version, Topics: out}, kerr.TopicAuthorizationFailed.Code).(*kmsg.OffsetCommitResponse)
+			return errresp.For(&kmsg.OffsetCommitRequest{Version: req.Version, Topics: out}, kerr.TopicAuthorizationFailed.Code).(*kmsg.OffsetCommitResponse)
 		}, func(resp, denied *kmsg.OffsetCommitResponse) { resp.Topics = append(resp.Topics, denied.Topics...) })
 	case *kmsg.TxnOffsetCommitRequest:
 		switch {
 		case !h.allowed(creq, acl.TransactionalID, req.TransactionalID, acl.Write):
-			return group.ErrorResponse(req, kerr.TransactionalIDAuthorizationFailed.Code), nil
+			return errresp.For(req, kerr.TransactionalIDAuthorizationFailed.Code), nil
 		case groupDenied(req.Group, acl.Read):
-			return group.ErrorResponse(req, kerr.GroupAuthorizationFailed.Code), nil
+			return errresp.For(req, kerr.GroupAuthorizationFailed.Code), nil
 		}
 		var out []kmsg.TxnOffsetCommitRequestTopic
 		req.Topics, out = splitDenied(req.Topics, func(t kmsg.TxnOffsetCommitRequestTopic) bool { return topicDenied(t.Topic, acl.Read) })
 		return refuseTopics(len(req.Topics), out, func() *kmsg.TxnOffsetCommitResponse {
-			return group.ErrorResponse(&kmsg.TxnOffsetCommitRequest{Version: req.Version, Topics: out}, kerr.TopicAuthorizationFailed.Code).(*kmsg.TxnOffsetCommitResponse)
+			return errresp.For(&kmsg.TxnOffsetCommitRequest{Version: req.Version, Topics: out}, kerr.TopicAuthorizationFailed.Code).(*kmsg.TxnOffsetCommitResponse)
 		}, func(resp, denied *kmsg.TxnOffsetCommitResponse) { resp.Topics = append(resp.Topics, denied.Topics...) })
 	case *kmsg.OffsetFetchRequest:
 		return h.authorizeOffsetFetch(creq, req)
@@ -86,7 +85,7 @@ func (h *Handler) authorizeCoordinated(creq *server.Request) (refused kmsg.Respo
 		}
 	case *kmsg.OffsetDeleteRequest:
 		if groupDenied(req.Group, acl.Delete) {
-			return group.ErrorResponse(req, kerr.GroupAuthorizationFailed.Code), nil
+			return errresp.For(req, kerr.GroupAuthorizationFailed.Code), nil
 		}
 		var out []kmsg.OffsetDeleteRequestTopic
 		req.Topics, out = splitDenied(req.Topics, func(t kmsg.OffsetDeleteRequestTopic) bool {
@@ -108,11 +107,11 @@ func (h *Handler) authorizeCoordinated(creq *server.Request) (refused kmsg.Respo
 		}
 	case *kmsg.ConsumerGroupHeartbeatRequest:
 		if groupDenied(req.Group, acl.Read) {
-			return group.ErrorResponse(req, kerr.GroupAuthorizationFailed.Code), nil
+			return errresp.For(req, kerr.GroupAuthorizationFailed.Code), nil
 		}
 		for _, name := range req.SubscribedTopicNames {
 			if !h.allowed(creq, acl.Topic, name, acl.Describe) {
-				return group.ErrorResponse(req, kerr.TopicAuthorizationFailed.Code), nil
+				return errresp.For(req, kerr.TopicAuthorizationFailed.Code), nil
 			}
 		}
 	case *kmsg.ConsumerGroupDescribeRequest:
@@ -137,24 +136,24 @@ func (h *Handler) authorizeCoordinated(creq *server.Request) (refused kmsg.Respo
 		switch {
 		case req.TransactionalID != nil:
 			if !h.allowed(creq, acl.TransactionalID, *req.TransactionalID, acl.Write) {
-				return txn.ErrorResponse(req, kerr.TransactionalIDAuthorizationFailed.Code), nil
+				return errresp.For(req, kerr.TransactionalIDAuthorizationFailed.Code), nil
 			}
 		case !h.allowedCluster(creq, acl.IdempotentWrite) && !h.allowedAnyTopic(creq, acl.Write):
 			// Kafka 2.8+ (KIP-679): IDEMPOTENT_WRITE, or WRITE on any topic.
-			return txn.ErrorResponse(req, kerr.ClusterAuthorizationFailed.Code), nil
+			return errresp.For(req, kerr.ClusterAuthorizationFailed.Code), nil
 		}
 	case *kmsg.AddPartitionsToTxnRequest:
 		return h.authorizeAddPartitionsToTxn(creq, req), nil
 	case *kmsg.AddOffsetsToTxnRequest:
 		switch {
 		case !h.allowed(creq, acl.TransactionalID, req.TransactionalID, acl.Write):
-			return txn.ErrorResponse(req, kerr.TransactionalIDAuthorizationFailed.Code), nil
+			return errresp.For(req, kerr.TransactionalIDAuthorizationFailed.Code), nil
 		case groupDenied(req.Group, acl.Read):
-			return txn.ErrorResponse(req, kerr.GroupAuthorizationFailed.Code), nil
+			return errresp.For(req, kerr.GroupAuthorizationFailed.Code), nil
 		}
 	case *kmsg.EndTxnRequest:
 		if !h.allowed(creq, acl.TransactionalID, req.TransactionalID, acl.Write) {
-			return txn.ErrorResponse(req, kerr.TransactionalIDAuthorizationFailed.Code), nil
+			return errresp.For(req, kerr.TransactionalIDAuthorizationFailed.Code), nil
 		}
 	case *kmsg.DescribeTransactionsRequest:
 		var out []string
@@ -171,7 +170,7 @@ func (h *Handler) authorizeCoordinated(creq *server.Request) (refused kmsg.Respo
 					return topicDenied(t.Topic, acl.Describe)
 				})
 			}
-			denied := txn.ErrorResponse(&kmsg.DescribeTransactionsRequest{Version: req.Version, TransactionalIDs: out}, kerr.TransactionalIDAuthorizationFailed.Code)
+			denied := errresp.For(&kmsg.DescribeTransactionsRequest{Version: req.Version, TransactionalIDs: out}, kerr.TransactionalIDAuthorizationFailed.Code)
 			resp.TransactionStates = append(resp.TransactionStates, denied.(*kmsg.DescribeTransactionsResponse).TransactionStates...)
 		}
 	case *kmsg.ListTransactionsRequest:
@@ -239,11 +238,7 @@ func (h *Handler) authorizeOffsetFetch(creq *server.Request, req *kmsg.OffsetFet
 	topicDenied := func(name string) bool { return !h.allowed(creq, acl.Topic, name, acl.Describe) }
 	if req.Version < 8 {
 		if !h.allowed(creq, acl.Group, req.Group, acl.Describe) {
-			resp := group.ErrorResponse(req, kerr.GroupAuthorizationFailed.Code).(*kmsg.OffsetFetchResponse)
-			if req.Version < 2 { // no top-level error code: per partition
-				resp.Topics = offsetFetchErrors(req.Topics, kerr.GroupAuthorizationFailed.Code)
-			}
-			return resp, nil
+			return errresp.For(req, kerr.GroupAuthorizationFailed.Code), nil
 		}
 		var out []kmsg.OffsetFetchRequestTopic
 		all := req.Topics == nil
@@ -256,7 +251,7 @@ func (h *Handler) authorizeOffsetFetch(creq *server.Request, req *kmsg.OffsetFet
 			if all {
 				resp.Topics, _ = splitDenied(resp.Topics, func(t kmsg.OffsetFetchResponseTopic) bool { return topicDenied(t.Topic) })
 			}
-			resp.Topics = append(resp.Topics, offsetFetchErrors(out, kerr.TopicAuthorizationFailed.Code)...)
+			resp.Topics = append(resp.Topics, errresp.OffsetFetchTopics(out, kerr.TopicAuthorizationFailed.Code)...)
 		}
 	}
 	var deniedGroups []kmsg.OffsetFetchRequestGroup
@@ -305,22 +300,6 @@ func (h *Handler) authorizeOffsetFetch(creq *server.Request, req *kmsg.OffsetFet
 	}
 }
 
-// offsetFetchErrors answers every partition of topics with code (v0-7).
-func offsetFetchErrors(topics []kmsg.OffsetFetchRequestTopic, code int16) []kmsg.OffsetFetchResponseTopic {
-	var out []kmsg.OffsetFetchResponseTopic
-	for _, t := range topics {
-		st := kmsg.NewOffsetFetchResponseTopic()
-		st.Topic = t.Topic
-		for _, p := range t.Partitions {
-			sp := kmsg.NewOffsetFetchResponseTopicPartition()
-			sp.Partition, sp.Offset, sp.ErrorCode = p, -1, code
-			st.Partitions = append(st.Partitions, sp)
-		}
-		out = append(out, st)
-	}
-	return out
-}
-
 // authorizeAddPartitionsToTxn: v4+ (a broker verifying a transaction,
 // KIP-890) needs CLUSTER_ACTION; v0-3 WRITE on the transactional id (every
 // partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and on each topic (the
@@ -329,14 +308,12 @@ func offsetFetchErrors(topics []kmsg.OffsetFetchRequestTopic, code int16) []kmsg
 func (h *Handler) authorizeAddPartitionsToTxn(creq *server.Request, req *kmsg.AddPartitionsToTxnRequest) kmsg.Response {
 	if req.Version >= 4 {
 		if !h.allowedCluster(creq, acl.ClusterAction) {
-			resp := req.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)
-			resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
-			return resp
+			return errresp.For(req, kerr.ClusterAuthorizationFailed.Code)
 		}
 		return nil
 	}
 	if !h.allowed(creq, acl.TransactionalID, req.TransactionalID, acl.Write) {
-		return txn.ErrorResponse(req, kerr.TransactionalIDAuthorizationFailed.Code)
+		return errresp.For(req, kerr.TransactionalIDAuthorizationFailed.Code)
 	}
 	_, out := splitDenied(req.Topics, func(t kmsg.AddPartitionsToTxnRequestTopic) bool {
 		return !h.allowed(creq, acl.Topic, t.Topic, acl.Write)
@@ -344,7 +321,7 @@ func (h *Handler) authorizeAddPartitionsToTxn(creq *server.Request, req *kmsg.Ad
 	if len(out) == 0 {
 		return nil
 	}
-	resp := txn.ErrorResponse(req, kerr.OperationNotAttempted.Code).(*kmsg.AddPartitionsToTxnResponse)
+	resp := errresp.For(req, kerr.OperationNotAttempted.Code).(*kmsg.AddPartitionsToTxnResponse)
 	for i := range resp.Topics {
 		if !h.allowed(creq, acl.Topic, resp.Topics[i].Topic, acl.Write) {
 			for j := range resp.Topics[i].Partitions {
@@ -366,7 +343,7 @@ func (h *Handler) authorizeFindCoordinator(creq *server.Request, req *kmsg.FindC
 	}
 	if req.Version < 4 {
 		if !h.allowed(creq, rt, req.CoordinatorKey, acl.Describe) {
-			return group.ErrorResponse(req, code), nil
+			return errresp.For(req, code), nil
 		}
 		return nil, nil
 	}
@@ -375,7 +352,7 @@ func (h *Handler) authorizeFindCoordinator(creq *server.Request, req *kmsg.FindC
 	if len(out) == 0 {
 		return nil, nil
 	}
-	deniedResp := group.ErrorResponse(&kmsg.FindCoordinatorRequest{Version: req.Version, CoordinatorKeys: out}, code).(*kmsg.FindCoordinatorResponse)
+	deniedResp := errresp.For(&kmsg.FindCoordinatorRequest{Version: req.Version, CoordinatorKeys: out}, code).(*kmsg.FindCoordinatorResponse)
 	if len(req.CoordinatorKeys) == 0 {
 		return deniedResp, nil
 	}

@@ -43,13 +43,16 @@ func (h *Handler) startGroups() error {
 	return nil
 }
 
+// closeGroups closes the group coordinator. h.groups stays set (handlers
+// read it without a lock, and one may still be running when Close is
+// reached at a shutdown whose deadline passed): a closed Service answers
+// ErrClosed, which handleGroup turns into COORDINATOR_NOT_AVAILABLE, and its
+// partition count stays readable.
 func (h *Handler) closeGroups() error {
 	if h.groups == nil {
 		return nil
 	}
-	err := h.groups.Close()
-	h.groups = nil
-	return err
+	return h.groups.Close()
 }
 
 // Groups is the group coordinator service (tests, admin).
@@ -92,9 +95,8 @@ func (g groupTopics) TopicNames() []string {
 	return append(names, group.OffsetsTopic)
 }
 
-// offsetsPartitions is the partition count of __consumer_offsets. The
-// coordinator asks from its own goroutine, which only runs while the
-// service (set before the first request) is open.
+// offsetsPartitions is the partition count of __consumer_offsets (fixed at
+// start; h.groups is set before the first request and never changes).
 func (g groupTopics) offsetsPartitions() int32 {
 	if svc := g.h.groups; svc != nil {
 		return svc.Store().Partitions()
@@ -121,14 +123,14 @@ func (h *Handler) handleGroup(ctx context.Context, req *server.Request) server.R
 	}
 	svc := h.groups
 	if svc == nil {
-		return reply(group.ErrorResponse(req.Body, kerr.CoordinatorNotAvailable.Code))
+		return errorReply(req.Body, kerr.CoordinatorNotAvailable.Code)
 	}
 	waited := req.Accounting.WaitStart() // the driver's time, not the request's (throttle.go)
 	resp, err := svc.Do(ctx, req.ClientID, host, req.Body)
 	req.Accounting.WaitEnd(waited)
 	if err != nil {
 		if errors.Is(err, group.ErrClosed) {
-			return reply(group.ErrorResponse(req.Body, kerr.CoordinatorNotAvailable.Code))
+			return errorReply(req.Body, kerr.CoordinatorNotAvailable.Code)
 		}
 		return server.Response{None: true, Close: true} // the connection is gone
 	}

@@ -51,13 +51,13 @@ func (h *Handler) startTxns() error {
 	return nil
 }
 
+// closeTxns closes the transaction coordinator; h.txns stays set, as
+// h.groups does (closeGroups): a closed Service answers ErrClosed.
 func (h *Handler) closeTxns() error {
 	if h.txns == nil {
 		return nil
 	}
-	err := h.txns.Close()
-	h.txns = nil
-	return err
+	return h.txns.Close()
 }
 
 // Txns is the transaction coordinator service (tests, admin).
@@ -120,14 +120,14 @@ func (h *Handler) handleTxn(ctx context.Context, creq *server.Request) server.Re
 	body := creq.Body
 	svc := h.txns
 	if svc == nil {
-		return reply(txn.ErrorResponse(body, kerr.CoordinatorNotAvailable.Code))
+		return errorReply(body, kerr.CoordinatorNotAvailable.Code)
 	}
 	waited := creq.Accounting.WaitStart() // the driver's time, not the request's (throttle.go)
 	resp, err := svc.Do(ctx, body)
 	creq.Accounting.WaitEnd(waited)
 	if err != nil {
 		if errors.Is(err, txn.ErrClosed) {
-			return reply(txn.ErrorResponse(body, kerr.CoordinatorNotAvailable.Code))
+			return errorReply(body, kerr.CoordinatorNotAvailable.Code)
 		}
 		return server.Response{None: true, Close: true}
 	}

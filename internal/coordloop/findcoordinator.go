@@ -37,15 +37,3 @@ func FindCoordinator(req *kmsg.FindCoordinatorRequest, node int32, host string, 
 	}
 	return resp
 }
-
-// FindCoordinatorError is the answer to req with every error code set to
-// code: what a coordinator's driver answers when it is closed or
-// persisting failed.
-func FindCoordinatorError(req *kmsg.FindCoordinatorRequest, code int16) *kmsg.FindCoordinatorResponse {
-	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
-	resp.ErrorCode, resp.NodeID, resp.Port = code, -1, -1
-	for _, k := range req.CoordinatorKeys {
-		resp.Coordinators = append(resp.Coordinators, kmsg.FindCoordinatorResponseCoordinator{Key: k, NodeID: -1, Port: -1, ErrorCode: code})
-	}
-	return resp
-}

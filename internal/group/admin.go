@@ -68,6 +68,14 @@ func (c *Coordinator) listGroups(req *kmsg.ListGroupsRequest) *kmsg.ListGroupsRe
 		lg.GroupType = g.kind.String()
 		resp.Groups = append(resp.Groups, lg)
 	}
+	if len(c.unloaded) > 0 {
+		// A partition unloaded after a storage error is reloading
+		// (reload.go) and its groups are missing here: say so, as Kafka
+		// does while loading (COORDINATOR_LOAD_IN_PROGRESS with the groups
+		// already served; clients retry it), never success with groups
+		// silently left out.
+		resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+	}
 	return resp
 }
 

@@ -6,6 +6,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/errresp"
 )
 
 // groupKind is the protocol a group speaks: the classic JoinGroup/SyncGroup
@@ -250,11 +252,7 @@ func msDuration(v int32) time.Duration { return time.Duration(v) * time.Millisec
 // --- JoinGroup ---
 
 func joinError(req *kmsg.JoinGroupRequest, code int16) *kmsg.JoinGroupResponse {
-	resp := req.ResponseKind().(*kmsg.JoinGroupResponse)
-	resp.ErrorCode = code
-	resp.MemberID = req.MemberID
-	resp.Generation = -1
-	return resp
+	return errresp.For(req, code).(*kmsg.JoinGroupResponse)
 }
 
 func (c *Coordinator) join(r Request, req *kmsg.JoinGroupRequest) {

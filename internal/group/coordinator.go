@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sushka-io/sushka/internal/coordloop"
+	"github.com/sushka-io/sushka/internal/errresp"
 	"github.com/sushka-io/sushka/internal/kvlog"
 	"github.com/sushka-io/sushka/internal/meta"
 )
@@ -266,9 +267,11 @@ func (c *Coordinator) Handle(r Request) {
 	case *kmsg.WriteTxnMarkersRequest:
 		c.respond(r.ID, c.writeTxnMarkers(req))
 	default:
-		// Not a group request: the caller routed it wrong. Answer with
-		// the request's error form so the handle is not leaked.
-		c.respond(r.ID, ErrorResponse(r.Body, kerr.UnsupportedVersion.Code))
+		// Not a group request: the caller routed it wrong. Never a bare
+		// response (error code 0 reads as success): UNKNOWN_SERVER_ERROR in
+		// the request's own shape, or, for a type without one, nil, which
+		// Service.Do returns as ErrUnsupported (the connection closes).
+		c.respond(r.ID, errresp.For(r.Body, kerr.UnknownServerError.Code))
 	}
 }
 

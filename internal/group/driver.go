@@ -11,12 +11,19 @@ import (
 
 	"github.com/sushka-io/sushka/internal/clock"
 	"github.com/sushka-io/sushka/internal/coordloop"
+	"github.com/sushka-io/sushka/internal/errresp"
 	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
 // ErrClosed is returned by Do after Close.
 var ErrClosed = errors.New("group: coordinator closed")
+
+// ErrUnsupported is returned by Do for a request type the coordinator has
+// no answer for (not a group request, and without an error response in
+// internal/errresp): the caller closes the connection, as Kafka does for a
+// request it cannot answer.
+var ErrUnsupported = errors.New("group: the coordinator cannot answer this request type")
 
 // ServiceConfig configures a Service.
 type ServiceConfig struct {
@@ -64,7 +71,7 @@ func (m machine) Handle(id uint64, now time.Time, req Request) Request {
 }
 func (m machine) Flush() { m.s.flush() }
 func (m machine) Stopped(req Request) kmsg.Response {
-	return ErrorResponse(req.Body, kerr.CoordinatorNotAvailable.Code)
+	return errresp.For(req.Body, kerr.CoordinatorNotAvailable.Code)
 }
 
 // Start opens the store, replays it into a new coordinator and starts the
@@ -118,7 +125,11 @@ func (s *Service) Store() *Store { return s.store }
 // (a JoinGroup waits for the rebalance). ctx ending (the connection closed)
 // abandons the wait; the coordinator still answers into the void.
 func (s *Service) Do(ctx context.Context, clientID, clientHost string, body kmsg.Request) (kmsg.Response, error) {
-	return s.loop.Call(ctx, Request{ClientID: clientID, ClientHost: clientHost, Body: body})
+	resp, err := s.loop.Call(ctx, Request{ClientID: clientID, ClientHost: clientHost, Body: body})
+	if err == nil && resp == nil {
+		err = ErrUnsupported
+	}
+	return resp, err
 }
 
 // Inspect runs fn on the driver goroutine with the coordinator (admin,
@@ -197,14 +208,14 @@ func (s *Service) flush() {
 	for _, r := range rd.Responses {
 		s.loop.Answer(r.ID, func(req Request) kmsg.Response {
 			if wm, ok := req.Body.(*kmsg.WriteTxnMarkersRequest); ok && markersFailed(wm, failedParts) {
-				return ErrorResponse(req.Body, kerr.NotCoordinator.Code)
+				return errresp.For(req.Body, kerr.NotCoordinator.Code)
 			}
 			for _, name := range requestGroups(req.Body) {
 				if failedParts[s.c.partitionFor(name)] {
-					return ErrorResponse(req.Body, kerr.NotCoordinator.Code)
+					return errresp.For(req.Body, kerr.NotCoordinator.Code)
 				}
 				if failedByTooLarge(req.Body, tooLarge[name]) {
-					return ErrorResponse(req.Body, tooLargeCode(req.Body))
+					return errresp.For(req.Body, tooLargeCode(req.Body))
 				}
 			}
 			return r.Body

@@ -163,12 +163,7 @@ func TestConcurrentCommitsSplitIntoBatches(t *testing.T) {
 func TestStorageErrorFailsRequestsThenRecovers(t *testing.T) {
 	mem := vfs.NewMem()
 	var failing atomic.Bool
-	fs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op, path string) error {
-		if failing.Load() && (op == vfs.OpWrite || op == vfs.OpWritev || op == vfs.OpWriteAt || op == vfs.OpSync) {
-			return vfs.ErrInjected
-		}
-		return nil
-	}))
+	fs := vfs.NewErrorFS(mem, vfs.WritesWhile(&failing, ""))
 	s := startServiceBatch(t, fs, 0)
 	defer func() { s.Close() }()
 	commit := func(group string, offset int64) int16 {
@@ -217,12 +212,7 @@ func TestStorageErrorFailsRequestsThenRecovers(t *testing.T) {
 func TestStorageErrorAnswersWaitingJoins(t *testing.T) {
 	mem := vfs.NewMem()
 	var failing atomic.Bool
-	fs := vfs.NewErrorFS(mem, vfs.InjectorFunc(func(op vfs.Op, path string) error {
-		if failing.Load() && (op == vfs.OpWrite || op == vfs.OpWritev || op == vfs.OpSync) {
-			return vfs.ErrInjected
-		}
-		return nil
-	}))
+	fs := vfs.NewErrorFS(mem, vfs.WritesWhile(&failing, ""))
 	s := startServiceBatch(t, fs, 0)
 	defer s.Close()
 	if _, _, code := joinAndSync(t, s, "g", []byte("a")); code != 0 {
@@ -260,5 +250,52 @@ func TestStorageErrorAnswersWaitingJoins(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiting join was never answered")
+	}
+}
+
+// TestListGroupsWhileAPartitionIsUnloaded: while a __consumer_offsets
+// partition is unloaded after a storage error, its groups are missing from
+// ListGroups, so the answer is COORDINATOR_LOAD_IN_PROGRESS (with the groups
+// still served, as Kafka's while loading; clients retry it), not success
+// with groups silently left out; once the partition is back, the group is
+// listed again without error.
+func TestListGroupsWhileAPartitionIsUnloaded(t *testing.T) {
+	var failing atomic.Bool
+	fs := vfs.NewErrorFS(vfs.NewMem(), vfs.WritesWhile(&failing, ""))
+	s := startServiceBatch(t, fs, 0)
+	defer s.Close()
+	list := func() *kmsg.ListGroupsResponse {
+		req := kmsg.NewPtrListGroupsRequest()
+		req.Version = 5
+		return do[*kmsg.ListGroupsResponse](t, s, req)
+	}
+	commit := func(offset int64) int16 {
+		return do[*kmsg.OffsetCommitResponse](t, s, commitReq("g", -1, "", map[int32]int64{0: offset})).Topics[0].Partitions[0].ErrorCode
+	}
+	if code := commit(1); code != 0 {
+		t.Fatalf("commit: %v", kerr.ErrorForCode(code))
+	}
+	if r := list(); r.ErrorCode != 0 || len(r.Groups) != 1 {
+		t.Fatalf("ListGroups: %v, %d groups, want the group", kerr.ErrorForCode(r.ErrorCode), len(r.Groups))
+	}
+	failing.Store(true)
+	if code := commit(2); code != kerr.NotCoordinator.Code {
+		t.Fatalf("commit on a failing disk: %v, want NOT_COORDINATOR", kerr.ErrorForCode(code))
+	}
+	if r := list(); r.ErrorCode != kerr.CoordinatorLoadInProgress.Code {
+		t.Fatalf("ListGroups with the group's partition unloaded: %v with %d groups, want COORDINATOR_LOAD_IN_PROGRESS", kerr.ErrorForCode(r.ErrorCode), len(r.Groups))
+	}
+	failing.Store(false)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		r := list()
+		if r.ErrorCode == 0 {
+			if len(r.Groups) != 1 || r.Groups[0].Group != "g" {
+				t.Fatalf("ListGroups after recovery: %+v, want g", r.Groups)
+			}
+			break
+		}
+		if r.ErrorCode != kerr.CoordinatorLoadInProgress.Code || time.Now().After(deadline) {
+			t.Fatalf("ListGroups after the disk came back: %v", kerr.ErrorForCode(r.ErrorCode))
+		}
 	}
 }

@@ -5,21 +5,14 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/errresp"
 )
 
 // --- OffsetCommit ---
 
 func fillCommit(req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, code int16) {
-	for _, t := range req.Topics {
-		st := kmsg.NewOffsetCommitResponseTopic()
-		st.Topic, st.TopicID = t.Topic, t.TopicID
-		for _, p := range t.Partitions {
-			sp := kmsg.NewOffsetCommitResponseTopicPartition()
-			sp.Partition, sp.ErrorCode = p.Partition, code
-			st.Partitions = append(st.Partitions, sp)
-		}
-		resp.Topics = append(resp.Topics, st)
-	}
+	resp.Topics = append(resp.Topics, errresp.For(req, code).(*kmsg.OffsetCommitResponse).Topics...)
 }
 
 // validateClassicCommit is Kafka's ClassicGroup.validateOffsetCommit.
@@ -176,16 +169,7 @@ func (c *Coordinator) offsetFetch(req *kmsg.OffsetFetchRequest) *kmsg.OffsetFetc
 		}
 		if req.Version < 2 && g0.ErrorCode != 0 && len(resp.Topics) == 0 {
 			// v0-1 have nowhere to put a group error but the partitions.
-			for _, t := range req.Topics {
-				st := kmsg.NewOffsetFetchResponseTopic()
-				st.Topic = t.Topic
-				for _, p := range t.Partitions {
-					sp := kmsg.NewOffsetFetchResponseTopicPartition()
-					sp.Partition, sp.Offset, sp.ErrorCode = p, -1, g0.ErrorCode
-					st.Partitions = append(st.Partitions, sp)
-				}
-				resp.Topics = append(resp.Topics, st)
-			}
+			resp.Topics = errresp.OffsetFetchTopics(req.Topics, g0.ErrorCode)
 		}
 	}
 	return resp

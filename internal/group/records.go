@@ -6,8 +6,6 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/sushka-io/sushka/internal/coordloop"
 )
 
 // Record key and value versions Sushka writes (Kafka's, for a broker with
@@ -183,77 +181,4 @@ func (c *Coordinator) apply(r Record) error {
 		// KIP-848 records: not kept by this version.
 	}
 	return nil
-}
-
-// ErrorResponse is the response to req with every error code set to code:
-// what the driver answers when persisting failed.
-func ErrorResponse(req kmsg.Request, code int16) kmsg.Response {
-	switch req := req.(type) {
-	case *kmsg.JoinGroupRequest:
-		return joinError(req, code)
-	case *kmsg.SyncGroupRequest:
-		resp := req.ResponseKind().(*kmsg.SyncGroupResponse)
-		resp.ErrorCode = code
-		return resp
-	case *kmsg.HeartbeatRequest:
-		resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
-		resp.ErrorCode = code
-		return resp
-	case *kmsg.LeaveGroupRequest:
-		resp := req.ResponseKind().(*kmsg.LeaveGroupResponse)
-		resp.ErrorCode = code
-		return resp
-	case *kmsg.OffsetCommitRequest:
-		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
-		fillCommit(req, resp, code)
-		return resp
-	case *kmsg.TxnOffsetCommitRequest:
-		resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
-		fillTxnCommit(req, resp, code)
-		return resp
-	case *kmsg.WriteTxnMarkersRequest:
-		return WriteTxnMarkersResponse(req, func(*kmsg.WriteTxnMarkersRequestMarker, string, int32) int16 { return code })
-	case *kmsg.OffsetFetchRequest:
-		resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
-		resp.ErrorCode = code
-		for _, g := range req.Groups {
-			resp.Groups = append(resp.Groups, kmsg.OffsetFetchResponseGroup{Group: g.Group, ErrorCode: code})
-		}
-		return resp
-	case *kmsg.FindCoordinatorRequest:
-		return coordloop.FindCoordinatorError(req, code)
-	case *kmsg.ListGroupsRequest:
-		resp := req.ResponseKind().(*kmsg.ListGroupsResponse)
-		resp.ErrorCode = code
-		return resp
-	case *kmsg.DescribeGroupsRequest:
-		resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
-		for _, g := range req.Groups {
-			resp.Groups = append(resp.Groups, kmsg.DescribeGroupsResponseGroup{Group: g, ErrorCode: code})
-		}
-		return resp
-	case *kmsg.DeleteGroupsRequest:
-		resp := req.ResponseKind().(*kmsg.DeleteGroupsResponse)
-		for _, g := range req.Groups {
-			resp.Groups = append(resp.Groups, kmsg.DeleteGroupsResponseGroup{Group: g, ErrorCode: code})
-		}
-		return resp
-	case *kmsg.OffsetDeleteRequest:
-		resp := req.ResponseKind().(*kmsg.OffsetDeleteResponse)
-		resp.ErrorCode = code
-		return resp
-	case *kmsg.ConsumerGroupHeartbeatRequest:
-		resp := req.ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
-		resp.ErrorCode = code
-		return resp
-	case *kmsg.ConsumerGroupDescribeRequest:
-		resp := req.ResponseKind().(*kmsg.ConsumerGroupDescribeResponse)
-		for _, g := range req.Groups {
-			d := kmsg.NewConsumerGroupDescribeResponseGroup()
-			d.Group, d.ErrorCode = g, code
-			resp.Groups = append(resp.Groups, d)
-		}
-		return resp
-	}
-	return req.ResponseKind()
 }

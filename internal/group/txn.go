@@ -7,6 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/errresp"
 )
 
 // Transactional offsets (KIP-98, KIP-447).
@@ -192,16 +194,7 @@ func (g *group) validateTxnCommit(req *kmsg.TxnOffsetCommitRequest) int16 {
 }
 
 func fillTxnCommit(req *kmsg.TxnOffsetCommitRequest, resp *kmsg.TxnOffsetCommitResponse, code int16) {
-	for _, t := range req.Topics {
-		st := kmsg.NewTxnOffsetCommitResponseTopic()
-		st.Topic = t.Topic
-		for _, p := range t.Partitions {
-			sp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
-			sp.Partition, sp.ErrorCode = p.Partition, code
-			st.Partitions = append(st.Partitions, sp)
-		}
-		resp.Topics = append(resp.Topics, st)
-	}
+	resp.Topics = append(resp.Topics, errresp.For(req, code).(*kmsg.TxnOffsetCommitResponse).Topics...)
 }
 
 // txnOffsetCommit stores the request's offsets as pending for its
@@ -268,7 +261,7 @@ func (c *Coordinator) txnOffsetCommit(req *kmsg.TxnOffsetCommitRequest) *kmsg.Tx
 // each marker, the producer's pending offsets in every group of each named
 // partition are committed or dropped.
 func (c *Coordinator) writeTxnMarkers(req *kmsg.WriteTxnMarkersRequest) *kmsg.WriteTxnMarkersResponse {
-	return WriteTxnMarkersResponse(req, func(m *kmsg.WriteTxnMarkersRequestMarker, topic string, p int32) int16 {
+	return errresp.WriteTxnMarkers(req, func(m *kmsg.WriteTxnMarkersRequestMarker, topic string, p int32) int16 {
 		switch {
 		case topic != OffsetsTopic || p < 0 || p >= c.cfg.OffsetsPartitions:
 			return kerr.UnknownTopicOrPartition.Code
@@ -281,30 +274,6 @@ func (c *Coordinator) writeTxnMarkers(req *kmsg.WriteTxnMarkersRequest) *kmsg.Wr
 		c.noteMarkedEpoch(m.ProducerID, m.ProducerEpoch)
 		return 0
 	})
-}
-
-// WriteTxnMarkersResponse is the answer to req with write's error code for
-// each partition of each marker, called in the request's order (the group
-// coordinator's for __consumer_offsets, the API layer's for the others).
-func WriteTxnMarkersResponse(req *kmsg.WriteTxnMarkersRequest, write func(m *kmsg.WriteTxnMarkersRequestMarker, topic string, partition int32) int16) *kmsg.WriteTxnMarkersResponse {
-	resp := req.ResponseKind().(*kmsg.WriteTxnMarkersResponse)
-	for i := range req.Markers {
-		m := &req.Markers[i]
-		sm := kmsg.NewWriteTxnMarkersResponseMarker()
-		sm.ProducerID = m.ProducerID
-		for _, t := range m.Topics {
-			st := kmsg.NewWriteTxnMarkersResponseMarkerTopic()
-			st.Topic = t.Topic
-			for _, p := range t.Partitions {
-				sp := kmsg.NewWriteTxnMarkersResponseMarkerTopicPartition()
-				sp.Partition, sp.ErrorCode = p, write(m, t.Topic, p)
-				st.Partitions = append(st.Partitions, sp)
-			}
-			sm.Topics = append(sm.Topics, st)
-		}
-		resp.Markers = append(resp.Markers, sm)
-	}
-	return resp
 }
 
 func (c *Coordinator) noteMarkedEpoch(pid int64, epoch int16) {

@@ -493,8 +493,11 @@ func (s *Store) Append(records []Record) map[int32]error {
 	return failed
 }
 
-// Partitions is the number of the topic's partitions.
-func (s *Store) Partitions() int32 { return int32(len(s.logs)) }
+// Partitions is the number of the topic's partitions: fixed at OpenStore,
+// so any goroutine may read it, before Close or after (a request reaching a
+// closed coordinator still places its group or id, without dividing by
+// zero, and is answered COORDINATOR_NOT_AVAILABLE).
+func (s *Store) Partitions() int32 { return s.cfg.Partitions }
 
 // Log returns a partition's log (Metadata and ListOffsets report it).
 func (s *Store) Log(p int32) *plog.Log {

@@ -49,7 +49,11 @@ func (c *Coordinator) describeTransactions(req *kmsg.DescribeTransactionsRequest
 // pattern; unknown state names are listed back in UnknownStateFilters.
 func (c *Coordinator) listTransactions(req *kmsg.ListTransactionsRequest) *kmsg.ListTransactionsResponse {
 	resp := req.ResponseKind().(*kmsg.ListTransactionsResponse)
-	if !c.loaded {
+	if !c.loaded || len(c.unloaded) > 0 {
+		// A partition unloaded after a storage error is reloading
+		// (UnloadPartition): its ids would be missing, so no list, as
+		// Kafka's TransactionStateManager answers while any partition
+		// loads; never success with ids silently left out.
 		resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
 		return resp
 	}
@@ -80,7 +84,6 @@ func (c *Coordinator) listTransactions(req *kmsg.ListTransactionsRequest) *kmsg.
 	}
 	for _, t := range c.sortedTxns() {
 		switch {
-		case c.unloaded[c.partitionFor(t.id)]:
 		case len(states) > 0 && !states[t.state]:
 		case len(pids) > 0 && !pids[t.producerID]:
 		case req.Version >= 1 && req.DurationFilterMillis >= 0 && c.now.UnixMilli()-timeMillis(t.start) <= req.DurationFilterMillis:

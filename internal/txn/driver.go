@@ -12,6 +12,7 @@ import (
 
 	"github.com/sushka-io/sushka/internal/clock"
 	"github.com/sushka-io/sushka/internal/coordloop"
+	"github.com/sushka-io/sushka/internal/errresp"
 	"github.com/sushka-io/sushka/internal/kvlog"
 	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/vfs"
@@ -19,6 +20,12 @@ import (
 
 // ErrClosed is returned by Do and Verify after Close.
 var ErrClosed = errors.New("txn: coordinator closed")
+
+// ErrUnsupported is returned by Do for a request type the coordinator has
+// no answer for (not a transaction request, and without an error response
+// in internal/errresp): the caller closes the connection, as Kafka does for
+// a request it cannot answer.
+var ErrUnsupported = errors.New("txn: the coordinator cannot answer this request type")
 
 // MarkerWriter writes a transaction's end into one partition: a commit or
 // abort marker, durable before it returns (api.Handler.WriteTxnMarker; for
@@ -56,9 +63,12 @@ type Service struct {
 	clock clock.Clock
 	store *kvlog.Store
 	loop  *coordloop.Loop[Request, Response]
-	// jobsCtx ends at Close: marker jobs in flight give up.
+	// jobsCtx ends at Close: marker jobs in flight give up, and Close
+	// waits for them (jobs: added by the loop's goroutine only, so every
+	// Add is done once the loop has stopped).
 	jobsCtx    context.Context
 	cancelJobs context.CancelFunc
+	jobs       sync.WaitGroup
 
 	// Owned by the loop's goroutine.
 	c *Coordinator
@@ -136,6 +146,9 @@ func (s *Service) do(ctx context.Context, req Request) (Response, error) {
 // response (an EndTxn waits for its markers).
 func (s *Service) Do(ctx context.Context, body kmsg.Request) (kmsg.Response, error) {
 	resp, err := s.do(ctx, Request{Body: body})
+	if err == nil && resp.Body == nil {
+		err = ErrUnsupported
+	}
 	return resp.Body, err
 }
 
@@ -161,12 +174,14 @@ func (s *Service) SetAddress(host string, port int32) {
 	s.Inspect(func(c *Coordinator) { c.SetAddress(host, port) })
 }
 
-// Close stops the driver and its marker jobs, answers the requests still
-// waiting with COORDINATOR_NOT_AVAILABLE and closes the store. Prepared
+// Close stops the driver and its marker jobs (and waits for them: none
+// writes into a partition after Close), answers the requests still waiting
+// with COORDINATOR_NOT_AVAILABLE and closes the store. Prepared
 // transactions stay prepared on disk: the next start writes their markers.
 func (s *Service) Close() error {
 	s.cancelJobs()
 	s.loop.Stop()
+	s.jobs.Wait()
 	return s.store.Close()
 }
 
@@ -177,7 +192,7 @@ func errorResponse(req Request, code int16) Response {
 	if req.Verify != nil {
 		return Response{ID: req.ID, Code: code}
 	}
-	return Response{ID: req.ID, Body: ErrorResponse(req.Body, code)}
+	return Response{ID: req.ID, Body: errresp.For(req.Body, code)}
 }
 
 // flush persists the Ready's records, then starts its marker jobs and
@@ -202,14 +217,15 @@ func (s *Service) flush() {
 		if failed[s.c.partitionFor(job.TransactionalID)] != nil {
 			continue
 		}
-		go s.writeMarkers(job)
+		s.jobs.Add(1)
+		go func() {
+			defer s.jobs.Done()
+			s.writeMarkers(job)
+		}()
 	}
 	for _, r := range rd.Responses {
 		s.loop.Answer(r.ID, func(req Request) Response {
-			if id := requestID(req); id != "" && failed[s.c.partitionFor(id)] != nil {
-				return errorResponse(req, kerr.NotCoordinator.Code)
-			}
-			return r
+			return answerFailed(req, r, func(id string) bool { return failed[s.c.partitionFor(id)] != nil })
 		})
 	}
 	// The completions after the answers (see Ready), before the next
@@ -238,8 +254,34 @@ func (s *Service) unload(failed map[int32]error, why string) {
 	}
 }
 
-// requestID is the transactional id a request changes ("" if none or
-// many).
+// answerFailed is r, req's answer, with what touched a partition whose
+// append failed (failedID of its transactional id) failed too:
+// NOT_COORDINATOR for a request of one id, and for each transaction of a
+// batched AddPartitionsToTxn (v4+, its transactions in any partitions) on
+// its own, never an answer of success for records that were lost.
+func answerFailed(req Request, r Response, failedID func(id string) bool) Response {
+	if b, ok := req.Body.(*kmsg.AddPartitionsToTxnRequest); ok && b.Version >= 4 {
+		if resp, ok := r.Body.(*kmsg.AddPartitionsToTxnResponse); ok {
+			for i := range resp.Transactions {
+				if rt := &resp.Transactions[i]; failedID(rt.TransactionalID) {
+					for j := range rt.Topics {
+						for k := range rt.Topics[j].Partitions {
+							rt.Topics[j].Partitions[k].ErrorCode = kerr.NotCoordinator.Code
+						}
+					}
+				}
+			}
+		}
+		return r
+	}
+	if id := requestID(req); id != "" && failedID(id) {
+		return errorResponse(req, kerr.NotCoordinator.Code)
+	}
+	return r
+}
+
+// requestID is the transactional id a request of one id changes ("" if
+// none; a batched AddPartitionsToTxn is answerFailed's).
 func requestID(req Request) string {
 	if req.Verify != nil {
 		return req.Verify.TransactionalID
@@ -252,9 +294,6 @@ func requestID(req Request) string {
 	case *kmsg.AddPartitionsToTxnRequest:
 		if b.Version < 4 {
 			return b.TransactionalID
-		}
-		if len(b.Transactions) > 0 {
-			return b.Transactions[0].TransactionalID // single node: one partition
 		}
 	case *kmsg.AddOffsetsToTxnRequest:
 		return b.TransactionalID

@@ -193,12 +193,7 @@ func TestFailedMarkerIsRetried(t *testing.T) {
 // without a restart, with the state that was durable.
 func TestStorageErrorFailsRequestsThenRecovers(t *testing.T) {
 	var failing atomic.Bool
-	fs := vfs.NewErrorFS(vfs.NewMem(), vfs.InjectorFunc(func(op vfs.Op, path string) error {
-		if failing.Load() && (op == vfs.OpWrite || op == vfs.OpWritev || op == vfs.OpWriteAt || op == vfs.OpSync) {
-			return vfs.ErrInjected
-		}
-		return nil
-	}))
+	fs := vfs.NewErrorFS(vfs.NewMem(), vfs.WritesWhile(&failing, ""))
 	s := startTxnService(t, fs, newPartitionsSide())
 	defer s.Close()
 	pid, epoch := beginTxn(t, s, "tx")

@@ -8,8 +8,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/sushka-io/sushka/internal/coordloop"
 )
 
 // Record key and value versions Sushka writes: Kafka's TransactionLogKey
@@ -181,52 +179,4 @@ func (c *Coordinator) LoadPartition(p int32, records []Record) error {
 	delete(c.unloaded, p)
 	c.resumeEnds(func(id string) bool { return c.partitionFor(id) == p })
 	return nil
-}
-
-// ErrorResponse is the response to req with its error codes set to code:
-// what the driver answers when persisting failed or it is closed.
-func ErrorResponse(req kmsg.Request, code int16) kmsg.Response {
-	switch req := req.(type) {
-	case *kmsg.InitProducerIDRequest:
-		resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
-		resp.ErrorCode, resp.ProducerID, resp.ProducerEpoch = code, -1, -1
-		return resp
-	case *kmsg.EndTxnRequest:
-		resp := req.ResponseKind().(*kmsg.EndTxnResponse)
-		resp.ErrorCode, resp.ProducerID, resp.ProducerEpoch = code, -1, -1
-		return resp
-	case *kmsg.AddPartitionsToTxnRequest:
-		resp := req.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)
-		for _, t := range req.Topics {
-			st := kmsg.NewAddPartitionsToTxnResponseTopic()
-			st.Topic = t.Topic
-			for _, p := range t.Partitions {
-				st.Partitions = append(st.Partitions, kmsg.AddPartitionsToTxnResponseTopicPartition{Partition: p, ErrorCode: code})
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		if req.Version >= 4 {
-			resp.ErrorCode = code
-		}
-		return resp
-	case *kmsg.FindCoordinatorRequest:
-		return coordloop.FindCoordinatorError(req, code)
-	case *kmsg.DescribeTransactionsRequest:
-		resp := req.ResponseKind().(*kmsg.DescribeTransactionsResponse)
-		for _, id := range req.TransactionalIDs {
-			st := kmsg.NewDescribeTransactionsResponseTransactionState()
-			st.TransactionalID, st.ErrorCode = id, code
-			resp.TransactionStates = append(resp.TransactionStates, st)
-		}
-		return resp
-	case *kmsg.AddOffsetsToTxnRequest:
-		resp := req.ResponseKind().(*kmsg.AddOffsetsToTxnResponse)
-		resp.ErrorCode = code
-		return resp
-	case *kmsg.ListTransactionsRequest:
-		resp := req.ResponseKind().(*kmsg.ListTransactionsResponse)
-		resp.ErrorCode = code
-		return resp
-	}
-	return req.ResponseKind()
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Op names a filesystem operation, for fault injection (Injector) and sync
@@ -119,6 +120,21 @@ func OnPath(substring string, op Op) Injector {
 	return InjectorFunc(func(o Op, path string) error {
 		if (op == OpAny || o == op) && strings.Contains(path, substring) {
 			return ErrInjected
+		}
+		return nil
+	})
+}
+
+// WritesWhile fails every write and sync (OpWrite, OpWritev, OpWriteAt,
+// OpSync) of a path containing substring ("" for every path) with
+// ErrInjected while failing is set: a disk that breaks and comes back.
+func WritesWhile(failing *atomic.Bool, substring string) Injector {
+	return InjectorFunc(func(op Op, path string) error {
+		switch op {
+		case OpWrite, OpWritev, OpWriteAt, OpSync:
+			if failing.Load() && strings.Contains(path, substring) {
+				return ErrInjected
+			}
 		}
 		return nil
 	})
