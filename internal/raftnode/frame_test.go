@@ -148,6 +148,9 @@ func FuzzDecodeFrame(f *testing.F) {
 // makes raft panic) fails that group alone; the node keeps serving the
 // others.
 func TestHostilePeer(t *testing.T) {
+	if *everyClusterTLS {
+		t.Skip("plaintext hostile peers (TestHostileTLSPeer has TLS ones)")
+	}
 	c := newCluster(t, clusterOptions{nodes: 3, groups: 3, manual: true})
 	leaders, _ := c.electAll(60)
 	target := c.node(2)
