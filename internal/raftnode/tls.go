@@ -81,15 +81,40 @@ func peerTLSBase(cfg *tls.Config) (*tls.Config, error) {
 }
 
 // serverTLS is the acceptor's side: a certificate of the peer CAs is
-// required of the dialer (for client auth).
+// required of the dialer, for client auth (Go's check) and for server auth
+// too (ours): a node's certificate serves both ways, so a Kafka client's
+// certificate of the same CA is no peer's, whatever it names.
 func serverTLS(base *tls.Config) *tls.Config {
+	roots := base.ClientCAs
 	return &tls.Config{
 		MinVersion:             tls.VersionTLS13,
 		Certificates:           base.Certificates[:1],
-		ClientCAs:              base.ClientCAs,
+		ClientCAs:              roots,
 		ClientAuth:             tls.RequireAndVerifyClientCert,
 		SessionTicketsDisabled: true, // dialers keep no session cache
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			_, err := verifyPeer(cs, roots)
+			return err
+		},
 	}
+}
+
+// verifyPeer verifies a peer's certificate chain against roots for server
+// auth and returns the node it names.
+func verifyPeer(cs tls.ConnectionState, roots *x509.CertPool) (uint64, error) {
+	if len(cs.PeerCertificates) == 0 {
+		return 0, errors.New("the peer presented no certificate")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range cs.PeerCertificates[1:] {
+		inter.AddCert(c)
+	}
+	leaf := cs.PeerCertificates[0]
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		return 0, fmt.Errorf("peer certificate %q: %w", leaf.Subject, err)
+	}
+	return certificateNode(leaf)
 }
 
 // clientTLS is the dialer's side: the acceptor's certificate is verified
@@ -105,26 +130,11 @@ func clientTLS(base *tls.Config, to uint64) *tls.Config {
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil },
 		InsecureSkipVerify:   true, // verified below, without the host name
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			if len(cs.PeerCertificates) == 0 {
-				return errors.New("the peer presented no certificate")
+			id, err := verifyPeer(cs, roots)
+			if err == nil && id != to {
+				err = fmt.Errorf("dialled node %d, its certificate names node %d", to, id)
 			}
-			inter := x509.NewCertPool()
-			for _, c := range cs.PeerCertificates[1:] {
-				inter.AddCert(c)
-			}
-			leaf := cs.PeerCertificates[0]
-			if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter,
-				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-				return fmt.Errorf("peer certificate %q: %w", leaf.Subject, err)
-			}
-			id, err := certificateNode(leaf)
-			if err != nil {
-				return err
-			}
-			if id != to {
-				return fmt.Errorf("dialled node %d, its certificate names node %d", to, id)
-			}
-			return nil
+			return err
 		},
 	}
 }
