@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -116,27 +117,75 @@ func TestDecodeFrameRejects(t *testing.T) {
 }
 
 // FuzzDecodeFrame: no input makes the decoder panic, and whatever decodes
-// is a batch of checked messages or a hello. Run for a bounded time with
-// go test -fuzz FuzzDecodeFrame -fuzztime 30s ./internal/raftnode; the
-// seeds run in every go test.
+// is a batch of checked messages or a hello that encodes again to what
+// decodes the same. The input is also read as a connection's byte stream
+// (what serveConn reads: length-prefixed frames) with a 1 KiB frame limit:
+// no frame read holds more than the limit, and every error is a frame
+// error or the stream's end. Run for a bounded time with go test -fuzz
+// FuzzDecodeFrame -fuzztime 30s ./internal/raftnode; the seeds run in
+// every go test.
 func FuzzDecodeFrame(f *testing.F) {
-	f.Add(appendHello(nil, hello{from: 1, to: 2, cluster: 3})[lengthField:])
-	f.Add(batchFrame(f, 1, heartbeat(1, 2, 5))[lengthField:])
+	helloFrame := appendHello(nil, hello{from: 1, to: 2, cluster: 3})
+	hb := batchFrame(f, 1, heartbeat(1, 2, 5))
+	f.Add(helloFrame[lengthField:])
+	f.Add(hb[lengthField:])
 	f.Add(batchFrame(f, 1, heartbeat(1, 2, 5), &pb.Message{Type: pb.MessageType_MsgApp.Enum(), From: new(uint64(1)), To: new(uint64(2)),
 		Entries: []*pb.Entry{{Index: new(uint64(6)), Data: []byte("x")}}})[lengthField:])
 	f.Add(sealBatch(startBatch(nil), 0, 0)[lengthField:])
 	f.Add([]byte{})
+	f.Add(append(bytes.Clone(helloFrame), hb...))                             // a connection's stream
+	f.Add(append(bytes.Clone(helloFrame), 0x00, 0x00, 0x04, 0x01))            // a frame over the limit
+	f.Add(append(bytes.Clone(hb[:len(hb)-1]), hb[len(hb)-1]^1))               // a corrupt checksum
+	f.Add([]byte{0x16, 0x03, 0x01, 0x00, 0xc8, 0x01, 0x00, 0x00, 0xc4, 0x03}) // a TLS ClientHello's start
 	f.Fuzz(func(t *testing.T, frame []byte) {
-		kind, _, msgs, err := decodeFrame(frame, nil)
+		kind, h, msgs, err := decodeFrame(frame, nil)
 		if err != nil {
 			if !errors.Is(err, errFrame) {
 				t.Fatalf("error not errFrame: %v", err)
 			}
-			return
+		} else {
+			var again []byte
+			switch kind {
+			case frameHello:
+				again = appendHello(nil, h)
+			case frameBatch:
+				for _, m := range msgs {
+					if checkPeerMessage(m.msg) != nil {
+						t.Fatalf("kind %d: unchecked message %v", kind, m.msg)
+					}
+				}
+				again = startBatch(nil)
+				for _, m := range msgs {
+					again = appendBatchEntry(again, m.group, m.flags, marshal(t, m.msg))
+				}
+				again = sealBatch(again, 0, len(msgs))
+			}
+			kind2, h2, msgs2, err := decodeFrame(again[lengthField:], nil)
+			if err != nil || kind2 != kind || h2 != h || len(msgs2) != len(msgs) {
+				t.Fatalf("re-encoded frame: kind %d %+v %d messages, %v; was kind %d %+v %d", kind2, h2, len(msgs2), err, kind, h, len(msgs))
+			}
+			for i := range msgs {
+				if msgs2[i].group != msgs[i].group || msgs2[i].flags != msgs[i].flags || !proto.Equal(msgs2[i].msg, msgs[i].msg) {
+					t.Fatalf("message %d re-encoded as %v, was %v", i, msgs2[i], msgs[i])
+				}
+			}
 		}
-		for _, m := range msgs {
-			if checkPeerMessage(m.msg) != nil {
-				t.Fatalf("kind %d: unchecked message %v", kind, m.msg)
+
+		const limit = 1 << 10
+		r := frameReader{c: bytes.NewReader(frame), max: limit}
+		for {
+			f, err := r.next()
+			if cap(r.buf) > limit {
+				t.Fatalf("frame buffer of %d bytes, limit %d", cap(r.buf), limit)
+			}
+			if err != nil {
+				if !errors.Is(err, errFrame) && err != io.EOF && err != io.ErrUnexpectedEOF {
+					t.Fatalf("stream error %v", err)
+				}
+				return
+			}
+			if _, _, _, err := decodeFrame(f, nil); err != nil && !errors.Is(err, errFrame) {
+				t.Fatalf("stream frame: error not errFrame: %v", err)
 			}
 		}
 	})
