@@ -133,6 +133,41 @@ func TestHostileTLSPeer(t *testing.T) {
 	c.tickUntil(30, "replicated after the hostile peers", c.everyGroupApplied(1))
 }
 
+// holdingListener accepts connections on 127.0.0.1 and holds them open
+// until the test ends, after handing each to accepted (if set); it returns
+// its address.
+func holdingListener(t *testing.T, accepted func(net.Conn)) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if accepted != nil {
+				accepted(c)
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return ln.Addr().String()
+}
+
 // singleNode is node 1 over TLS with a certificate of ca (nil: plaintext),
 // no group, no peer: the target of handshake tests.
 func singleNode(t *testing.T, ca *peerCA, tweak func(*Config)) *Node {
@@ -203,33 +238,9 @@ func TestHandshakeDeadlines(t *testing.T) {
 	}
 
 	// A peer listener that accepts and never answers.
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var held []net.Conn
-	go func() {
-		for {
-			c, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		silent.Close()
-		mu.Lock()
-		for _, c := range held {
-			c.Close()
-		}
-		mu.Unlock()
-	})
+	silent := holdingListener(t, nil)
 	n := singleNode(t, ca, func(cfg *Config) { cfg.HandshakeTimeout = timeout; cfg.ReconnectBackoffMax = 20 * time.Millisecond })
-	if err := n.AddPeer(2, silent.Addr().String()); err != nil {
+	if err := n.AddPeer(2, silent); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(3 * time.Second); n.Stats().Transport.HandshakeFailures < 3; time.Sleep(20 * time.Millisecond) {
@@ -291,33 +302,9 @@ func TestSlowReaderOverTLS(t *testing.T) {
 		}
 		return b
 	}())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var held []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.(*net.TCPConn).SetReadBuffer(16 << 10)
-			tc := tls.Server(c, srv)
-			go tc.Handshake() // then never read
-			mu.Lock()
-			held = append(held, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range held {
-			c.Close()
-		}
-		mu.Unlock()
+	slow := holdingListener(t, func(c net.Conn) {
+		c.(*net.TCPConn).SetReadBuffer(16 << 10)
+		go tls.Server(c, srv).Handshake() // then never read
 	})
 
 	const queueBytes = 1 << 20
@@ -326,7 +313,7 @@ func TestSlowReaderOverTLS(t *testing.T) {
 		cfg.PeerQueueBytes = queueBytes
 		cfg.ReconnectBackoffMax = 20 * time.Millisecond
 	})
-	if err := n.AddPeer(3, ln.Addr().String()); err != nil {
+	if err := n.AddPeer(3, slow); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.AddGroup(GroupConfig{ID: 1, Voters: []uint64{1, 3}, Storage: NewMemStorage(), Apply: func([]*pb.Entry) {}}); err != nil {
