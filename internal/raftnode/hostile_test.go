@@ -204,7 +204,11 @@ func TestHandshakeDeadlines(t *testing.T) {
 		if tlsOn {
 			nodeCA = ca
 		}
-		n := singleNode(t, nodeCA, func(cfg *Config) { cfg.HandshakeTimeout = timeout })
+		logs := &logBuffer{}
+		n := singleNode(t, nodeCA, func(cfg *Config) {
+			cfg.HandshakeTimeout = timeout
+			cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		})
 		// Nothing, or the start of what the listener expects (a TLS
 		// ClientHello, a hello frame), then nothing more.
 		stalls := [][]byte{nil, appendHello(nil, hello{from: 2, to: 1})[:10]}
@@ -233,7 +237,8 @@ func TestHandshakeDeadlines(t *testing.T) {
 			}
 			defer conn.Close()
 			conn.Write([]byte{0x01, 0x00, 0x00, 0x00})
-			expectClosed(t, conn, timeout/3)
+			expectClosed(t, conn, 10*timeout)
+			wantLog(t, logs, 1, "frame length 16777216 outside [5, 30]")
 		}
 	}
 
