@@ -317,3 +317,34 @@ func expectClosed(t *testing.T, conn net.Conn, within time.Duration) {
 		return
 	}
 }
+
+// TestPeerTLSConfigRefused: a TLS configuration without this node's
+// certificate or without the peer CAs is refused by New, saying which.
+func TestPeerTLSConfigRefused(t *testing.T) {
+	ca := newPeerCA(t)
+	certFile, keyFile := ca.write("node-1", ca.issue(cn(NodeCommonName(1))))
+	noCAs, err := server.NewTLSConfig(server.TLSFiles{CertFile: certFile, KeyFile: keyFile}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withCAs := ca.config("node-1", ca.issue(cn(NodeCommonName(1))))
+	noCert := withCAs.Clone()
+	noCert.GetConfigForClient = nil // the outer configuration alone holds no certificate
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, tt := range []struct {
+		cfg  *tls.Config
+		want string
+	}{{noCAs, "without CAs"}, {noCert, "without a certificate"}} {
+		_, err := New(Config{ID: 1, Listener: ln, TLS: tt.cfg})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Fatalf("New: %v, want an error %q", err, tt.want)
+		}
+	}
+	if _, err := New(Config{ID: 1, Listener: ln, TLS: withCAs}); err != nil {
+		t.Fatal(err)
+	}
+}
