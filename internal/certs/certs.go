@@ -78,6 +78,11 @@ type Options struct {
 	// Validity, from an hour ago (clock skew). Default: a year for
 	// certificates, ten years for a CA.
 	Validity time.Duration
+	// Peer makes a node certificate of a cluster's peer link, valid for
+	// both server and client auth (a node accepts its peers' connections
+	// and dials its own, with the same certificate: CockroachDB's node
+	// certificates, etcd's peer certificates).
+	Peer bool
 }
 
 // NewCA makes a self-signed CA.
@@ -94,7 +99,7 @@ func NewCA(subject pkix.Name, validity time.Duration) (Pair, error) {
 
 // Issue makes a certificate signed by ca: for a server (ServerAuth, with
 // opts.Hosts as its subject alternative names) when opts has hosts, else
-// for a client (ClientAuth).
+// for a client (ClientAuth); for both when opts.Peer is set.
 func Issue(ca Pair, opts Options) (Pair, error) {
 	if opts.Validity <= 0 {
 		opts.Validity = 365 * 24 * time.Hour
@@ -102,7 +107,10 @@ func Issue(ca Pair, opts Options) (Pair, error) {
 	tmpl := template(opts.Subject, opts.Validity)
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	if len(opts.Hosts) > 0 {
+	switch {
+	case opts.Peer:
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	case len(opts.Hosts) > 0:
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	}
 	for _, h := range opts.Hosts {

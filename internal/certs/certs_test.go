@@ -3,6 +3,7 @@ package certs
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"os"
 	"path/filepath"
 	"testing"
@@ -57,5 +58,32 @@ func TestSetVerifiesAndLoads(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(filepath.Join(dir, CAKeyFile)); string(after) != string(before) {
 		t.Fatal("the CA key was overwritten")
+	}
+}
+
+// TestPeerCertificate: a peer (node) certificate verifies for both server
+// and client auth, with its hosts; a server certificate only for the first.
+func TestPeerCertificate(t *testing.T) {
+	ca, err := NewCA(pkix.Name{CommonName: "peers"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := Issue(ca, Options{Subject: pkix.Name{CommonName: "node-1"}, Hosts: []string{"127.0.0.1"}, Peer: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
+		if _, err := node.Cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: "127.0.0.1", KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+			t.Errorf("peer certificate for usage %v: %v", usage, err)
+		}
+	}
+	srv, err := Issue(ca, Options{Subject: pkix.Name{CommonName: "node-2"}, Hosts: []string{"127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
+		t.Error("a server certificate verifies for client auth")
 	}
 }

@@ -23,6 +23,8 @@ type testCluster struct {
 
 	ticked int // rounds of tickUntil so far in the current call
 
+	peerCA *peerCA // the nodes' certificates, over TLS (tls_test.go)
+
 	mu      sync.Mutex
 	applied map[[2]uint64][]string   // (node, group) → data of applied normal entries
 	waiters map[string]chan struct{} // "node/value" → closed when node applies value
@@ -37,6 +39,9 @@ type clusterOptions struct {
 	campaign bool
 	// apply, if set, replaces the recording of applied values.
 	apply func(node, group uint64, entries []*pb.Entry)
+	// tls: the nodes talk mutual TLS, each with a certificate of one CA
+	// (as is every cluster with -raftnode.tls); tweak may replace one.
+	tls bool
 }
 
 func newCluster(t testing.TB, o clusterOptions) *testCluster {
@@ -59,6 +64,9 @@ func newCluster(t testing.TB, o clusterOptions) *testCluster {
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 		if testing.Verbose() {
 			cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		}
+		if o.tls || *everyClusterTLS {
+			cfg.TLS = c.nodeTLS(id)
 		}
 		if o.tweak != nil {
 			o.tweak(&cfg)

@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +22,24 @@ type Config struct {
 	// Listener is the peer listener (--peer-listen); the node accepts its
 	// peers' connections on it and closes it at Stop.
 	Listener net.Listener
+
+	// TLS, when set, runs every peer connection over mutual TLS 1.3
+	// (tls.go): its Certificates[0] is this node's certificate, presented
+	// in both directions, and its ClientCAs are the CAs peers' certificates
+	// are verified against in both directions; a peer's certificate must
+	// name the node it is (subject CN node-<id>, NodeCommonName). A
+	// configuration with GetConfigForClient (server.NewTLSConfig's, which
+	// reloads renewed files) is asked for the one in force at every new
+	// connection. Nil: plaintext, for tests and a single machine; a peer
+	// with TLS on one side only is refused.
+	TLS *tls.Config
+	// HandshakeTimeout bounds a new connection's TLS handshake and hello,
+	// accepted or dialled (10 s).
+	HandshakeTimeout time.Duration
+	// MaxPendingHandshakes bounds the accepted connections that have not
+	// yet completed their handshake and hello (64); past it a new
+	// connection is closed at once (a flood of connections holds no more).
+	MaxPendingHandshakes int
 
 	// TickInterval is the node-wide ticker's period (100 ms).
 	TickInterval time.Duration
@@ -67,19 +86,21 @@ type Config struct {
 // heartbeat of 1 tick at a 100 ms tick (docs/replication.md section 3).
 func DefaultConfig() Config {
 	return Config{
-		TickInterval:        100 * time.Millisecond,
-		ElectionTicks:       10,
-		HeartbeatTicks:      1,
-		Workers:             runtime.GOMAXPROCS(0),
-		PeerQueueMessages:   65536,
-		PeerQueueBytes:      64 << 20,
-		MaxFrameBytes:       16 << 20,
-		MaxSizePerMsg:       1 << 20,
-		MaxInflightMsgs:     256,
-		DialTimeout:         time.Second,
-		WriteTimeout:        10 * time.Second,
-		ReconnectBackoffMax: time.Second,
-		Logger:              slog.Default(),
+		TickInterval:         100 * time.Millisecond,
+		ElectionTicks:        10,
+		HeartbeatTicks:       1,
+		Workers:              runtime.GOMAXPROCS(0),
+		PeerQueueMessages:    65536,
+		PeerQueueBytes:       64 << 20,
+		MaxFrameBytes:        16 << 20,
+		MaxSizePerMsg:        1 << 20,
+		MaxInflightMsgs:      256,
+		DialTimeout:          time.Second,
+		WriteTimeout:         10 * time.Second,
+		ReconnectBackoffMax:  time.Second,
+		HandshakeTimeout:     10 * time.Second,
+		MaxPendingHandshakes: 64,
+		Logger:               slog.Default(),
 	}
 }
 
@@ -122,6 +143,12 @@ func (c Config) withDefaults() Config {
 	if c.ReconnectBackoffMax == 0 {
 		c.ReconnectBackoffMax = d.ReconnectBackoffMax
 	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = d.HandshakeTimeout
+	}
+	if c.MaxPendingHandshakes == 0 {
+		c.MaxPendingHandshakes = d.MaxPendingHandshakes
+	}
 	if c.Logger == nil {
 		c.Logger = d.Logger
 	}
@@ -137,7 +164,8 @@ func (c Config) Validate() error {
 		return errors.New("raftnode: no peer listener")
 	case c.TickInterval < 0, c.ElectionTicks < 0, c.HeartbeatTicks < 0, c.Workers < 0,
 		c.PeerQueueMessages < 0, c.PeerQueueBytes < 0, c.MaxFrameBytes < 0, c.MaxMessagesPerFrame < 0,
-		c.MaxInflightMsgs < 0, c.DialTimeout < 0, c.WriteTimeout < 0, c.ReconnectBackoffMax < 0:
+		c.MaxInflightMsgs < 0, c.DialTimeout < 0, c.WriteTimeout < 0, c.ReconnectBackoffMax < 0,
+		c.HandshakeTimeout < 0, c.MaxPendingHandshakes < 0:
 		return errors.New("raftnode: negative setting")
 	case c.ElectionTicks != 0 && c.ElectionTicks <= c.HeartbeatTicks:
 		return fmt.Errorf("raftnode: election of %d ticks not above the heartbeat's %d", c.ElectionTicks, c.HeartbeatTicks)
@@ -145,6 +173,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("raftnode: frame limit %d below 1 KiB", c.MaxFrameBytes)
 	case c.MaxFrameBytes != 0 && c.MaxSizePerMsg != 0 && c.MaxSizePerMsg+64<<10 > uint64(c.MaxFrameBytes):
 		return fmt.Errorf("raftnode: raft messages of %d bytes do not fit frames of %d", c.MaxSizePerMsg, c.MaxFrameBytes)
+	}
+	if c.TLS != nil {
+		if _, err := peerTLSBase(c.TLS); err != nil {
+			return err
+		}
 	}
 	return nil
 }

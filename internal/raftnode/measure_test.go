@@ -39,6 +39,7 @@ type measureRun struct {
 	cpuSeconds  float64
 	groups      int
 	coalescing  bool
+	tls         bool
 	proposers   int
 	payloadSize int
 }
@@ -51,10 +52,10 @@ func cpuSeconds() float64 {
 
 // measureCluster starts 3 nodes × groups with the real 100 ms ticker, spreads
 // the leaders, and returns the cluster and the proposers' slots.
-func measureCluster(t *testing.T, groups, perGroup int, coalescing bool) (*testCluster, []*slot, map[uint64]uint64) {
+func measureCluster(t *testing.T, groups, perGroup int, coalescing, tlsOn bool) (*testCluster, []*slot, map[uint64]uint64) {
 	var slots []*slot
 	var slotsMu sync.RWMutex
-	c := newCluster(t, clusterOptions{nodes: 3, groups: groups, manual: true,
+	c := newCluster(t, clusterOptions{nodes: 3, groups: groups, manual: true, tls: tlsOn,
 		tweak: func(cfg *Config) {
 			if !coalescing {
 				cfg.MaxMessagesPerFrame = 1
@@ -172,26 +173,44 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 func (r measureRun) String() string {
 	slices.Sort(r.latencies)
 	pairs := 6.0 // ordered pairs of 3 nodes
-	return fmt.Sprintf("groups %5d coalescing %-5v proposers %4d: %8.0f proposals/s  p50 %7s  p99 %7s  per pair %7.0f frames/s %8.0f KiB/s %6.1f msgs/frame  CPU %.2f cores",
-		r.groups, r.coalescing, r.proposers, float64(r.proposals)/r.seconds,
+	return fmt.Sprintf("groups %5d coalescing %-5v tls %-5v proposers %4d: %8.0f proposals/s  p50 %7s  p99 %7s  per pair %7.0f frames/s %8.0f KiB/s %6.1f msgs/frame  CPU %.2f cores, %5.1f µs a proposal",
+		r.groups, r.coalescing, r.tls, r.proposers, float64(r.proposals)/r.seconds,
 		percentile(r.latencies, 0.50).Round(10*time.Microsecond), percentile(r.latencies, 0.99).Round(10*time.Microsecond),
 		float64(r.framesSent)/r.seconds/pairs, float64(r.bytesSent)/r.seconds/pairs/1024,
-		float64(r.messages)/float64(max(r.framesSent, 1)), r.cpuSeconds/r.seconds)
+		float64(r.messages)/float64(max(r.framesSent, 1)), r.cpuSeconds/r.seconds, 1e6*r.cpuSeconds/float64(max(r.proposals, 1)))
 }
 
 func TestMeasure(t *testing.T) {
 	if !*measure {
 		t.Skip("measurements run with -raftnode.measure")
 	}
+	configs := []measureConfig{{1, 64, true, false}, {1, 64, false, false}, {1000, 1, true, false}, {1000, 1, false, false}}
+	runMeasure(t, configs, 3)
+}
+
+// TestMeasureTLS: 1,000 groups over plaintext and over mutual TLS, with
+// and without coalescing (many small frames: TLS's cost per record shows),
+// interleaved (docs/benchmarks.md, "The raft peer link over TLS").
+func TestMeasureTLS(t *testing.T) {
+	if !*measure {
+		t.Skip("measurements run with -raftnode.measure")
+	}
+	runMeasure(t, []measureConfig{{1000, 1, true, false}, {1000, 1, true, true}, {1000, 1, false, false}, {1000, 1, false, true}}, 5)
+}
+
+type measureConfig struct {
+	groups, perGroup int
+	coalescing, tls  bool
+}
+
+// runMeasure runs each configuration for rounds rounds of 3 s, interleaved
+// (A B C A B C …), and logs each round and each one's worst, median and
+// best by proposals a second.
+func runMeasure(t *testing.T, configs []measureConfig, rounds int) {
 	load, _ := os.ReadFile("/proc/loadavg")
 	t.Logf("GOMAXPROCS %d, %s, load %s", runtime.GOMAXPROCS(0), runtime.Version(), load)
-	const rounds, payload = 3, 256
+	const payload = 256
 	round := 3 * time.Second
-	type config struct {
-		groups, perGroup int
-		coalescing       bool
-	}
-	configs := []config{{1, 64, true}, {1, 64, false}, {1000, 1, true}, {1000, 1, false}}
 	type setup struct {
 		c       *testCluster
 		slots   []*slot
@@ -200,7 +219,7 @@ func TestMeasure(t *testing.T) {
 	}
 	setups := make([]setup, len(configs))
 	for i, cf := range configs {
-		c, slots, leaders := measureCluster(t, cf.groups, cf.perGroup, cf.coalescing)
+		c, slots, leaders := measureCluster(t, cf.groups, cf.perGroup, cf.coalescing, cf.tls)
 		setups[i] = setup{c: c, slots: slots, leaders: leaders}
 	}
 	results := make([][]measureRun, len(configs))
@@ -213,7 +232,7 @@ func TestMeasure(t *testing.T) {
 			}
 			res := runProposers(t, s.c, s.slots, s.leaders, cf.perGroup, round, payload)
 			stop()
-			res.coalescing = cf.coalescing
+			res.coalescing, res.tls = cf.coalescing, cf.tls
 			results[i] = append(results[i], res)
 			t.Logf("round %d %v", r+1, res)
 		}
@@ -226,7 +245,19 @@ func TestMeasure(t *testing.T) {
 		t.Logf("worst  %v", rs[0])
 		t.Logf("median %v", rs[len(rs)/2])
 		t.Logf("best   %v", rs[len(rs)-1])
+		cpu, frames := make([]float64, len(rs)), make([]float64, len(rs))
+		for j, r := range rs {
+			cpu[j] = 1e6 * r.cpuSeconds / float64(max(r.proposals, 1))
+			frames[j] = float64(r.framesSent) / r.seconds / 6
+		}
+		slices.Sort(cpu)
+		slices.Sort(frames)
+		t.Logf("groups %d coalescing %v tls %v: CPU a proposal best/median/worst %.1f/%.1f/%.1f µs; frames/s per pair best/median/worst %.0f/%.0f/%.0f",
+			configs[i].groups, configs[i].coalescing, configs[i].tls, cpu[0], cpu[len(cpu)/2], cpu[len(cpu)-1],
+			frames[len(frames)-1], frames[len(frames)/2], frames[0])
 	}
+	load, _ = os.ReadFile("/proc/loadavg")
+	t.Logf("load after %s", load)
 }
 
 // TestMeasureIdle: the CPU of 3 nodes × 10,000 quiescent groups on the real

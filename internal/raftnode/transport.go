@@ -1,10 +1,13 @@
 package raftnode
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,16 +28,26 @@ type transport struct {
 	cfg  *Config
 	log  *slog.Logger
 
-	mu      sync.RWMutex // peers, conns
+	mu      sync.RWMutex // peers, conns, inbound
 	peers   map[uint64]*peer
-	conns   map[net.Conn]struct{}
+	conns   map[net.Conn]struct{} // every open connection's socket (rawConn)
+	inbound map[uint64]net.Conn   // each peer's accepted connection past its hello (its socket)
 	started bool
 	done    chan struct{}
 	wg      sync.WaitGroup
 
+	// pending holds a token per accepted connection still in its
+	// handshake or hello (Config.MaxPendingHandshakes).
+	pending chan struct{}
+
+	logMu     sync.Mutex // the limiters
+	badLog    logLimiter
+	refuseLog logLimiter
+	dialLog   logLimiter
+
 	framesSent, bytesSent, messagesSent, messagesDropped          atomic.Uint64
 	framesReceived, bytesReceived, messagesReceived, unknownGroup atomic.Uint64
-	badFrames, dials, accepts                                     atomic.Uint64
+	badFrames, dials, accepts, handshakeFailures, connsRefused    atomic.Uint64
 	openConns                                                     atomic.Int64
 }
 
@@ -63,22 +76,28 @@ type outMessage struct {
 	data  []byte
 }
 
-// TransportStats are the transport's counters since New.
+// TransportStats are the transport's counters since New. BadFrames
+// counts connections closed for what they sent (frames, hellos, TLS
+// handshakes); HandshakeFailures the TLS handshakes that failed either way
+// and the connections with TLS on one side only; ConnsRefused the accepted
+// connections closed at once past Config.MaxPendingHandshakes.
 type TransportStats struct {
 	FramesSent, BytesSent, MessagesSent, MessagesDropped          uint64
 	FramesReceived, BytesReceived, MessagesReceived, UnknownGroup uint64
-	BadFrames, Dials, Accepts                                     uint64
+	BadFrames, Dials, Accepts, HandshakeFailures, ConnsRefused    uint64
 	OpenConns                                                     int64
 }
 
 func newTransport(n *Node) *transport {
 	return &transport{
-		node:  n,
-		cfg:   &n.cfg,
-		log:   n.cfg.Logger.With("raft", n.cfg.ID),
-		peers: make(map[uint64]*peer),
-		conns: make(map[net.Conn]struct{}),
-		done:  make(chan struct{}),
+		node:    n,
+		cfg:     &n.cfg,
+		log:     n.cfg.Logger.With("raft", n.cfg.ID),
+		peers:   make(map[uint64]*peer),
+		conns:   make(map[net.Conn]struct{}),
+		inbound: make(map[uint64]net.Conn),
+		done:    make(chan struct{}),
+		pending: make(chan struct{}, n.cfg.MaxPendingHandshakes),
 	}
 }
 
@@ -143,8 +162,8 @@ func (t *transport) stopping() bool {
 	}
 }
 
-// track records an open connection so that stop closes it; false when
-// stopping (the caller closes it).
+// track records an open connection (its socket) so that stop closes it;
+// false when stopping (the caller closes it).
 func (t *transport) track(c net.Conn) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -156,7 +175,10 @@ func (t *transport) track(c net.Conn) bool {
 	return true
 }
 
+// untrack forgets and closes c's socket (never a TLS close_notify, which
+// would wait on a peer that stopped reading).
 func (t *transport) untrack(c net.Conn) {
+	c = rawConn(c)
 	t.mu.Lock()
 	if _, ok := t.conns[c]; ok {
 		delete(t.conns, c)
@@ -366,12 +388,22 @@ func (t *transport) dial(addr string, to uint64) (net.Conn, error) {
 		_ = c.Close()
 		return nil, ErrStopped
 	}
-	_ = c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
-	if _, err := c.Write(appendHello(nil, hello{from: t.cfg.ID, to: to, cluster: t.cfg.Cluster})); err != nil {
+	// The handshake and the hello within HandshakeTimeout: an acceptor
+	// that never answers holds the writer no longer.
+	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+	conn := c
+	if t.cfg.TLS != nil {
+		if conn, err = t.clientHandshake(c, to); err != nil {
+			t.untrack(c)
+			return nil, err
+		}
+	}
+	if _, err := conn.Write(appendHello(nil, hello{from: t.cfg.ID, to: to, cluster: t.cfg.Cluster})); err != nil {
 		t.untrack(c)
 		return nil, err
 	}
-	return c, nil
+	_ = c.SetDeadline(time.Time{})
+	return conn, nil
 }
 
 func (t *transport) acceptLoop() {
@@ -391,6 +423,18 @@ func (t *transport) acceptLoop() {
 			continue
 		}
 		t.accepts.Add(1)
+		select {
+		case t.pending <- struct{}{}:
+		default:
+			// As many connections as MaxPendingHandshakes are still
+			// in their handshakes: a flood, or peers far slower than
+			// HandshakeTimeout. Real peers redial.
+			t.connsRefused.Add(1)
+			t.logLimited(&t.refuseLog, "raft peer connection refused: too many pending handshakes",
+				"remote", c.RemoteAddr().String(), "max_pending_handshakes", t.cfg.MaxPendingHandshakes)
+			_ = c.Close()
+			continue
+		}
 		if !t.track(c) {
 			_ = c.Close()
 			return
@@ -400,46 +444,33 @@ func (t *transport) acceptLoop() {
 	}
 }
 
-// helloTimeout bounds the wait for a connection's hello.
-const helloTimeout = 10 * time.Second
-
-// serveConn reads one peer's connection: its hello, then batches, each
-// message handed to its group. Anything invalid closes the connection with
-// a log line; the peer redials.
+// serveConn reads one peer's connection: its TLS handshake, its hello, then
+// batches, each message handed to its group. Anything invalid closes the
+// connection with a log line; the peer redials.
 func (t *transport) serveConn(c net.Conn) {
 	defer t.wg.Done()
 	defer t.untrack(c)
-	r := frameReader{c: c, max: t.cfg.MaxFrameBytes}
-	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
-	frame, err := r.next()
+	p, conn, err := t.handshake(c)
+	<-t.pending
 	if err != nil {
-		t.badConn(c, 0, err)
 		return
 	}
-	kind, h, _, err := decodeFrame(frame, nil)
-	switch {
-	case err != nil:
-	case kind != frameHello:
-		err = frameErrorf("first frame of kind %d, not a hello", kind)
-	case h.to != t.cfg.ID:
-		err = frameErrorf("hello to node %d, this is node %d", h.to, t.cfg.ID)
-	case h.cluster != t.cfg.Cluster:
-		err = frameErrorf("hello from cluster %d, this is cluster %d", h.cluster, t.cfg.Cluster)
-	case t.peer(h.from) == nil:
-		err = frameErrorf("hello from node %d, not a peer", h.from)
+	defer t.endInbound(p.id, c)
+	var src io.Reader = conn
+	if t.cfg.TLS == nil {
+		// A frame is two reads (its length, then the rest): on a plain
+		// socket a buffer makes them one system call per 64 KiB of
+		// frames instead of two per frame. A TLS connection reads whole
+		// records into its own buffer already.
+		src = bufio.NewReaderSize(conn, peerReadBuffer)
 	}
-	if err != nil {
-		t.badConn(c, h.from, err)
-		return
-	}
-	p := t.peer(h.from)
-	_ = c.SetReadDeadline(time.Time{})
+	r := frameReader{c: src, max: t.cfg.MaxFrameBytes}
 	var msgs []inMessage
 	for {
 		frame, err := r.next()
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !t.stopping() {
-				t.badConn(c, h.from, err)
+				t.badConn(c, p.id, err)
 			}
 			return
 		}
@@ -449,12 +480,12 @@ func (t *transport) serveConn(c net.Conn) {
 			err = frameErrorf("frame of kind %d after the hello", kind)
 		}
 		for _, m := range msgs {
-			if err == nil && (m.msg.GetTo() != t.cfg.ID || m.msg.GetFrom() != h.from) {
-				err = frameErrorf("message from %d to %d on the connection from node %d", m.msg.GetFrom(), m.msg.GetTo(), h.from)
+			if err == nil && (m.msg.GetTo() != t.cfg.ID || m.msg.GetFrom() != p.id) {
+				err = frameErrorf("message from %d to %d on the connection from node %d", m.msg.GetFrom(), m.msg.GetTo(), p.id)
 			}
 		}
 		if err != nil {
-			t.badConn(c, h.from, err)
+			t.badConn(c, p.id, err)
 			return
 		}
 		if p.cut.Load() {
@@ -480,10 +511,100 @@ func (t *transport) serveConn(c net.Conn) {
 	}
 }
 
+// handshake takes an accepted connection to the end of its hello within
+// HandshakeTimeout: the TLS handshake (or the check that a plaintext
+// listener gets no TLS), the hello, and, over TLS, the check that the node
+// the hello names is the node the certificate names. It returns the peer
+// and the connection to read its frames from, registered as the peer's
+// inbound connection (replacing an older one: a peer's writer has one
+// connection at a time, so an older one is dead or an impostor's).
+func (t *transport) handshake(c net.Conn) (*peer, net.Conn, error) {
+	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+	var (
+		prefix   = make([]byte, lengthField)
+		certNode uint64
+		conn     net.Conn
+		h        hello
+	)
+	_, err := io.ReadFull(c, prefix)
+	if err == nil {
+		conn, certNode, err = t.serverHandshake(c, prefix)
+	}
+	if err == nil {
+		// At most a hello's bytes: a connection not yet known to be a
+		// peer's makes the node hold no more (a length prefix of 16 MiB
+		// is refused, not waited for).
+		var frame []byte
+		r := frameReader{c: conn, max: minFrame + helloBody}
+		if frame, err = r.next(); err == nil {
+			var kind uint8
+			kind, h, _, err = decodeFrame(frame, nil)
+			switch {
+			case err != nil:
+			case kind != frameHello:
+				err = frameErrorf("first frame of kind %d, not a hello", kind)
+			case h.to != t.cfg.ID:
+				err = frameErrorf("hello to node %d, this is node %d", h.to, t.cfg.ID)
+			case h.cluster != t.cfg.Cluster:
+				err = frameErrorf("hello from cluster %d, this is cluster %d", h.cluster, t.cfg.Cluster)
+			case t.cfg.TLS != nil && h.from != certNode:
+				err = frameErrorf("hello from node %d over a connection whose certificate names node %d", h.from, certNode)
+			case t.peer(h.from) == nil:
+				err = frameErrorf("hello from node %d, not a peer", h.from)
+			}
+		}
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = fmt.Errorf("handshake and hello not done within %v: %w", t.cfg.HandshakeTimeout, err)
+		}
+		if !t.stopping() {
+			t.badConn(c, h.from, err)
+		}
+		return nil, nil, err
+	}
+	_ = c.SetDeadline(time.Time{})
+	t.mu.Lock()
+	if old := t.inbound[h.from]; old != nil {
+		_ = old.Close() // its reader untracks it
+	}
+	t.inbound[h.from] = c
+	t.mu.Unlock()
+	return t.peer(h.from), conn, nil
+}
+
+// endInbound forgets c as the peer's inbound connection unless a newer one
+// replaced it.
+func (t *transport) endInbound(id uint64, c net.Conn) {
+	t.mu.Lock()
+	if t.inbound[id] == c {
+		delete(t.inbound, id)
+	}
+	t.mu.Unlock()
+}
+
 func (t *transport) badConn(c net.Conn, from uint64, err error) {
 	t.badFrames.Add(1)
-	t.log.Warn("raft peer connection closed", "remote", c.RemoteAddr().String(), "peer", from, "err", err)
+	t.logLimited(&t.badLog, "raft peer connection closed", "remote", c.RemoteAddr().String(), "peer", from, "err", err)
 }
+
+// logLimited logs a warning through l's limit, with the count of the lines
+// it suppressed before.
+func (t *transport) logLimited(l *logLimiter, msg string, args ...any) {
+	t.logMu.Lock()
+	suppressed, ok := l.allow(time.Now())
+	t.logMu.Unlock()
+	if !ok {
+		return
+	}
+	if suppressed > 0 {
+		args = append(args, "suppressed", suppressed)
+	}
+	t.log.Warn(msg, args...)
+}
+
+// peerReadBuffer is the read buffer of a plaintext peer connection.
+const peerReadBuffer = 64 << 10
 
 // frameReader reads length-prefixed frames into one reused buffer, never
 // more than max bytes a frame.
@@ -527,6 +648,7 @@ func (t *transport) stats() TransportStats {
 		FramesReceived: t.framesReceived.Load(), BytesReceived: t.bytesReceived.Load(),
 		MessagesReceived: t.messagesReceived.Load(), UnknownGroup: t.unknownGroup.Load(),
 		BadFrames: t.badFrames.Load(), Dials: t.dials.Load(), Accepts: t.accepts.Load(),
+		HandshakeFailures: t.handshakeFailures.Load(), ConnsRefused: t.connsRefused.Load(),
 		OpenConns: t.openConns.Load(),
 	}
 }
