@@ -47,7 +47,22 @@ func benchLogConfig(b *testing.B) plog.Config {
 	return cfg
 }
 
-func reportLatencies(b *testing.B, lat []time.Duration) {
+// closedLoop produces b.N copies of a 1 KiB record batch through produce,
+// one at a time, and reports each one's latency.
+func closedLoop(b *testing.B, produce func(records []byte) error) {
+	proto := batch.Build(batch.BuildOptions{Records: 1, ValueSize: 1024, ProducerID: -1, BaseTimestamp: time.Now().UnixMilli()})
+	lat := make([]time.Duration, 0, b.N)
+	b.SetBytes(int64(len(proto)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		if err := produce(slices.Clone(proto)); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
@@ -90,23 +105,15 @@ func benchOneVoterRaft(b *testing.B) {
 			b.Fatal("no leader")
 		}
 	}
-	proto := batch.Build(batch.BuildOptions{Records: 1, ValueSize: 1024, ProducerID: -1, BaseTimestamp: time.Now().UnixMilli()})
 	errs := make(chan error, 1)
-	lat := make([]time.Duration, 0, b.N)
-	b.SetBytes(int64(len(proto)))
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		start := time.Now()
-		n.Propose(1, slices.Clone(proto), func(err error) { errs <- err })
+	closedLoop(b, func(records []byte) error {
+		n.Propose(1, records, func(err error) { errs <- err })
 		if err := <-errs; err != nil {
-			b.Fatal(err)
+			return err
 		}
 		<-applied
-		lat = append(lat, time.Since(start))
-	}
-	b.StopTimer()
-	reportLatencies(b, lat)
+		return nil
+	})
 }
 
 func benchOneVoterPlain(b *testing.B) {
@@ -115,18 +122,8 @@ func benchOneVoterPlain(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { l.Close() })
-	proto := batch.Build(batch.BuildOptions{Records: 1, ValueSize: 1024, ProducerID: -1, BaseTimestamp: time.Now().UnixMilli()})
-	lat := make([]time.Duration, 0, b.N)
-	b.SetBytes(int64(len(proto)))
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		start := time.Now()
-		if _, err := l.Append(slices.Clone(proto), plog.AckForced); err != nil {
-			b.Fatal(err)
-		}
-		lat = append(lat, time.Since(start))
-	}
-	b.StopTimer()
-	reportLatencies(b, lat)
+	closedLoop(b, func(records []byte) error {
+		_, err := l.Append(records, plog.AckForced)
+		return err
+	})
 }

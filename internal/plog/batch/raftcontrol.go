@@ -66,17 +66,6 @@ func BuildKRaftVoters(entryType byte, data []byte, timestamp int64) []byte {
 }
 
 func buildRaftControl(kind int16, value []byte, timestamp int64) []byte {
-	var key [4]byte
-	binary.BigEndian.PutUint16(key[2:], uint16(kind))
-	rec := make([]byte, 0, 16+len(value))
-	rec = append(rec, 0)              // record attributes: unused
-	rec = binary.AppendVarint(rec, 0) // timestampDelta
-	rec = binary.AppendVarint(rec, 0) // offsetDelta
-	rec = appendNullableBytes(rec, key[:])
-	rec = appendNullableBytes(rec, value)
-	rec = binary.AppendVarint(rec, 0) // no headers
-	body := binary.AppendVarint(make([]byte, 0, len(rec)+2), int64(len(rec)))
-	body = append(body, rec...)
 	return frame(header{
 		attributes:    AttrControl,
 		records:       1,
@@ -85,7 +74,7 @@ func buildRaftControl(kind int16, value []byte, timestamp int64) []byte {
 		producerID:    -1,
 		producerEpoch: -1,
 		baseSequence:  -1,
-	}, body)
+	}, controlBody(kind, value))
 }
 
 // ParseRaftControl reads the control batch b (whole, CRC checked) written
