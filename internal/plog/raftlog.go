@@ -60,6 +60,7 @@ type RaftStorage struct {
 	terms              []termRun // (mu) runs of equal terms, by first index
 	last               uint64    // (mu) index of the last entry (snap.index when none)
 	err                error     // (mu) sticky: a failed write or fsync
+	closed             bool      // (mu)
 	iov                [][]byte  // (mu) the batches of one Save, for one writev
 }
 
@@ -172,6 +173,10 @@ func (rs *RaftStorage) Log() *Log { return rs.l }
 func (rs *RaftStorage) Close() error {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
+	if rs.closed {
+		return nil
+	}
+	rs.closed = true
 	var err error
 	if rs.err == nil && rs.hs.commit > 0 {
 		err = rs.writeHardStateLocked()
@@ -268,6 +273,9 @@ func (rs *RaftStorage) Save(hs *pb.HardState, entries []*pb.Entry, snap *pb.Snap
 	defer rs.mu.Unlock()
 	if rs.err != nil {
 		return rs.err
+	}
+	if rs.closed {
+		return ErrClosed
 	}
 	err := rs.saveLocked(hs, entries, snap, mustSync)
 	var ioErr *IOError
@@ -466,6 +474,11 @@ func (rs *RaftStorage) appendLocked(entries []*pb.Entry) error {
 	return flush()
 }
 
+// noTimestamp stamps raft's control batches (Kafka's NO_TIMESTAMP, -1): the
+// same bytes on every replica, and never raising a segment's maximum
+// timestamp (retention and ListOffsets by time see the records' only).
+const noTimestamp = -1
+
 // entryBatch is the batch that stores e: its data (patched in place: a
 // normal entry's data is one batch), or a control batch for the entries
 // that are not records.
@@ -473,7 +486,7 @@ func entryBatch(e *pb.Entry) ([]byte, error) {
 	switch e.GetType() {
 	case pb.EntryType_EntryNormal:
 		if len(e.Data) == 0 {
-			return batch.BuildLeaderChange(-1, 0), nil
+			return batch.BuildLeaderChange(-1, noTimestamp), nil
 		}
 		b := e.Data
 		h, err := batch.ParseHeader(b)
@@ -488,9 +501,9 @@ func entryBatch(e *pb.Entry) ([]byte, error) {
 		}
 		return b, nil
 	case pb.EntryType_EntryConfChange:
-		return batch.BuildKRaftVoters(byte(pb.EntryType_EntryConfChange), e.Data, 0), nil
+		return batch.BuildKRaftVoters(byte(pb.EntryType_EntryConfChange), e.Data, noTimestamp), nil
 	case pb.EntryType_EntryConfChangeV2:
-		return batch.BuildKRaftVoters(byte(pb.EntryType_EntryConfChangeV2), e.Data, 0), nil
+		return batch.BuildKRaftVoters(byte(pb.EntryType_EntryConfChangeV2), e.Data, noTimestamp), nil
 	}
 	return nil, fmt.Errorf("%w: entry %d of type %v", ErrRaftEntry, e.GetIndex(), e.GetType())
 }
