@@ -3,6 +3,7 @@ package plog
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"path"
 	"sort"
@@ -38,24 +39,37 @@ type raftEntry struct {
 	pos         uint32 // file position
 }
 
-// raftSegment is one segment's part of the raft log: its entries from
-// index first on.
+// raftIndexHeader is the sidecar's bytes before its first entry.
+const raftIndexHeader = 14
+
+// raftSegment is one segment's part of the raft log: count entries from
+// index first on. The array is in memory (entries) while the segment is
+// active, and while the scan builds it; once the segment is sealed it is
+// in the sidecar only (onDisk), read back a range at a time: a log holds
+// in memory 8 bytes per batch of its active segment, not of its whole
+// length.
 type raftSegment struct {
 	seg     *segment
 	first   uint64
+	count   uint64
 	entries []raftEntry
+	onDisk  bool
 }
+
+// end is the index after r's last entry.
+func (r *raftSegment) end() uint64 { return r.first + r.count }
 
 func (r *raftSegment) add(offsetDelta, pos int64) {
 	r.entries = append(r.entries, raftEntry{offsetDelta: uint32(offsetDelta), pos: uint32(pos)})
+	r.count++
 }
 
-func encodeRaftIndex(r *raftSegment) []byte {
-	b := make([]byte, 0, 18+12*len(r.entries))
+func encodeRaftIndex(first uint64, entries []raftEntry) []byte {
+	b := make([]byte, 0, raftIndexHeader+4+12*len(entries))
 	b = binary.BigEndian.AppendUint16(b, raftIndexVersion)
-	b = binary.BigEndian.AppendUint64(b, r.first)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(r.entries)))
-	for i, e := range r.entries {
+	b = binary.BigEndian.AppendUint64(b, first)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(entries)))
+	for i, e := range entries {
 		b = binary.BigEndian.AppendUint32(b, uint32(i))
 		b = binary.BigEndian.AppendUint32(b, e.offsetDelta)
 		b = binary.BigEndian.AppendUint32(b, e.pos)
@@ -63,19 +77,60 @@ func encodeRaftIndex(r *raftSegment) []byte {
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, raftCRC))
 }
 
-// writeSidecar replaces r's sidecar with its array.
-func (rs *RaftStorage) writeSidecar(r *raftSegment) error {
+// sealIndex moves r's array (in memory) to its sidecar and drops it from
+// memory. With check (at start-up, the array just rebuilt by the scan) a
+// sidecar that already holds exactly it is kept; otherwise it is written
+// (temp file, fsync, rename).
+func (rs *RaftStorage) sealIndex(r *raftSegment, check bool) error {
+	l := rs.l
 	name := raftIndexName(r.seg.base)
-	if err := rs.l.replaceFile(name, encodeRaftIndex(r)); err != nil {
+	want := encodeRaftIndex(r.first, r.entries)
+	if check {
+		if got, err := readRaftFile(&l.cfg, name); err == nil && bytes.Equal(got, want) {
+			r.entries, r.onDisk = nil, true
+			return nil
+		}
+		l.logger().Info("rewriting the raft index from the segment", "file", name, "entries", r.count)
+	}
+	if err := l.replaceFile(name, want); err != nil {
 		return &IOError{Op: "write " + name, Err: err}
 	}
+	r.entries, r.onDisk = nil, true
 	return nil
 }
 
-// syncSidecars makes the sidecars agree with the arrays the scan rebuilt:
-// each sealed segment's rewritten when missing or different, the active
-// segment's and those of segments that are gone removed.
-func (rs *RaftStorage) syncSidecars() error {
+// span returns r's entries [from, to) (counted from r.first): from memory
+// (aliased), or read from the sidecar of a sealed segment.
+func (rs *RaftStorage) span(r *raftSegment, from, to uint64) ([]raftEntry, error) {
+	if !r.onDisk {
+		return r.entries[from:to], nil
+	}
+	l := rs.l
+	name := path.Join(l.dir, raftIndexName(r.seg.base))
+	f, err := l.cfg.FS.Open(name)
+	if err != nil {
+		return nil, &IOError{Op: "open " + name, Err: err}
+	}
+	defer f.Close()
+	buf := make([]byte, 12*(to-from))
+	if err := readFull(f, name, buf, int64(raftIndexHeader+12*from)); err != nil {
+		return nil, err
+	}
+	out := make([]raftEntry, to-from)
+	for i := range out {
+		b := buf[12*i:]
+		if got := binary.BigEndian.Uint32(b); uint64(got) != from+uint64(i) {
+			return nil, &CorruptionError{File: name, Pos: int64(raftIndexHeader + 12*(from+uint64(i))),
+				Reason: fmt.Sprintf("index delta %d, want %d", got, from+uint64(i))}
+		}
+		out[i] = raftEntry{offsetDelta: binary.BigEndian.Uint32(b[4:]), pos: binary.BigEndian.Uint32(b[8:])}
+	}
+	return out, nil
+}
+
+// removeStaleSidecars removes the sidecars of segments that are gone, and
+// the active segment's (its array is in memory).
+func (rs *RaftStorage) removeStaleSidecars() error {
 	l := rs.l
 	fs := l.cfg.FS
 	names, err := fs.List(l.dir)
@@ -83,17 +138,9 @@ func (rs *RaftStorage) syncSidecars() error {
 		return &IOError{Op: "list " + l.dir, Err: err}
 	}
 	keep := map[string]bool{}
-	for i := range rs.segs[:max(len(rs.segs)-1, 0)] {
-		r := &rs.segs[i]
-		name := raftIndexName(r.seg.base)
-		keep[name] = true
-		want := encodeRaftIndex(r)
-		if got, err := readRaftFile(&l.cfg, name); err == nil && bytes.Equal(got, want) {
-			continue
-		}
-		l.logger().Info("rewriting the raft index from the segment", "file", name, "entries", len(r.entries))
-		if err := rs.writeSidecar(r); err != nil {
-			return err
+	for i := range rs.segs {
+		if rs.segs[i].onDisk {
+			keep[raftIndexName(rs.segs[i].seg.base)] = true
 		}
 	}
 	for _, name := range names {

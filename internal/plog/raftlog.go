@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"sync"
 
@@ -54,14 +55,15 @@ type RaftStorage struct {
 	hs raftHardState // (mu) the latest hard state Save was given
 	// diskTerm and diskVote are raft-state's term and vote: the file is
 	// rewritten when either changes (the commit index may lag on disk).
-	diskTerm, diskVote uint64       // (mu)
-	snap               raftSnapshot // (mu)
-	segs               []raftSegment
-	terms              []termRun // (mu) runs of equal terms, by first index
-	last               uint64    // (mu) index of the last entry (snap.index when none)
-	err                error     // (mu) sticky: a failed write or fsync
-	closed             bool      // (mu)
-	iov                [][]byte  // (mu) the batches of one Save, for one writev
+	diskTerm, diskVote uint64        // (mu)
+	snap               raftSnapshot  // (mu)
+	segs               []raftSegment // (mu) one per segment of the Log, in order
+	scanErr            error         // a sidecar the scan could not write (Open)
+	terms              []termRun     // (mu) runs of equal terms, by first index
+	last               uint64        // (mu) index of the last entry (snap.index when none)
+	err                error         // (mu) sticky: a failed write or fsync
+	closed             bool          // (mu)
+	iov                [][]byte      // (mu) the batches of one Save, for one writev
 }
 
 // ErrRaftEntry is an entry Save cannot store: a normal entry whose data is
@@ -120,8 +122,14 @@ func (rs *RaftStorage) readState(cfg *Config) error {
 
 // noteScanned is the recovery scan's hook: batch h at pos of s is the next
 // entry of the log.
-func (rs *RaftStorage) noteScanned(s *segment, h *batch.Header, pos int64) {
+func (rs *RaftStorage) noteScanned(l *Log, s *segment, h *batch.Header, pos int64) {
+	rs.l = l // the log being opened (sealIndex writes beside it)
 	if n := len(rs.segs); n == 0 || rs.segs[n-1].seg != s {
+		if n > 0 && rs.scanErr == nil {
+			// The scan moved on: the previous segment is sealed, its
+			// array goes to its sidecar.
+			rs.scanErr = rs.sealIndex(&rs.segs[n-1], true)
+		}
 		rs.segs = append(rs.segs, raftSegment{seg: s, first: rs.last + 1})
 	}
 	rs.last++
@@ -143,24 +151,38 @@ func (rs *RaftStorage) afterScan() error {
 	for _, s := range segments {
 		if j < len(rs.segs) && rs.segs[j].seg == s {
 			all = append(all, rs.segs[j])
-			next = rs.segs[j].first + uint64(len(rs.segs[j].entries))
+			next = rs.segs[j].end()
 			j++
 			continue
 		}
 		all = append(all, raftSegment{seg: s, first: next})
 	}
 	rs.segs = all
+	if rs.scanErr != nil {
+		return rs.scanErr
+	}
+	for i := range rs.segs[:max(len(rs.segs)-1, 0)] {
+		if !rs.segs[i].onDisk { // sealed: the last one scanned, or one without a batch
+			if err := rs.sealIndex(&rs.segs[i], true); err != nil {
+				return err
+			}
+		}
+	}
 	if rs.hs.commit > rs.last {
 		// raft-state is written after the entries it commits are durable
 		// (Save), so this is a log that lost durable entries.
 		return &CorruptionError{File: path.Join(l.dir, raftStateFile), Reason: fmt.Sprintf(
 			"commit index %d beyond the log's last index %d", rs.hs.commit, rs.last)}
 	}
-	if err := rs.syncSidecars(); err != nil {
+	if err := rs.removeStaleSidecars(); err != nil {
+		return err
+	}
+	end, err := rs.endOffsetLocked(rs.hs.commit)
+	if err != nil {
 		return err
 	}
 	l.mu.Lock()
-	l.publishLocked(rs.endOffsetLocked(rs.hs.commit))
+	l.publishLocked(end)
 	l.mu.Unlock()
 	return nil
 }
@@ -323,7 +345,7 @@ func (rs *RaftStorage) saveLocked(hs *pb.HardState, entries []*pb.Entry, snap *p
 				return err
 			}
 		}
-		rs.publishCommitLocked()
+		return rs.publishCommitLocked()
 	}
 	return nil
 }
@@ -370,13 +392,18 @@ func (rs *RaftStorage) writeHardStateLocked() error {
 
 // publishCommitLocked moves the high watermark to the end of the committed
 // entries the log holds.
-func (rs *RaftStorage) publishCommitLocked() {
+func (rs *RaftStorage) publishCommitLocked() error {
+	end, err := rs.endOffsetLocked(min(rs.hs.commit, rs.last))
+	if err != nil {
+		return err
+	}
 	l := rs.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if end := rs.endOffsetLocked(min(rs.hs.commit, rs.last)); end > l.hwm {
+	if end > l.hwm {
 		l.publishLocked(end)
 	}
+	return nil
 }
 
 // appendLocked writes entries (the first follows the last index) at the
@@ -543,7 +570,7 @@ func (rs *RaftStorage) rollLocked() error {
 	}
 	rs.l.syncs.Add(1)
 	old := w.active
-	if err := rs.writeSidecar(&rs.segs[len(rs.segs)-1]); err != nil {
+	if err := rs.sealIndex(&rs.segs[len(rs.segs)-1], false); err != nil {
 		return err
 	}
 	if err := w.createSegment(w.next); err != nil {
@@ -591,14 +618,16 @@ func (rs *RaftStorage) setDurableLocked() {
 func (rs *RaftStorage) truncateLocked(first uint64) error {
 	l := rs.l
 	w := &l.w
-	k := sort.Search(len(rs.segs), func(k int) bool {
-		return rs.segs[k].first+uint64(len(rs.segs[k].entries)) > first
-	})
+	k := rs.segmentOf(first)
 	if k == len(rs.segs) || first <= rs.snap.index {
 		return fmt.Errorf("%w: truncation at %d outside the log [%d, %d]", ErrRaftEntry, first, rs.snap.index+1, rs.last)
 	}
 	rseg := &rs.segs[k]
-	cut := rseg.entries[first-rseg.first]
+	at, err := rs.span(rseg, first-rseg.first, first-rseg.first+1)
+	if err != nil {
+		return err
+	}
+	cut := at[0]
 	s := rseg.seg
 	offset := s.base + int64(cut.offsetDelta)
 	pos := int64(cut.pos)
@@ -712,8 +741,12 @@ func (rs *RaftStorage) cutSegmentLocked(k int, first uint64, offset, pos int64) 
 	l.mu.Lock()
 	s.truncateLocked(offset, pos)
 	l.mu.Unlock()
-	rseg.entries = rseg.entries[:first-rseg.first]
-	return rs.writeSidecar(rseg)
+	kept, err := rs.span(rseg, 0, first-rseg.first)
+	if err != nil {
+		return err
+	}
+	rseg.entries, rseg.count, rseg.onDisk = slices.Clone(kept), uint64(len(kept)), false
+	return rs.sealIndex(rseg, false)
 }
 
 // truncateLocked drops s's bytes from pos (the batch at offset) on from
@@ -737,20 +770,27 @@ func (s *segment) truncateLocked(offset, pos int64) {
 
 // endOffsetLocked is the offset after entry i (the log's first offset for
 // the snapshot's index).
-func (rs *RaftStorage) endOffsetLocked(i uint64) int64 {
+func (rs *RaftStorage) endOffsetLocked(i uint64) (int64, error) {
 	if i >= rs.last {
-		return rs.l.w.next
+		return rs.l.w.next, nil
 	}
-	if i <= rs.snap.index {
-		i = rs.snap.index
+	next := max(i, rs.snap.index) + 1
+	rseg := &rs.segs[rs.segmentOf(next)]
+	at, err := rs.span(rseg, next-rseg.first, next-rseg.first+1)
+	if err != nil {
+		return 0, err
 	}
-	next := i + 1
-	k := sort.Search(len(rs.segs), func(k int) bool {
-		return rs.segs[k].first+uint64(len(rs.segs[k].entries)) > next
-	})
-	rseg := &rs.segs[k]
-	return rseg.seg.base + int64(rseg.entries[next-rseg.first].offsetDelta)
+	return rseg.seg.base + int64(at[0].offsetDelta), nil
 }
+
+// segmentOf is the position in segs of the segment holding entry i
+// (len(segs) when none does).
+func (rs *RaftStorage) segmentOf(i uint64) int {
+	return sort.Search(len(rs.segs), func(k int) bool { return rs.segs[k].end() > i })
+}
+
+// maxIndexSpan bounds the entries of one sidecar read of readEntriesLocked.
+const maxIndexSpan = 4096
 
 // readEntriesLocked reads entries [lo, hi), all in the log, a segment's run
 // of them with one read, stopping once maxSize is reached.
@@ -758,28 +798,28 @@ func (rs *RaftStorage) readEntriesLocked(lo, hi, maxSize uint64) ([]*pb.Entry, e
 	l := rs.l
 	var out []*pb.Entry
 	var size uint64
-	k := sort.Search(len(rs.segs), func(k int) bool {
-		return rs.segs[k].first+uint64(len(rs.segs[k].entries)) > lo
-	})
-	for i := lo; i < hi; k++ {
-		rseg := &rs.segs[k]
+	for i := lo; i < hi; {
+		rseg := &rs.segs[rs.segmentOf(i)]
 		s := rseg.seg
-		if len(rseg.entries) == 0 {
-			continue // an empty segment (only the active one can be)
+		end := min(hi, rseg.end(), i+maxIndexSpan)
+		// The positions of entries [i, end] (end's: the next batch's, or
+		// the segment's end).
+		arr, err := rs.span(rseg, i-rseg.first, min(end+1, rseg.end())-rseg.first)
+		if err != nil {
+			return nil, err
 		}
-		end := min(hi, rseg.first+uint64(len(rseg.entries)))
-		// Read no further than maxSize allows, counting each batch at its
-		// own size (a control batch's entry is smaller: the loop reads on).
-		startPos := int64(rseg.entries[i-rseg.first].pos)
 		l.mu.RLock()
 		segEnd := s.size
 		l.mu.RUnlock()
 		posOf := func(j uint64) int64 {
-			if j-rseg.first < uint64(len(rseg.entries)) {
-				return int64(rseg.entries[j-rseg.first].pos)
+			if j-i < uint64(len(arr)) {
+				return int64(arr[j-i].pos)
 			}
 			return segEnd
 		}
+		// Read no further than maxSize allows, counting each batch at its
+		// own size (a control batch's entry is smaller: the loop reads on).
+		startPos := posOf(i)
 		stop := i + 1
 		for budget := size + uint64(posOf(stop)-startPos); stop < end; stop++ {
 			next := budget + uint64(posOf(stop+1)-posOf(stop))
@@ -790,7 +830,7 @@ func (rs *RaftStorage) readEntriesLocked(lo, hi, maxSize uint64) ([]*pb.Entry, e
 		}
 		buf := make([]byte, posOf(stop)-startPos)
 		l.mu.RLock()
-		err := s.acquire()
+		err = s.acquire()
 		l.mu.RUnlock()
 		if err != nil {
 			return nil, err
@@ -801,8 +841,8 @@ func (rs *RaftStorage) readEntriesLocked(lo, hi, maxSize uint64) ([]*pb.Entry, e
 			return nil, err
 		}
 		for j := i; j < stop; j++ {
-			p := posOf(j) - startPos
-			e, err := batchEntry(buf[p:posOf(j+1)-startPos:posOf(j+1)-startPos], j)
+			from, to := posOf(j)-startPos, posOf(j+1)-startPos
+			e, err := batchEntry(buf[from:to:to], j)
 			if err != nil {
 				return nil, &CorruptionError{File: s.path, Pos: posOf(j), Reason: fmt.Sprintf("raft entry %d: %v", j, err)}
 			}
@@ -813,10 +853,10 @@ func (rs *RaftStorage) readEntriesLocked(lo, hi, maxSize uint64) ([]*pb.Entry, e
 			out = append(out, e)
 			size += es
 		}
-		i = stop
 		if stop < end {
 			return out, nil // the next batch would pass maxSize
 		}
+		i = stop
 	}
 	return out, nil
 }

@@ -10,9 +10,9 @@ import (
 	"github.com/sushka-io/sushka/internal/plog/batch"
 )
 
-// scanHook is told of each batch recovery keeps: its segment, header and
+// scanHook is told of each batch recovery keeps: its log, segment, header and
 // position (raftlog.go).
-type scanHook func(s *segment, h *batch.Header, pos int64)
+type scanHook func(l *Log, s *segment, h *batch.Header, pos int64)
 
 // maxSaneBatch bounds the batch length recovery believes: a larger length is
 // garbage, not a batch (max.message.bytes is far smaller).
@@ -305,7 +305,7 @@ func (sc *scanner) scan(s *segment, last bool) error {
 		s.noteBatchLocked(next, h.LastOffset(), h.MaxTimestamp, pos, int64(h.Size()), interval)
 		l.noteTxnLocked(ev, s, next, h.LastOffset(), pos)
 		if l.scanHook != nil {
-			l.scanHook(s, &h, pos)
+			l.scanHook(l, s, &h, pos)
 		}
 		next = h.LastOffset() + 1
 		pos += int64(h.Size())
