@@ -1,6 +1,8 @@
 package plog
 
 import (
+	"fmt"
+	"runtime"
 	"testing"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -53,5 +55,56 @@ func TestRaftIndexInMemoryOnlyActive(t *testing.T) {
 			}
 		}
 		rs.Close()
+	}
+}
+
+// TestRaftStorageMemory: the heap an idle, bootstrapped raft log costs
+// beyond a plain Log of the same empty partition (the RaftStorage, its
+// segment array, term runs and snapshot), over 1,000 partitions on one
+// in-memory filesystem. Loose bound: the regression gate for issue 12's
+// per-partition budget; the figure is in docs/replication.md §3b.
+func TestRaftStorageMemory(t *testing.T) {
+	const n = 1000
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	measure := func(raft bool) uint64 {
+		fs := vfs.NewMem()
+		cache := NewFileCache(64)
+		keep := make([]any, 0, n)
+		before := heap()
+		for i := range n {
+			cfg := DefaultConfig(fs, fmt.Sprintf("/p%d", i))
+			cfg.Logger, cfg.FileCache = quietLogger, cache
+			if !raft {
+				l, err := Open(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				keep = append(keep, l)
+				continue
+			}
+			rs, err := OpenRaftStorage(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			boot := &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(1)), Term: new(uint64(1)),
+				ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}}
+			if err := rs.Save(&pb.HardState{Term: new(uint64(1)), Commit: new(uint64(1))}, nil, boot, true); err != nil {
+				t.Fatal(err)
+			}
+			keep = append(keep, rs)
+		}
+		per := (heap() - before) / n
+		runtime.KeepAlive(keep)
+		return per
+	}
+	plain, raft := measure(false), measure(true)
+	t.Logf("heap per idle partition (with its in-memory files): plain Log %d B, raft log %d B (+%d B)", plain, raft, int64(raft)-int64(plain))
+	if raft > plain+4<<10 {
+		t.Fatalf("a raft log costs %d B more than a plain one, want at most 4 KiB", raft-plain)
 	}
 }
