@@ -395,12 +395,14 @@ func TestElectAndReplicate(t *testing.T) { testElectAndReplicate(t, false) }
 // replica on plog's RaftStorage (issue 14 step 2) over an in-memory
 // filesystem: replication, a partitioned leader's uncommitted tail
 // truncated on its log, a configuration change, a node restarted on its
-// storages reopened from their files.
+// storages reopened from their files, porcupine's check of concurrent
+// appends under partitions and leadership moves.
 func TestOnPlogStorage(t *testing.T) {
 	t.Run("ElectAndReplicate", func(t *testing.T) { testElectAndReplicate(t, true) })
 	t.Run("PartitionedLeader", func(t *testing.T) { testPartitionedLeader(t, true) })
 	t.Run("RemoveVoter", func(t *testing.T) { testRemoveVoter(t, true) })
 	t.Run("NodeRestart", func(t *testing.T) { testNodeRestart(t, true) })
+	t.Run("LinearizableAppends", func(t *testing.T) { testLinearizableAppends(t, true) })
 }
 
 func testElectAndReplicate(t *testing.T, onPlog bool) {
