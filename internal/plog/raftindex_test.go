@@ -1,6 +1,7 @@
 package plog
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"testing"
@@ -23,6 +24,9 @@ func TestRaftIndexInMemoryOnlyActive(t *testing.T) {
 			t.Fatal(err)
 		}
 		if round == 0 {
+			if err := rs.Save(&pb.HardState{Term: new(uint64(1))}, nil, nil, true); err != nil {
+				t.Fatal(err)
+			}
 			for i := uint64(1); i <= 20; i++ {
 				e := &pb.Entry{Index: new(i), Term: new(uint64(1)), Type: pb.EntryType_EntryNormal.Enum(),
 					Data: batch.BuildRecords([]batch.KeyValue{{Value: []byte("v")}}, 0, 0)}
@@ -106,5 +110,26 @@ func TestRaftStorageMemory(t *testing.T) {
 	t.Logf("heap per idle partition (with its in-memory files): plain Log %d B, raft log %d B (+%d B)", plain, raft, int64(raft)-int64(plain))
 	if raft > plain+4<<10 {
 		t.Fatalf("a raft log costs %d B more than a plain one, want at most 4 KiB", raft-plain)
+	}
+}
+
+// TestOpenRaftStorageRefusesAPlainLog: a partition written by Produce (no
+// raft-state, no raft-snapshot) is not taken for a raft log.
+func TestOpenRaftStorageRefusesAPlainLog(t *testing.T) {
+	cfg := DefaultConfig(vfs.NewMem(), "/p")
+	cfg.Logger = quietLogger
+	l, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(batch.BuildRecords([]batch.KeyValue{{Value: []byte("v")}}, 0, 0), AckForced); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if rs, err := OpenRaftStorage(cfg); !errors.Is(err, ErrNotRaftLog) {
+		if rs != nil {
+			rs.Close()
+		}
+		t.Fatalf("OpenRaftStorage of a plain log: %v, want ErrNotRaftLog", err)
 	}
 }

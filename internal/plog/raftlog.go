@@ -64,12 +64,20 @@ type RaftStorage struct {
 	err                error         // (mu) sticky: a failed write or fsync
 	closed             bool          // (mu)
 	iov                [][]byte      // (mu) the batches of one Save, for one writev
+	// hasState: raft-state or raft-snapshot was found at Open, or written
+	// since. A log with batches and neither is not a raft log. (mu)
+	hasState bool
 }
 
 // ErrRaftEntry is an entry Save cannot store: a normal entry whose data is
 // not exactly one valid RecordBatch v2, a term or an offset range beyond
 // what a batch can carry, a gap in the indexes.
 var ErrRaftEntry = errors.New("log: raft entry cannot be stored")
+
+// ErrNotRaftLog is a partition directory whose segments hold batches but
+// that has neither raft-state nor raft-snapshot: a log written by Produce,
+// not by a RaftStorage (converting a partition to raft is a later step).
+var ErrNotRaftLog = errors.New("log: the partition's batches were not written as a raft log")
 
 // OpenRaftStorage opens (recovering) or creates the raft log in cfg.Dir.
 // cfg.WritePath must be WriteSyscall (the storage writes with writev).
@@ -108,6 +116,7 @@ func (rs *RaftStorage) readState(cfg *Config) error {
 			return err
 		}
 		rs.diskTerm, rs.diskVote = rs.hs.term, rs.hs.vote
+		rs.hasState = true
 	}
 	if b, err = readRaftFile(cfg, raftSnapshotFile); err != nil {
 		return err
@@ -116,6 +125,7 @@ func (rs *RaftStorage) readState(cfg *Config) error {
 		if rs.snap, err = decodeRaftSnapshot(path.Join(cfg.Dir, raftSnapshotFile), b); err != nil {
 			return err
 		}
+		rs.hasState = true
 	}
 	return nil
 }
@@ -160,6 +170,9 @@ func (rs *RaftStorage) afterScan() error {
 	rs.segs = all
 	if rs.scanErr != nil {
 		return rs.scanErr
+	}
+	if rs.last > rs.snap.index && !rs.hasState {
+		return fmt.Errorf("%w: %s holds %d batches and no %s or %s", ErrNotRaftLog, l.dir, rs.last-rs.snap.index, raftStateFile, raftSnapshotFile)
 	}
 	for i := range rs.segs[:max(len(rs.segs)-1, 0)] {
 		if !rs.segs[i].onDisk { // sealed: the last one scanned, or one without a batch
@@ -370,7 +383,7 @@ func (rs *RaftStorage) applySnapshotLocked(snap *pb.Snapshot) error {
 	if err := rs.l.replaceFile(raftSnapshotFile, encodeRaftSnapshot(next)); err != nil {
 		return &IOError{Op: "write " + raftSnapshotFile, Err: err}
 	}
-	rs.snap, rs.last = next, next.index
+	rs.snap, rs.last, rs.hasState = next, next.index, true
 	for i := range rs.segs {
 		rs.segs[i].first = next.index + 1 // every segment is empty
 	}
@@ -386,7 +399,7 @@ func (rs *RaftStorage) writeHardStateLocked() error {
 	if err := rs.l.replaceFile(raftStateFile, encodeRaftState(rs.hs)); err != nil {
 		return &IOError{Op: "write " + raftStateFile, Err: err}
 	}
-	rs.diskTerm, rs.diskVote = rs.hs.term, rs.hs.vote
+	rs.diskTerm, rs.diskVote, rs.hasState = rs.hs.term, rs.hs.vote, true
 	return nil
 }
 
