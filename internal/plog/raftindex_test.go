@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -116,14 +117,17 @@ func TestRaftStorageMemory(t *testing.T) {
 // TestOpenRaftStorageRefusesAPlainLog: a partition written by Produce (no
 // raft-state, no raft-snapshot) is not taken for a raft log.
 func TestOpenRaftStorageRefusesAPlainLog(t *testing.T) {
-	cfg := DefaultConfig(vfs.NewMem(), "/p")
-	cfg.Logger = quietLogger
+	fs := vfs.NewMem()
+	cfg := DefaultConfig(fs, "/p")
+	cfg.Logger, cfg.SegmentBytes = quietLogger, 256
 	l, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Append(batch.BuildRecords([]batch.KeyValue{{Value: []byte("v")}}, 0, 0), AckForced); err != nil {
-		t.Fatal(err)
+	for range 10 { // a few segments
+		if _, err := l.Append(batch.BuildRecords([]batch.KeyValue{{Value: []byte("v")}}, 0, 0), AckForced); err != nil {
+			t.Fatal(err)
+		}
 	}
 	l.Close()
 	if rs, err := OpenRaftStorage(cfg); !errors.Is(err, ErrNotRaftLog) {
@@ -131,5 +135,11 @@ func TestOpenRaftStorageRefusesAPlainLog(t *testing.T) {
 			rs.Close()
 		}
 		t.Fatalf("OpenRaftStorage of a plain log: %v, want ErrNotRaftLog", err)
+	}
+	names, _ := fs.List("/p")
+	for _, name := range names {
+		if strings.HasSuffix(name, raftIndexSuffix) || strings.HasPrefix(name, "raft-") {
+			t.Fatalf("refusing the plain log left %s in its directory", name)
+		}
 	}
 }

@@ -135,9 +135,10 @@ func (rs *RaftStorage) readState(cfg *Config) error {
 func (rs *RaftStorage) noteScanned(l *Log, s *segment, h *batch.Header, pos int64) {
 	rs.l = l // the log being opened (sealIndex writes beside it)
 	if n := len(rs.segs); n == 0 || rs.segs[n-1].seg != s {
-		if n > 0 && rs.scanErr == nil {
+		if n > 0 && rs.scanErr == nil && rs.hasState {
 			// The scan moved on: the previous segment is sealed, its
-			// array goes to its sidecar.
+			// array goes to its sidecar (not in a plain partition's
+			// directory: Open refuses it, ErrNotRaftLog, writing nothing).
 			rs.scanErr = rs.sealIndex(&rs.segs[n-1], true)
 		}
 		rs.segs = append(rs.segs, raftSegment{seg: s, first: rs.last + 1})
