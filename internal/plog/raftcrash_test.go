@@ -314,3 +314,20 @@ func countSuffix(t *testing.T, fs vfs.FS, dir, suffix string) int {
 	}
 	return n
 }
+
+// TestRaftBadEntryChangesNothing: a Save whose entries include one that is
+// not a record batch is refused (ErrRaftEntry) before the log changes: no
+// conflicting tail is truncated for it, nothing is appended.
+func TestRaftBadEntryChangesNothing(t *testing.T) {
+	rs := bootstrapped(t, raftTestConfig(vfs.NewMem(), 256))
+	saveAll(t, rs, 2, 6, 2, 0)
+	bad := ents(4, 3, 3)
+	bad[1].Data = []byte("not a record batch")
+	if err := rs.Save(nil, bad, nil, true); !errors.Is(err, plog.ErrRaftEntry) {
+		t.Fatalf("Save of a bad entry: %v, want ErrRaftEntry", err)
+	}
+	checkLog(t, rs, 6, constTerm(2))
+	// Not sticky: the next valid Save goes through.
+	saveAll(t, rs, 7, 7, 2, 0)
+	checkLog(t, rs, 7, constTerm(2))
+}

@@ -338,12 +338,17 @@ func (rs *RaftStorage) saveLocked(hs *pb.HardState, entries []*pb.Entry, snap *p
 		if first > rs.last+1 {
 			return fmt.Errorf("%w: entry %d after the last index %d", ErrRaftEntry, first, rs.last)
 		}
+		// Every entry is checked before the log changes at all.
+		bs, err := entryBatches(entries)
+		if err != nil {
+			return err
+		}
 		if first <= rs.last {
 			if err := rs.truncateLocked(first); err != nil {
 				return err
 			}
 		}
-		if err := rs.appendLocked(entries); err != nil {
+		if err := rs.appendLocked(entries, bs); err != nil {
 			return err
 		}
 	}
@@ -420,10 +425,34 @@ func (rs *RaftStorage) publishCommitLocked() error {
 	return nil
 }
 
-// appendLocked writes entries (the first follows the last index) at the
-// end of the log, rolling segments as Produce's writer does, with one
-// writev per segment.
-func (rs *RaftStorage) appendLocked(entries []*pb.Entry) error {
+// entryBatches checks entries (consecutive indexes, terms a batch can
+// carry) and returns the batch that stores each.
+func entryBatches(entries []*pb.Entry) ([][]byte, error) {
+	bs := make([][]byte, len(entries))
+	first := entries[0].GetIndex()
+	for i, e := range entries {
+		if e.GetIndex() != first+uint64(i) {
+			return nil, fmt.Errorf("%w: entry %d follows %d", ErrRaftEntry, e.GetIndex(), first+uint64(i)-1)
+		}
+		if e.GetTerm() > 1<<31-1 {
+			return nil, fmt.Errorf("%w: term %d beyond a batch's partitionLeaderEpoch", ErrRaftEntry, e.GetTerm())
+		}
+		b, err := entryBatch(e)
+		if err != nil {
+			return nil, err
+		}
+		if int64(len(b)) > 1<<31 {
+			return nil, fmt.Errorf("%w: entry %d of %d bytes", ErrRaftEntry, e.GetIndex(), len(b))
+		}
+		bs[i] = b
+	}
+	return bs, nil
+}
+
+// appendLocked writes entries, stored as bs (entryBatches), at the end of
+// the log (the first follows the last index), rolling segments as
+// Produce's writer does, with one writev per segment.
+func (rs *RaftStorage) appendLocked(entries []*pb.Entry, bs [][]byte) error {
 	l := rs.l
 	w := &l.w
 	cfg := l.config()
@@ -459,24 +488,6 @@ func (rs *RaftStorage) appendLocked(entries []*pb.Entry) error {
 		clear(rs.iov)
 		rs.iov, n, pending = rs.iov[:0], 0, pending[:0]
 		return nil
-	}
-	// Every entry is checked before anything is written or noted.
-	bs := make([][]byte, len(entries))
-	for i, e := range entries {
-		if e.GetIndex() != rs.last+1+uint64(i) {
-			return fmt.Errorf("%w: entry %d follows %d", ErrRaftEntry, e.GetIndex(), rs.last+uint64(i))
-		}
-		if e.GetTerm() > 1<<31-1 {
-			return fmt.Errorf("%w: term %d beyond a batch's partitionLeaderEpoch", ErrRaftEntry, e.GetTerm())
-		}
-		b, err := entryBatch(e)
-		if err != nil {
-			return err
-		}
-		if int64(len(b)) > 1<<31 {
-			return fmt.Errorf("%w: entry %d of %d bytes", ErrRaftEntry, e.GetIndex(), len(b))
-		}
-		bs[i] = b
 	}
 	for i, e := range entries {
 		b := bs[i]
