@@ -99,6 +99,11 @@ type Log struct {
 	// there yet rather than ErrOffsetOutOfRange.
 	writtenEnd atomic.Int64
 
+	// scanHook, when set (a raft log: raftlog.go), is told of every batch
+	// the recovery scan keeps, in log order; such a log also keeps control
+	// batches that are not transaction markers (raft's, batch/raftcontrol.go).
+	scanHook scanHook
+
 	// broken is set, for its whole life, on a Log made by Failed: it has no
 	// segments and no writer, and refuses appends and reads with failed.
 	broken bool
@@ -130,7 +135,11 @@ func Open(cfg Config) (*Log, error) {
 }
 
 // open is Open with the read buffers of a recovery thread.
-func open(cfg Config, bufs *scanBuffers) (*Log, error) {
+func open(cfg Config, bufs *scanBuffers) (*Log, error) { return openWith(cfg, bufs, nil) }
+
+// openWith is open with a scan hook (Log.scanHook): the raft storage's
+// (raftlog.go).
+func openWith(cfg Config, bufs *scanBuffers, hook scanHook) (*Log, error) {
 	cfg.setNilDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -145,6 +154,7 @@ func open(cfg Config, bufs *scanBuffers) (*Log, error) {
 		waitCh:     make(chan struct{}),
 
 		firstTxn: noTxn,
+		scanHook: hook,
 	}
 	if err := makeDirDurable(cfg.FS, cfg.Dir); err != nil {
 		return nil, err

@@ -10,6 +10,10 @@ import (
 	"github.com/sushka-io/sushka/internal/plog/batch"
 )
 
+// scanHook is told of each batch recovery keeps: its log, segment, header and
+// position (raftlog.go).
+type scanHook func(l *Log, s *segment, h *batch.Header, pos int64)
+
 // maxSaneBatch bounds the batch length recovery believes: a larger length is
 // garbage, not a batch (max.message.bytes is far smaller).
 const maxSaneBatch = 256 << 20
@@ -277,7 +281,7 @@ func (sc *scanner) scan(s *segment, last bool) error {
 			return err
 		}
 		var ev txnEvent
-		if reason == "" && h.Control() {
+		if reason == "" && h.Control() && (l.scanHook == nil || h.Transactional()) {
 			// A transaction marker (written by WriteTxnMarker): it ends its
 			// producer's transaction, as it did when it was published.
 			commit, coordinatorEpoch, perr := batch.ParseControl(b)
@@ -300,6 +304,9 @@ func (sc *scanner) scan(s *segment, last bool) error {
 		}
 		s.noteBatchLocked(next, h.LastOffset(), h.MaxTimestamp, pos, int64(h.Size()), interval)
 		l.noteTxnLocked(ev, s, next, h.LastOffset(), pos)
+		if l.scanHook != nil {
+			l.scanHook(l, s, &h, pos)
+		}
 		next = h.LastOffset() + 1
 		pos += int64(h.Size())
 	}

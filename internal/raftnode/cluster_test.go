@@ -11,15 +11,23 @@ import (
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/sushka-io/sushka/internal/plog"
+	"github.com/sushka-io/sushka/internal/plog/batch"
+	"github.com/sushka-io/sushka/internal/vfs"
 )
 
 // testCluster is N in-process nodes on 127.0.0.1 with the same groups, each
-// on a MemStorage, recording what every replica applies.
+// on a MemStorage (or a plog.RaftStorage: clusterOptions.plog), recording
+// what every replica applies.
 type testCluster struct {
 	t        testing.TB
 	nodes    []*Node // nodes[i] has id i+1
 	groups   []uint64
-	storages map[[2]uint64]*MemStorage // (node, group)
+	storages map[[2]uint64]Storage // (node, group)
+	// plogConfigs are the plog storages' configs, to reopen them; nil on
+	// MemStorage.
+	plogConfigs map[[2]uint64]plog.Config
 
 	ticked int // rounds of tickUntil so far in the current call
 
@@ -42,12 +50,78 @@ type clusterOptions struct {
 	// tls: the nodes talk mutual TLS, each with a certificate of one CA
 	// (as is every cluster with -raftnode.tls); tweak may replace one.
 	tls bool
+	// plog puts every replica on a plog.RaftStorage over one in-memory
+	// filesystem (a directory per node and group) instead of a
+	// MemStorage; values are then proposed as record batches of one
+	// record (payload) and read back from them (value).
+	plog bool
+}
+
+// newStorage is the storage of group g on node id.
+func (c *testCluster) newStorage(o clusterOptions, fs vfs.FS, id, g uint64) Storage {
+	key := [2]uint64{id, g}
+	if !o.plog {
+		return NewMemStorage()
+	}
+	cfg := plog.DefaultConfig(fs, fmt.Sprintf("/node%d/group%d", id, g))
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.SegmentBytes = 4 << 10 // a few entries per segment: rolls and truncations across them
+	c.plogConfigs[key] = cfg
+	return c.openPlog(key)
+}
+
+func (c *testCluster) openPlog(key [2]uint64) Storage {
+	rs, err := plog.OpenRaftStorage(c.plogConfigs[key])
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { rs.Close() })
+	return rs
+}
+
+// restartStorage is the storage of group g on node id as a restart of the
+// process finds it: the plog storage closed and opened again from its
+// files; the MemStorage itself.
+func (c *testCluster) restartStorage(id, g uint64) Storage {
+	key := [2]uint64{id, g}
+	if c.plogConfigs == nil {
+		return c.storages[key]
+	}
+	if err := c.storages[key].(*plog.RaftStorage).Close(); err != nil {
+		c.t.Fatal(err)
+	}
+	c.storages[key] = c.openPlog(key)
+	return c.storages[key]
+}
+
+// payload is what the cluster proposes for value v, value what an applied
+// entry's data holds.
+func (c *testCluster) payload(v string) []byte {
+	if c.plogConfigs == nil {
+		return []byte(v)
+	}
+	return batch.BuildRecords([]batch.KeyValue{{Value: []byte(v)}}, 0, 0)
+}
+
+func (c *testCluster) value(data []byte) string {
+	if c.plogConfigs == nil {
+		return string(data)
+	}
+	var v string
+	if err := batch.ForEachKeyValue(data, func(_ int32, _, value []byte) error { v = string(value); return nil }); err != nil {
+		c.t.Errorf("applied entry of %d bytes: %v", len(data), err)
+	}
+	return v
 }
 
 func newCluster(t testing.TB, o clusterOptions) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, storages: make(map[[2]uint64]*MemStorage), applied: make(map[[2]uint64][]string),
+	c := &testCluster{t: t, storages: make(map[[2]uint64]Storage), applied: make(map[[2]uint64][]string),
 		waiters: make(map[string]chan struct{})}
+	fs := vfs.NewMem()
+	if o.plog {
+		c.plogConfigs = make(map[[2]uint64]plog.Config)
+	}
 	voters := make([]uint64, o.nodes)
 	for i := range voters {
 		voters[i] = uint64(i + 1)
@@ -76,7 +150,7 @@ func newCluster(t testing.TB, o clusterOptions) *testCluster {
 			t.Fatal(err)
 		}
 		for _, gid := range c.groups {
-			st := NewMemStorage()
+			st := c.newStorage(o, fs, id, gid)
 			key := [2]uint64{id, gid}
 			c.storages[key] = st
 			err := n.AddGroup(GroupConfig{ID: gid, Voters: voters, Storage: st, Apply: func(entries []*pb.Entry) {
@@ -88,10 +162,11 @@ func newCluster(t testing.TB, o clusterOptions) *testCluster {
 				defer c.mu.Unlock()
 				for _, e := range entries {
 					if e.GetType() == pb.EntryType_EntryNormal && len(e.Data) > 0 {
-						c.applied[key] = append(c.applied[key], string(e.Data))
-						if w := c.waiters[fmt.Sprint(id, "/", string(e.Data))]; w != nil {
+						v := c.value(e.Data)
+						c.applied[key] = append(c.applied[key], v)
+						if w := c.waiters[fmt.Sprint(id, "/", v)]; w != nil {
 							close(w)
-							delete(c.waiters, fmt.Sprint(id, "/", string(e.Data)))
+							delete(c.waiters, fmt.Sprint(id, "/", v))
 						}
 					}
 				}
@@ -266,7 +341,7 @@ func (c *testCluster) propose(leader uint64, g uint64, values ...string) {
 	c.t.Helper()
 	errs := make(chan error, len(values))
 	for _, v := range values {
-		c.node(leader).Propose(g, []byte(v), func(err error) { errs <- err })
+		c.node(leader).Propose(g, c.payload(v), func(err error) { errs <- err })
 	}
 	for range values {
 		if err := <-errs; err != nil {
@@ -322,8 +397,24 @@ func values(prefix string, n int) []string {
 	return out
 }
 
-func TestElectAndReplicate(t *testing.T) {
-	c := newCluster(t, clusterOptions{nodes: 3, groups: 20, manual: true})
+func TestElectAndReplicate(t *testing.T) { testElectAndReplicate(t, false) }
+
+// TestOnPlogStorage runs the three-node cluster tests once with every
+// replica on plog's RaftStorage (issue 14 step 2) over an in-memory
+// filesystem: replication, a partitioned leader's uncommitted tail
+// truncated on its log, a configuration change, a node restarted on its
+// storages reopened from their files, porcupine's check of concurrent
+// appends under partitions and leadership moves.
+func TestOnPlogStorage(t *testing.T) {
+	t.Run("ElectAndReplicate", func(t *testing.T) { testElectAndReplicate(t, true) })
+	t.Run("PartitionedLeader", func(t *testing.T) { testPartitionedLeader(t, true) })
+	t.Run("RemoveVoter", func(t *testing.T) { testRemoveVoter(t, true) })
+	t.Run("NodeRestart", func(t *testing.T) { testNodeRestart(t, true) })
+	t.Run("LinearizableAppends", func(t *testing.T) { testLinearizableAppends(t, true) })
+}
+
+func testElectAndReplicate(t *testing.T, onPlog bool) {
+	c := newCluster(t, clusterOptions{nodes: 3, groups: 20, manual: true, plog: onPlog})
 	leaders, ticks := c.electAll(60)
 	t.Logf("every group elected in %d ticks", ticks)
 	perNode := map[uint64]int{}
@@ -364,7 +455,7 @@ func TestElectAndReplicate(t *testing.T) {
 	g := c.groups[0]
 	follower := leaders[g]%3 + 1
 	errs := make(chan error, 1)
-	c.node(follower).Propose(g, []byte("x"), func(err error) { errs <- err })
+	c.node(follower).Propose(g, c.payload("x"), func(err error) { errs <- err })
 	if err := <-errs; err != ErrProposalDropped {
 		t.Fatalf("proposal on a follower: %v, want ErrProposalDropped", err)
 	}

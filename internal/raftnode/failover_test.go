@@ -121,8 +121,10 @@ func (c *testCluster) partition(id uint64, cut bool) {
 	}
 }
 
-func TestPartitionedLeader(t *testing.T) {
-	c := newCluster(t, clusterOptions{nodes: 3, groups: 10, manual: true})
+func TestPartitionedLeader(t *testing.T) { testPartitionedLeader(t, false) }
+
+func testPartitionedLeader(t *testing.T, onPlog bool) {
+	c := newCluster(t, clusterOptions{nodes: 3, groups: 10, manual: true, plog: onPlog})
 	c.electAll(60)
 	c.leadAll(1, 30)
 	for _, g := range c.groups {
@@ -191,8 +193,8 @@ func TestPartitionedLeader(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, e := range entries {
-			if strings.HasPrefix(string(e.Data), "lost") {
-				t.Fatalf("group %d: node 1 still has %q at index %d", g, e.Data, e.GetIndex())
+			if e.GetType() == pb.EntryType_EntryNormal && len(e.Data) > 0 && strings.HasPrefix(c.value(e.Data), "lost") {
+				t.Fatalf("group %d: node 1 still has %q at index %d", g, c.value(e.Data), e.GetIndex())
 			}
 		}
 		if l, _ := c.node(1).Leader(g); l == 1 || l == 0 {
@@ -203,8 +205,10 @@ func TestPartitionedLeader(t *testing.T) {
 
 // TestRemoveVoter: a configuration change committed through raft is applied
 // on every replica: with node 3 removed, nodes 1 and 2 commit on their own.
-func TestRemoveVoter(t *testing.T) {
-	c := newCluster(t, clusterOptions{nodes: 3, groups: 2, manual: true})
+func TestRemoveVoter(t *testing.T) { testRemoveVoter(t, false) }
+
+func testRemoveVoter(t *testing.T, onPlog bool) {
+	c := newCluster(t, clusterOptions{nodes: 3, groups: 2, manual: true, plog: onPlog})
 	c.electAll(60)
 	c.leadAll(1, 30)
 	for _, g := range c.groups {
@@ -235,8 +239,10 @@ func TestRemoveVoter(t *testing.T) {
 // TestNodeRestart: a node stopped and made again on the same storages (a new
 // peer address: its peers redial) resumes its groups and catches up with
 // what was committed meanwhile.
-func TestNodeRestart(t *testing.T) {
-	c := newCluster(t, clusterOptions{nodes: 3, groups: 5, manual: true})
+func TestNodeRestart(t *testing.T) { testNodeRestart(t, false) }
+
+func testNodeRestart(t *testing.T, onPlog bool) {
+	c := newCluster(t, clusterOptions{nodes: 3, groups: 5, manual: true, plog: onPlog})
 	c.electAll(60)
 	c.leadAll(1, 30)
 	for _, g := range c.groups {
@@ -269,12 +275,12 @@ func TestNodeRestart(t *testing.T) {
 	}
 	restarted := make(chan string, 16)
 	for _, g := range c.groups {
-		st := c.storages[[2]uint64{3, g}]
-		applied := st.appliedIndexForTest(t)
+		st := c.restartStorage(3, g)
+		applied := appliedIndexForTest(t, st)
 		err := n.AddGroup(GroupConfig{ID: g, Storage: st, Applied: applied, Apply: func(entries []*pb.Entry) {
 			for _, e := range entries {
-				if len(e.Data) > 0 {
-					restarted <- string(e.Data)
+				if e.GetType() == pb.EntryType_EntryNormal && len(e.Data) > 0 {
+					restarted <- c.value(e.Data)
 				}
 			}
 		}})

@@ -58,8 +58,10 @@ var logModel = porcupine.Model{
 // moves; afterwards every node holds the same log, no acknowledged append is
 // missing from it, and porcupine finds the history linearizable. A failing
 // history is written to the test's artifacts (porcupine's visualization).
-func TestLinearizableAppends(t *testing.T) {
-	c := newCluster(t, clusterOptions{nodes: 3, groups: 3, manual: true})
+func TestLinearizableAppends(t *testing.T) { testLinearizableAppends(t, false) }
+
+func testLinearizableAppends(t *testing.T, onPlog bool) {
+	c := newCluster(t, clusterOptions{nodes: 3, groups: 3, manual: true, plog: onPlog})
 	c.electAll(60)
 
 	stopTicks := make(chan struct{})
@@ -111,7 +113,7 @@ func TestLinearizableAppends(t *testing.T) {
 					applied := c.whenApplied(leader, value)
 					errs := make(chan error, 1)
 					call := time.Since(start).Nanoseconds()
-					c.node(leader).Propose(g, []byte(value), func(err error) { errs <- err })
+					c.node(leader).Propose(g, c.payload(value), func(err error) { errs <- err })
 					if err := <-errs; err != nil {
 						time.Sleep(5 * time.Millisecond) // not the leader (any more): not in any log
 						continue

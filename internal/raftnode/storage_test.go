@@ -2,10 +2,11 @@ package raftnode
 
 import "testing"
 
-// appliedIndexForTest is what a state machine over this storage applied
+// appliedIndexForTest is what a state machine over storage s applied
 // before a stop, for the restart test: the committed index (the test's
-// Apply applied everything committed before the node stopped).
-func (s *MemStorage) appliedIndexForTest(t *testing.T) uint64 {
+// Apply applied everything committed before the node stopped; a plog
+// storage records its last commit index when closed).
+func appliedIndexForTest(t *testing.T, s Storage) uint64 {
 	t.Helper()
 	hs, _, err := s.InitialState()
 	if err != nil {

@@ -29,19 +29,8 @@ func BuildControl(producerID int64, producerEpoch int16, commit bool, coordinato
 	if commit {
 		kind = ControlCommit
 	}
-	var key [4]byte
-	binary.BigEndian.PutUint16(key[2:], uint16(kind))
 	var value [6]byte
 	binary.BigEndian.PutUint32(value[2:], uint32(coordinatorEpoch))
-	rec := make([]byte, 0, 24)
-	rec = append(rec, 0)              // record attributes: unused
-	rec = binary.AppendVarint(rec, 0) // timestampDelta
-	rec = binary.AppendVarint(rec, 0) // offsetDelta
-	rec = appendNullableBytes(rec, key[:])
-	rec = appendNullableBytes(rec, value[:])
-	rec = binary.AppendVarint(rec, 0) // no headers
-	body := binary.AppendVarint(make([]byte, 0, len(rec)+1), int64(len(rec)))
-	body = append(body, rec...)
 	return frame(header{
 		attributes:    AttrTransactional | AttrControl,
 		records:       1,
@@ -50,7 +39,23 @@ func BuildControl(producerID int64, producerEpoch int16, commit bool, coordinato
 		producerID:    producerID,
 		producerEpoch: producerEpoch,
 		baseSequence:  -1,
-	}, body)
+	}, controlBody(kind, value[:]))
+}
+
+// controlBody is the records of a control batch: one uncompressed record
+// whose key is version 0 and kind, and whose value is value.
+func controlBody(kind int16, value []byte) []byte {
+	var key [4]byte
+	binary.BigEndian.PutUint16(key[2:], uint16(kind))
+	rec := make([]byte, 0, 16+len(value))
+	rec = append(rec, 0)              // record attributes: unused
+	rec = binary.AppendVarint(rec, 0) // timestampDelta
+	rec = binary.AppendVarint(rec, 0) // offsetDelta
+	rec = appendNullableBytes(rec, key[:])
+	rec = appendNullableBytes(rec, value)
+	rec = binary.AppendVarint(rec, 0) // no headers
+	body := binary.AppendVarint(make([]byte, 0, len(rec)+2), int64(len(rec)))
+	return append(body, rec...)
 }
 
 // ParseControl reads the marker of the control batch b (whole, CRC
