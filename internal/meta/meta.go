@@ -338,15 +338,10 @@ func (c *Catalog) CreateTopic(name string, partitions int32, configs map[string]
 		c.mu.Unlock()
 		return Topic{}, err
 	}
-	var id [16]byte
-	for {
-		if _, err := rand.Read(id[:]); err != nil {
-			c.mu.Unlock()
-			return Topic{}, err
-		}
-		if _, dup := c.st.byID[id]; !dup && id != [16]byte{} {
-			break
-		}
+	id, err := c.st.newTopicID()
+	if err != nil {
+		c.mu.Unlock()
+		return Topic{}, err
 	}
 	g, err := c.changeLocked(&TopicRecord{Name: name, ID: id, Partitions: partitions, Configs: configs})
 	t := c.st.topics[name]
