@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,15 +32,30 @@ type testCluster struct {
 
 type testNode struct {
 	id          int32
-	raft        *raftnode.Node
-	ctl         *Controller
 	storage     *raftnode.MemStorage
 	incarnation string
-	stopped     bool
+	// run is the node's current process: replaced whole by a restart
+	// while clients look at it.
+	run atomic.Pointer[nodeRun]
 
 	mu      sync.Mutex
 	changes []Change // every change applied since the node (re)started
 }
+
+type nodeRun struct {
+	raft    *raftnode.Node
+	ctl     *Controller
+	stopped bool
+}
+
+func (n *testNode) raft() *raftnode.Node {
+	if r := n.run.Load(); r != nil {
+		return r.raft
+	}
+	return nil
+}
+func (n *testNode) ctl() *Controller { return n.run.Load().ctl }
+func (n *testNode) stopped() bool    { return n.run.Load().stopped }
 
 func (n *testNode) record(ch Change) {
 	n.mu.Lock()
@@ -71,12 +87,12 @@ func newTestCluster(t testing.TB, nodes, voters int) *testCluster {
 		c.startNode(n)
 	}
 	for _, n := range c.nodes {
-		n.raft.Start()
+		n.raft().Start()
 	}
 	t.Cleanup(func() {
 		for _, n := range c.nodes {
-			if !n.stopped {
-				n.raft.Stop()
+			if !n.stopped() {
+				n.raft().Stop()
 			}
 		}
 	})
@@ -103,23 +119,25 @@ func (c *testCluster) startNode(n *testNode) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	n.raft, n.ctl, n.stopped = rn, ctl, false
+	n.run.Store(&nodeRun{raft: rn, ctl: ctl})
 	for _, p := range c.nodes {
-		if p == n || p.raft == nil {
+		if p == n || p.raft() == nil {
 			continue
 		}
-		if err := rn.AddPeer(RaftID(p.id), p.raft.Addr()); err != nil {
+		if err := rn.AddPeer(RaftID(p.id), p.raft().Addr()); err != nil {
 			c.t.Fatal(err)
 		}
-		if err := p.raft.AddPeer(RaftID(n.id), rn.Addr()); err != nil {
+		if err := p.raft().AddPeer(RaftID(n.id), rn.Addr()); err != nil {
 			c.t.Fatal(err)
 		}
 	}
 }
 
 func (c *testCluster) stop(n *testNode) {
-	n.raft.Stop()
-	n.stopped = true
+	r := *n.run.Load()
+	r.raft.Stop()
+	r.stopped = true
+	n.run.Store(&r)
 }
 
 // restart starts a stopped node again on its storage (a new process on the
@@ -129,13 +147,13 @@ func (c *testCluster) stop(n *testNode) {
 // through a configuration change (docs/replication.md section 4a).
 func (c *testCluster) restart(n *testNode) {
 	c.startNode(n)
-	n.raft.Start()
+	n.raft().Start()
 }
 
 func (c *testCluster) live() []*testNode {
 	var out []*testNode
 	for _, n := range c.nodes {
-		if !n.stopped {
+		if !n.stopped() {
 			out = append(out, n)
 		}
 	}
@@ -146,8 +164,8 @@ func (c *testCluster) live() []*testNode {
 // messages a moment on loopback.
 func (c *testCluster) tick() {
 	for _, n := range c.live() {
-		n.raft.Tick()
-		n.ctl.Tick(context.Background())
+		n.raft().Tick()
+		n.ctl().Tick(context.Background())
 	}
 	time.Sleep(3 * time.Millisecond)
 }
@@ -172,7 +190,7 @@ func (c *testCluster) tickUntil(maxTicks int, what string, cond func() bool) int
 // active returns the live active controller, if there is one.
 func (c *testCluster) active() *testNode {
 	for _, n := range c.live() {
-		if n.ctl.Active() {
+		if n.ctl().Active() {
 			return n
 		}
 	}
@@ -220,7 +238,7 @@ func (c *testCluster) call(f func(ctx context.Context, ctl *Controller) error) e
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := f(ctx, a.ctl)
+		err := f(ctx, a.ctl())
 		cancel()
 		if (errors.Is(err, meta.ErrNotController) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, raftnode.ErrStopped)) &&
 			time.Now().Before(deadline) {
@@ -263,7 +281,7 @@ func (c *testCluster) heartbeat(n *testNode) (fenced bool) {
 	c.t.Helper()
 	err := c.call(func(ctx context.Context, ctl *Controller) error {
 		var err error
-		fenced, err = ctl.Heartbeat(ctx, n.id, n.incarnation, n.ctl.Applied())
+		fenced, err = ctl.Heartbeat(ctx, n.id, n.incarnation, n.ctl().Applied())
 		return err
 	})
 	if err != nil {
@@ -321,7 +339,7 @@ func (c *testCluster) caughtUp() bool {
 		return false
 	}
 	for _, n := range c.live() {
-		if n.ctl.Applied() < a.ctl.Applied() {
+		if n.ctl().Applied() < a.ctl().Applied() {
 			return false
 		}
 	}

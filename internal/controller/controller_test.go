@@ -42,8 +42,8 @@ func TestCreateAppliedInOrderEverywhere(t *testing.T) {
 			// A create sent to a node that is not the controller is
 			// refused with the controller's id.
 			for _, n := range c.live() {
-				if !n.ctl.Active() {
-					_, _, err := n.ctl.CreateTopic(context.Background(), "x", 1, 1, nil)
+				if !n.ctl().Active() {
+					_, _, err := n.ctl().CreateTopic(context.Background(), "x", 1, 1, nil)
 					if !errors.Is(err, meta.ErrNotController) {
 						t.Fatalf("create on node %d (not the controller): %v, want NOT_CONTROLLER", n.id, err)
 					}
@@ -73,7 +73,7 @@ func TestCreateAppliedInOrderEverywhere(t *testing.T) {
 				if got := len(n.applied()); got != len(all) {
 					t.Fatalf("node %d applied %d changes, node with most %d", n.id, got, len(all))
 				}
-				if got := len(n.ctl.Machine().Topics()); got != 40 {
+				if got := len(n.ctl().Machine().Topics()); got != 40 {
 					t.Fatalf("node %d has %d topics, want 40", n.id, got)
 				}
 			}
@@ -133,7 +133,7 @@ func TestControllerKilledMidCreation(t *testing.T) {
 		stop()
 		c.stop(a)
 		killed = append(killed, a)
-		t.Logf("round %d: stopped the controller, node %d, at its index %d", round, a.id, a.ctl.Applied())
+		t.Logf("round %d: stopped the controller, node %d, at its index %d", round, a.id, a.ctl().Applied())
 		stop = c.ticking()
 		time.Sleep(100 * time.Millisecond)
 		if round == 0 {
@@ -160,8 +160,8 @@ func TestControllerKilledMidCreation(t *testing.T) {
 		}
 	}
 	for _, n := range c.live() {
-		for _, tp := range n.ctl.Machine().Topics() {
-			for p, r := range n.ctl.Machine().Replicas(tp.ID) {
+		for _, tp := range n.ctl().Machine().Topics() {
+			for p, r := range n.ctl().Machine().Replicas(tp.ID) {
 				if len(r) != 2 {
 					t.Fatalf("node %d: %s/%d has replicas %v", n.id, tp.Name, p, r)
 				}
@@ -183,7 +183,7 @@ func TestFencedAfterSessionTimeout(t *testing.T) {
 	fencedEverywhere := func(want bool) func() bool {
 		return func() bool {
 			for _, n := range c.live() {
-				if b, _ := n.ctl.Machine().Broker(quiet.id); b.Fenced != want {
+				if b, _ := n.ctl().Machine().Broker(quiet.id); b.Fenced != want {
 					return false
 				}
 			}
@@ -202,7 +202,7 @@ func TestFencedAfterSessionTimeout(t *testing.T) {
 		t.Fatalf("broker %d fenced before its session timed out", quiet.id)
 	}
 	for _, n := range c.nodes[:2] {
-		if b, _ := n.ctl.Machine().Broker(n.id); b.Fenced {
+		if b, _ := n.ctl().Machine().Broker(n.id); b.Fenced {
 			t.Fatalf("heartbeating broker %d fenced", n.id)
 		}
 	}
@@ -212,7 +212,7 @@ func TestFencedAfterSessionTimeout(t *testing.T) {
 	}
 	c.tickUntil(20, "the quiet broker fenced on every node", fencedEverywhere(true))
 	for _, n := range c.nodes[:2] {
-		if b, _ := n.ctl.Machine().Broker(n.id); b.Fenced {
+		if b, _ := n.ctl().Machine().Broker(n.id); b.Fenced {
 			t.Fatalf("heartbeating broker %d fenced", n.id)
 		}
 	}
@@ -240,7 +240,7 @@ func TestFencedAfterSessionTimeout(t *testing.T) {
 	}
 	// An old incarnation's heartbeat is stale; the current one unfences.
 	err = c.call(func(ctx context.Context, ctl *Controller) error {
-		_, err := ctl.Heartbeat(ctx, quiet.id, NewIncarnation(), quiet.ctl.Applied())
+		_, err := ctl.Heartbeat(ctx, quiet.id, NewIncarnation(), quiet.ctl().Applied())
 		return err
 	})
 	if !errors.Is(err, meta.ErrStaleBrokerEpoch) {
@@ -279,7 +279,7 @@ func TestLearnerCatchesUpAfterRestart(t *testing.T) {
 		}
 	}
 	stop()
-	if n := len(learner.ctl.Machine().Topics()); n != 5 {
+	if n := len(learner.ctl().Machine().Topics()); n != 5 {
 		t.Fatalf("the stopped learner has %d topics, want 5", n)
 	}
 	c.restart(learner)
@@ -288,7 +288,7 @@ func TestLearnerCatchesUpAfterRestart(t *testing.T) {
 	if got := learner.applied(); len(got) != len(all) {
 		t.Fatalf("the learner applied %d changes after its restart, the others %d", len(got), len(all))
 	}
-	if n := len(learner.ctl.Machine().Topics()); n != 15 {
+	if n := len(learner.ctl().Machine().Topics()); n != 15 {
 		t.Fatalf("the learner has %d topics, want 15", n)
 	}
 }
@@ -340,7 +340,7 @@ func TestCreateHistoryOrder(t *testing.T) {
 			if a := c.active(); a != nil {
 				for _, n := range c.live() {
 					if n != a {
-						_ = a.raft.TransferLeadership(MetadataGroup, RaftID(n.id))
+						_ = a.raft().TransferLeadership(MetadataGroup, RaftID(n.id))
 						break
 					}
 				}
