@@ -206,7 +206,10 @@ func (c *testCluster) waitActive(maxTicks int) *testNode {
 
 // ticking ticks the cluster in a goroutine until the returned stop is
 // called (for tests whose clients wait on the controller).
-func (c *testCluster) ticking() (stop func()) {
+func (c *testCluster) ticking() (stop func()) { return c.tickingEvery(5 * time.Millisecond) }
+
+// tickingEvery is ticking with a pause of interval after each tick.
+func (c *testCluster) tickingEvery(interval time.Duration) (stop func()) {
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)
@@ -216,7 +219,7 @@ func (c *testCluster) ticking() (stop func()) {
 				return
 			default:
 				c.tick()
-				time.Sleep(5 * time.Millisecond)
+				time.Sleep(interval)
 			}
 		}
 	}()
