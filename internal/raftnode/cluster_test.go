@@ -33,7 +33,7 @@ type clusterOptions struct {
 	// learners: the last this many nodes are every group's learners.
 	learners int
 	manual   bool
-	tweak         func(*Config)
+	tweak    func(*Config)
 	// campaign: node (g mod nodes)+1 campaigns for group g at start, so
 	// that many groups elect without waiting out their timeouts.
 	campaign bool
