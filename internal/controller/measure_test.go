@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -16,6 +17,12 @@ import (
 // Same-process probes: three nodes on MemStorage (no fsync) and the clients
 // share the CPU.
 var measure = flag.Bool("controller.measure", false, "run the controller measurements (docs/benchmarks.md)")
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
 
 func percentile(d []time.Duration, p float64) time.Duration {
 	slices.Sort(d)
@@ -75,13 +82,15 @@ func TestMeasure(t *testing.T) {
 	results := map[int]*result{1: {}, 32: {}}
 	for round := range 3 {
 		for _, workers := range []int{1, 32} {
+			cpu0, wall0 := cpuSeconds(), time.Now()
 			rate, lat := createLoad(t, c, fmt.Sprintf("r%d-w%d", round, workers), workers, 3*time.Second)
+			cpu, wall := cpuSeconds()-cpu0, time.Since(wall0).Seconds()
 			r := results[workers]
 			r.rate = append(r.rate, rate)
 			r.p50 = append(r.p50, percentile(lat, 0.50))
 			r.p99 = append(r.p99, percentile(lat, 0.99))
-			t.Logf("round %d, %2d clients: %6.0f creations/s (%6.0f records/s), latency p50 %v p99 %v (%d creations)",
-				round, workers, rate, 2*rate, percentile(lat, 0.5), percentile(lat, 0.99), len(lat))
+			t.Logf("round %d, %2d clients: %6.0f creations/s (%6.0f records/s), latency p50 %v p99 %v (%d creations); process %.2f cores, %.0f µs CPU a creation",
+				round, workers, rate, 2*rate, percentile(lat, 0.5), percentile(lat, 0.99), len(lat), cpu/wall, cpu/float64(len(lat))*1e6)
 		}
 	}
 	for _, workers := range []int{1, 32} {
