@@ -99,6 +99,16 @@ func newTestCluster(t testing.TB, nodes, voters int) *testCluster {
 	return c
 }
 
+// newRegisteredCluster is newTestCluster with a controller elected and
+// every node's broker registered and unfenced.
+func newRegisteredCluster(t testing.TB, nodes, voters int) *testCluster {
+	t.Helper()
+	c := newTestCluster(t, nodes, voters)
+	c.waitActive(60)
+	c.registerAll(nil)
+	return c
+}
+
 // startNode makes n's raft node (on a new listener) and controller over its
 // storage, and names it and its peers to each other; the caller starts it.
 func (c *testCluster) startNode(n *testNode) {

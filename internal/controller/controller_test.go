@@ -104,9 +104,7 @@ func TestCreateAppliedInOrderEverywhere(t *testing.T) {
 // partition assigned, the same on every live node: never twice, never a
 // topic without its assignments.
 func TestControllerKilledMidCreation(t *testing.T) {
-	c := newTestCluster(t, 5, 3)
-	c.waitActive(60)
-	c.registerAll(nil)
+	c := newRegisteredCluster(t, 5, 3)
 	stop := c.ticking()
 	const topics = 60
 	var wg sync.WaitGroup
@@ -176,9 +174,7 @@ func TestControllerKilledMidCreation(t *testing.T) {
 // next heartbeat with the same incarnation unfences it; a heartbeat of an
 // old incarnation is STALE_BROKER_EPOCH; a fenced broker gets no replicas.
 func TestFencedAfterSessionTimeout(t *testing.T) {
-	c := newTestCluster(t, 3, 3)
-	c.waitActive(60)
-	c.registerAll(nil)
+	c := newRegisteredCluster(t, 3, 3)
 	quiet := c.nodes[2]
 	fencedEverywhere := func(want bool) func() bool {
 		return func() bool {
@@ -259,9 +255,7 @@ func TestFencedAfterSessionTimeout(t *testing.T) {
 // log into a new state machine, then takes the leader's new entries, and
 // applies exactly what the others applied, in order.
 func TestLearnerCatchesUpAfterRestart(t *testing.T) {
-	c := newTestCluster(t, 5, 3)
-	c.waitActive(60)
-	c.registerAll(nil)
+	c := newRegisteredCluster(t, 5, 3)
 	learner := c.nodes[4]
 	stop := c.ticking()
 	for i := range 5 {
@@ -300,9 +294,7 @@ func TestLearnerCatchesUpAfterRestart(t *testing.T) {
 // applied on the controller that answered (never before the creation it
 // was refused for).
 func TestCreateHistoryOrder(t *testing.T) {
-	c := newTestCluster(t, 3, 3)
-	c.waitActive(60)
-	c.registerAll(nil)
+	c := newRegisteredCluster(t, 3, 3)
 	stop := c.ticking()
 	defer stop()
 	type answer struct {

@@ -69,9 +69,7 @@ func TestMeasure(t *testing.T) {
 	if !*measure {
 		t.Skip("-controller.measure")
 	}
-	c := newTestCluster(t, 3, 3)
-	c.waitActive(60)
-	c.registerAll(nil)
+	c := newRegisteredCluster(t, 3, 3)
 	stop := c.tickingEvery(100 * time.Millisecond)
 	defer stop()
 	createLoad(t, c, "warm", 8, time.Second) // warm-up, discarded
@@ -112,9 +110,8 @@ func TestMeasureFailover(t *testing.T) {
 	var ticks []int
 	var waits []time.Duration
 	for round := range 5 {
-		c := newTestCluster(t, 3, 3)
-		old := c.waitActive(60)
-		c.registerAll(nil)
+		c := newRegisteredCluster(t, 3, 3)
+		old := c.active()
 		for range 15 { // quiet ticks: the group quiesces, as an idle cluster's does
 			c.tick()
 			time.Sleep(100 * time.Millisecond)

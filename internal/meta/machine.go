@@ -73,31 +73,14 @@ func (m *Machine) Apply(rs []Record) error {
 func (m *Machine) Topic(name string) (Topic, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	t, ok := m.st.topics[name]
-	if !ok {
-		return Topic{}, false
-	}
-	return t.clone(), true
+	return m.st.topic(name)
 }
 
 // Topics returns every topic, sorted by name.
 func (m *Machine) Topics() []Topic {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	out := make([]Topic, 0, len(m.st.topics))
-	for _, t := range m.st.topics {
-		out = append(out, t.clone())
-	}
-	slices.SortFunc(out, func(a, b Topic) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
-	return out
+	return m.st.topicCopies()
 }
 
 // Replicas returns a topic's replicas by partition (nil for a partition
