@@ -34,7 +34,7 @@ func topicCreations(changes []Change) (topics map[string]int, assigned map[strin
 // node) are applied in the same order by every node, voters and learners,
 // each with all of its partitions assigned.
 func TestCreateAppliedInOrderEverywhere(t *testing.T) {
-	for _, shape := range []struct{ nodes, voters int }{{3, 3}, {5, 3}} {
+	for _, shape := range []struct{ nodes, voters int }{{3, 3}, {5, 3}, {5, 5}} {
 		t.Run(fmt.Sprintf("nodes=%d,voters=%d", shape.nodes, shape.voters), func(t *testing.T) {
 			c := newTestCluster(t, shape.nodes, shape.voters)
 			c.waitActive(60)
@@ -367,4 +367,43 @@ func TestCreateHistoryOrder(t *testing.T) {
 		}
 	}
 	t.Logf("%d answers, %d topics", len(answers), len(createdAt))
+}
+
+// TestCreatePlacesByRack: brokers registered with racks get each
+// partition's replicas on distinct racks, and every node applies the same
+// assignment.
+func TestCreatePlacesByRack(t *testing.T) {
+	c := newTestCluster(t, 5, 3)
+	c.waitActive(60)
+	racks := []string{"a", "a", "b", "b", "c"}
+	c.registerAll(func(id int32) string { return racks[id] })
+	stop := c.ticking()
+	defer stop()
+	var replicas [][]int32
+	err := c.call(func(ctx context.Context, ctl *Controller) (err error) {
+		_, replicas, err = ctl.CreateTopic(ctx, "racked", 10, 3, nil)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, r := range replicas {
+		on := map[string]bool{}
+		for _, b := range r {
+			on[racks[b]] = true
+		}
+		if len(r) != 3 || len(on) != 3 {
+			t.Fatalf("partition %d on %v: racks %v", p, r, on)
+		}
+	}
+	c.tickUntil(50, "caught up", c.caughtUp)
+	for _, n := range c.live() {
+		tp, ok := n.ctl().Machine().Topic("racked")
+		if !ok || fmt.Sprint(n.ctl().Machine().Replicas(tp.ID)) != fmt.Sprint(replicas) {
+			t.Fatalf("node %d: replicas %v, the controller answered %v", n.id, n.ctl().Machine().Replicas(tp.ID), replicas)
+		}
+		if b, _ := n.ctl().Machine().Broker(4); b.Rack != "c" || len(b.Listeners) != 1 {
+			t.Fatalf("node %d: broker 4 registered as %+v", n.id, b)
+		}
+	}
 }
