@@ -379,7 +379,7 @@ func (c *Controller) notController() error {
 // Tick is the controller's periodic work: a node that no longer leads
 // fails its waiters (NOT_CONTROLLER: their entries may still commit), and
 // the active controller fences the brokers whose session timed out. The
-// owner calls it (every raft tick does).
+// owner calls it with every raft tick, or has Run call it.
 func (c *Controller) Tick(ctx context.Context) {
 	c.mu.Lock()
 	if !c.activeLocked() {
@@ -412,6 +412,22 @@ func (c *Controller) Tick(ctx context.Context) {
 				c.mu.Unlock()
 			}
 		}()
+	}
+}
+
+// Run calls Tick every interval until ctx ends: the controller of a node
+// whose raft ticks on its own ticker (raftnode's TickInterval is the
+// natural interval).
+func (c *Controller) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.Tick(ctx)
+		}
 	}
 }
 

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sushka-io/sushka/internal/meta"
+	"github.com/sushka-io/sushka/internal/raftnode"
 )
 
 // topicCreations counts the TopicRecords and assignments by topic name in
@@ -405,5 +407,90 @@ func TestCreatePlacesByRack(t *testing.T) {
 		if b, _ := n.ctl().Machine().Broker(4); b.Rack != "c" || len(b.Listeners) != 1 {
 			t.Fatalf("node %d: broker 4 registered as %+v", n.id, b)
 		}
+	}
+}
+
+// TestRunFencesOnTheRealClock: nodes on raft's own ticker and the real
+// clock, each controller ticked by Run: a broker that registered and never
+// heartbeats again is fenced once a (short) session timeout has passed.
+func TestRunFencesOnTheRealClock(t *testing.T) {
+	const nodes = 3
+	var ctls []*Controller
+	var rns []*raftnode.Node
+	for id := range int32(nodes) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rn, err := raftnode.New(raftnode.Config{ID: RaftID(id), Cluster: 14, Listener: ln,
+			TickInterval: 20 * time.Millisecond, Logger: quietLogger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctl, err := New(Config{Node: id, Voters: []int32{0, 1, 2}, Raft: rn, Storage: raftnode.NewMemStorage(),
+			SessionTimeout: 300 * time.Millisecond, Logger: quietLogger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rns, ctls = append(rns, rn), append(ctls, ctl)
+	}
+	for i, rn := range rns {
+		for j, p := range rns {
+			if i != j {
+				if err := rn.AddPeer(p.ID(), p.Addr()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i, rn := range rns {
+		rn.Start()
+		wg.Add(1)
+		go func() { defer wg.Done(); ctls[i].Run(ctx, 20*time.Millisecond) }()
+	}
+	defer func() {
+		cancel()
+		wg.Wait()
+		for _, rn := range rns {
+			rn.Stop()
+		}
+	}()
+	active := func() *Controller {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			for _, c := range ctls {
+				if c.Active() {
+					return c
+				}
+			}
+		}
+		t.Fatal("no active controller within 10 s")
+		return nil
+	}
+	inc := NewIncarnation()
+	var err error
+	for try := 0; try == 0 || errors.Is(err, meta.ErrNotController); try++ {
+		err = active().RegisterBroker(ctx, Registration{ID: 7, Incarnation: inc})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	fenced, err := active().Heartbeat(ctx, 7, inc, ctls[0].Applied()+100)
+	if err != nil || fenced {
+		t.Fatalf("heartbeat: fenced %v, %v", fenced, err)
+	}
+	unfencedAt := time.Now()
+	for {
+		if b, _ := ctls[0].Machine().Broker(7); b.Fenced {
+			break
+		}
+		if time.Since(unfencedAt) > 10*time.Second {
+			t.Fatal("not fenced 10 s after its last heartbeat")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if took := time.Since(unfencedAt); took < 300*time.Millisecond {
+		t.Fatalf("fenced %v after its last heartbeat, before the 300 ms session timeout", took)
 	}
 }
