@@ -476,13 +476,19 @@ func TestRunFencesOnTheRealClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fenced, err := active().Heartbeat(ctx, 7, inc, ctls[0].Applied()+100)
+	// The heartbeat answers once the unfence is applied on the controller
+	// that took it: watch that one's state.
+	a := active()
+	fenced, err := a.Heartbeat(ctx, 7, inc, a.Applied()+100)
 	if err != nil || fenced {
 		t.Fatalf("heartbeat: fenced %v, %v", fenced, err)
 	}
 	unfencedAt := time.Now()
+	if b, _ := a.Machine().Broker(7); b.Fenced {
+		t.Fatal("fenced right after a heartbeat answered unfenced")
+	}
 	for {
-		if b, _ := ctls[0].Machine().Broker(7); b.Fenced {
+		if b, _ := a.Machine().Broker(7); b.Fenced {
 			break
 		}
 		if time.Since(unfencedAt) > 10*time.Second {
