@@ -390,12 +390,8 @@ func TestCreatePlacesByRack(t *testing.T) {
 		t.Fatal(err)
 	}
 	for p, r := range replicas {
-		on := map[string]bool{}
-		for _, b := range r {
-			on[racks[b]] = true
-		}
-		if len(r) != 3 || len(on) != 3 {
-			t.Fatalf("partition %d on %v: racks %v", p, r, on)
+		if n := racksUsed(r, func(b int32) string { return racks[b] }); len(r) != 3 || n != 3 {
+			t.Fatalf("partition %d on %v: %d racks", p, r, n)
 		}
 	}
 	c.tickUntil(50, "caught up", c.caughtUp)

@@ -83,12 +83,8 @@ func TestPlacementRackAware(t *testing.T) {
 				t.Fatal(err)
 			}
 			for p, r := range replicas {
-				racks := map[string]bool{}
-				for _, b := range r {
-					racks[rackOf[b]] = true
-				}
-				if want := min(rf, 3); len(racks) != want || len(r) != rf {
-					t.Fatalf("rf %d seed %d: partition %d on %v: %d racks, want %d", rf, seed, p, r, len(racks), want)
+				if racks, want := racksUsed(r, func(b int32) string { return rackOf[b] }), min(rf, 3); racks != want || len(r) != rf {
+					t.Fatalf("rf %d seed %d: partition %d on %v: %d racks, want %d", rf, seed, p, r, racks, want)
 				}
 			}
 		}
@@ -103,4 +99,13 @@ func TestPlacementRackAware(t *testing.T) {
 	if got, want := fmt.Sprint(err), "replication factor: 8 larger than available brokers: 7"; !strings.HasSuffix(got, want) {
 		t.Fatalf("error %q does not end in Kafka's %q", got, want)
 	}
+}
+
+// racksUsed is the number of distinct racks of replicas.
+func racksUsed(replicas []int32, rackOf func(int32) string) int {
+	on := map[string]bool{}
+	for _, b := range replicas {
+		on[rackOf(b)] = true
+	}
+	return len(on)
 }
