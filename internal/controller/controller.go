@@ -121,7 +121,6 @@ type Controller struct {
 	leaderTerm uint64
 	// activeTerm is the term this node last became active in.
 	activeTerm uint64
-	applied    uint64 // index of the last entry applied
 	// sessions are the brokers' last heartbeats, kept by the active
 	// controller only (KRaft's BrokerHeartbeatManager: never replicated).
 	sessions map[int32]time.Time
@@ -179,12 +178,9 @@ func New(cfg Config) (*Controller, error) {
 // Machine is the node's applied metadata (read-only use).
 func (c *Controller) Machine() *meta.Machine { return c.machine }
 
-// Applied is the index of the last entry this node applied.
-func (c *Controller) Applied() uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.applied
-}
+// Applied is the index of the last entry this node applied (its machine's:
+// a change seen in the machine is never ahead of it).
+func (c *Controller) Applied() uint64 { return c.machine.Applied() }
 
 // Leader is the node this replica takes for the controller's raft leader
 // (ok false: none known).
@@ -215,20 +211,22 @@ func (c *Controller) activeLocked() bool {
 func (c *Controller) apply(entries []*pb.Entry) {
 	for _, e := range entries {
 		if e.GetType() != pb.EntryType_EntryNormal {
-			c.setApplied(e.GetIndex())
+			c.machine.Skip(e.GetIndex())
 			continue // configuration changes: raftnode applied them
 		}
 		if len(e.Data) == 0 {
 			// A leader's first entry: everything before it is applied.
+			c.machine.Skip(e.GetIndex())
 			c.mu.Lock()
-			c.applied = e.GetIndex()
 			c.leaderTerm = e.GetTerm()
 			c.mu.Unlock()
 			continue
 		}
 		rs, err := meta.DecodeEntry(e.Data)
 		if err == nil {
-			err = c.machine.Apply(rs)
+			err = c.machine.Apply(e.GetIndex(), rs)
+		} else {
+			c.machine.Skip(e.GetIndex())
 		}
 		if err != nil {
 			// Refused alike by every replica (the same records on the same
@@ -236,7 +234,6 @@ func (c *Controller) apply(entries []*pb.Entry) {
 			c.cfg.Logger.Debug("metadata entry refused", "node", c.cfg.Node, "index", e.GetIndex(), "err", err)
 		}
 		c.mu.Lock()
-		c.applied = e.GetIndex()
 		if err == nil {
 			for _, r := range rs {
 				c.appliedLocked(e.GetIndex(), r)
@@ -252,12 +249,6 @@ func (c *Controller) apply(entries []*pb.Entry) {
 			}
 		}
 	}
-}
-
-func (c *Controller) setApplied(index uint64) {
-	c.mu.Lock()
-	c.applied = index
-	c.mu.Unlock()
 }
 
 // becomeActiveLocked starts a term as the active controller: every
@@ -482,7 +473,10 @@ func (c *Controller) Heartbeat(ctx context.Context, id int32, incarnation string
 		return true, fmt.Errorf("%w: broker %d incarnation %s, registered %s", meta.ErrStaleBrokerEpoch, id, incarnation, b.Incarnation)
 	}
 	c.sessions[id] = c.cfg.Clock.Now()
-	caughtUp := appliedIndex >= c.registeredAt[id]
+	// Caught up once it applied its own registration (known here once this
+	// node's bookkeeping of it, just after the machine's, is done).
+	at, known := c.registeredAt[id]
+	caughtUp := known && appliedIndex >= at
 	c.mu.Unlock()
 	if !b.Fenced || !caughtUp {
 		return b.Fenced, nil

@@ -33,7 +33,7 @@ func TestClusterRecordsRoundTrip(t *testing.T) {
 		if err != nil || len(rs) != 1 || !reflect.DeepEqual(rs[0], r) {
 			t.Fatalf("%T: decoded %+v, %v", r, rs, err)
 		}
-		if err := m.Apply(rs); err != nil {
+		if err := m.Apply(1, rs); err != nil {
 			t.Fatalf("%T: %v", r, err)
 		}
 	}
@@ -100,7 +100,7 @@ func TestSingleNodeSnapshotUnchanged(t *testing.T) {
 // refused as TOPIC_ALREADY_EXISTS.
 func TestApplyEntryAllOrNothing(t *testing.T) {
 	m := NewMachine()
-	if err := m.Apply(clusterRecords()[:2]); err != nil {
+	if err := m.Apply(1, clusterRecords()[:2]); err != nil {
 		t.Fatal(err)
 	}
 	id := topicID{9}
@@ -109,7 +109,7 @@ func TestApplyEntryAllOrNothing(t *testing.T) {
 		&PartitionAssignmentRecord{TopicID: id, Partition: 0, Replicas: []int32{0}},
 		&PartitionAssignmentRecord{TopicID: id, Partition: 1, Replicas: []int32{5}},
 	}
-	if err := m.Apply(bad); !errors.Is(err, errBadRecord) {
+	if err := m.Apply(1, bad); !errors.Is(err, errBadRecord) {
 		t.Fatalf("creation with an unknown broker: %v", err)
 	}
 	if _, ok := m.Topic("half"); ok || m.Replicas(id) != nil || m.st.partitions != 0 {
@@ -118,17 +118,17 @@ func TestApplyEntryAllOrNothing(t *testing.T) {
 	// Other records together apply to a copy: a refused one leaves the
 	// first unapplied too.
 	mixed := []Record{&UnfenceBrokerRecord{ID: 0, Incarnation: "aa"}, &FenceBrokerRecord{ID: 0, Incarnation: "zz"}}
-	if err := m.Apply(mixed); err == nil {
+	if err := m.Apply(1, mixed); err == nil {
 		t.Fatal("a fence of an unknown incarnation applied")
 	}
 	if b, _ := m.Broker(0); !b.Fenced {
 		t.Fatal("a refused entry's first record stayed applied")
 	}
 	good := []Record{&TopicRecord{Name: "t", ID: topicID{8}, Partitions: 1}}
-	if err := m.Apply(good); err != nil {
+	if err := m.Apply(1, good); err != nil {
 		t.Fatal(err)
 	}
-	err := m.Apply([]Record{&TopicRecord{Name: "t", ID: topicID{7}, Partitions: 1}})
+	err := m.Apply(1, []Record{&TopicRecord{Name: "t", ID: topicID{7}, Partitions: 1}})
 	if !errors.Is(err, ErrTopicExists) || !strings.Contains(err.Error(), "created twice") {
 		t.Fatalf("a second creation of t: %v, want TOPIC_ALREADY_EXISTS", err)
 	}

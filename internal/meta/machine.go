@@ -55,18 +55,39 @@ func DecodeEntry(b []byte) ([]Record, error) {
 type Machine struct {
 	mu sync.RWMutex
 	st *state
+	// applied is the index of the last entry applied (or skipped): it
+	// moves with the state, under the same lock, so a reader never sees a
+	// change ahead of its index.
+	applied uint64
 }
 
 // NewMachine returns an empty state machine.
 func NewMachine() *Machine { return &Machine{st: newState()} }
 
-// Apply applies one entry's records, all of them or none.
-func (m *Machine) Apply(rs []Record) error {
+// Apply applies the records of the entry at index, all of them or none;
+// the machine has applied index either way.
+func (m *Machine) Apply(index uint64, rs []Record) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st, err := m.st.applyAll(rs)
 	m.st = st
+	m.applied = max(m.applied, index)
 	return err
+}
+
+// Skip records that the entry at index holds no records (a raft leader's
+// empty entry, a configuration change, an entry that does not decode).
+func (m *Machine) Skip(index uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.applied = max(m.applied, index)
+}
+
+// Applied is the index of the last entry applied.
+func (m *Machine) Applied() uint64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.applied
 }
 
 // Topic returns the named topic.
