@@ -27,6 +27,12 @@ var errorCodes = []struct {
 	{meta.ErrBadPartitions, kerr.InvalidPartitions.Code},
 	{meta.ErrInvalidQuota, kerr.InvalidRequest.Code},
 	{meta.ErrUnsupportedQuotaEntity, kerr.UnsupportedVersion.Code},
+	// The metadata quorum's (internal/controller; no handler answers
+	// them yet).
+	{meta.ErrNotController, kerr.NotController.Code},
+	{meta.ErrInvalidReplicationFactor, kerr.InvalidReplicationFactor.Code},
+	{meta.ErrBrokerNotRegistered, kerr.BrokerIDNotRegistered.Code},
+	{meta.ErrStaleBrokerEpoch, kerr.StaleBrokerEpoch.Code},
 
 	{plog.ErrBatchTooLarge, kerr.MessageTooLarge.Code},
 	{batch.ErrInvalidRecord, kerr.InvalidRecord.Code},

@@ -55,6 +55,10 @@ type snapshotDoc struct {
 	ClientQuotas []ClientQuotaRecord `json:"client_quotas,omitempty"`
 	// ScramCredentials are the users' SCRAM credentials (scram.go).
 	ScramCredentials []UserScramCredentialRecord `json:"scram_credentials,omitempty"`
+	// Brokers and Assignments are the cluster's (cluster.go), absent from
+	// the single-node catalogue's snapshots.
+	Brokers     []brokerSnapshot            `json:"brokers,omitempty"`
+	Assignments []PartitionAssignmentRecord `json:"assignments,omitempty"`
 }
 
 // open loads the snapshot (migrating a legacy catalogue, or creating the
@@ -229,8 +233,16 @@ func loadSnapshot(fs vfs.FS, path string, version int) (*state, int64, error) {
 	st := newState()
 	st.clusterID = d.ClusterID
 	st.producerIDBlockEnd = d.ProducerIDBlockEnd
+	if err := st.loadBrokers(d.Brokers); err != nil {
+		return nil, 0, fmt.Errorf("meta: %s: %w", path, err)
+	}
 	for i := range d.Topics {
 		if err := st.apply(&d.Topics[i]); err != nil {
+			return nil, 0, fmt.Errorf("meta: %s: %w", path, err)
+		}
+	}
+	for i := range d.Assignments {
+		if err := st.apply(&d.Assignments[i]); err != nil {
 			return nil, 0, fmt.Errorf("meta: %s: %w", path, err)
 		}
 	}
@@ -265,6 +277,7 @@ func writeSnapshot(fs vfs.FS, dir string, st *state, next int64) (int64, error) 
 	sortTopicRecords(d.Topics)
 	d.ClientQuotas = st.quotaRecords()
 	d.ScramCredentials = st.scramRecords()
+	d.Brokers, d.Assignments = st.clusterSnapshot()
 	raw, err := json.Marshal(d)
 	if err != nil {
 		return 0, err
@@ -475,6 +488,7 @@ func (s *state) copyTopics() *state {
 		out.byID[ct.ID] = &ct
 	}
 	out.acls = maps.Clone(s.acls) // bindings are values
+	s.copyCluster(out)
 	return out
 }
 

@@ -225,9 +225,9 @@ func (c *Catalog) PartitionCount() int64 {
 	return c.st.partitions
 }
 
-func (c *Catalog) sortedLocked() []*Topic {
-	ts := make([]*Topic, 0, len(c.st.topics))
-	for _, t := range c.st.topics {
+func (s *state) sortedTopics() []*Topic {
+	ts := make([]*Topic, 0, len(s.topics))
+	for _, t := range s.topics {
 		ts = append(ts, t)
 	}
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
@@ -271,7 +271,12 @@ func ValidateTopicName(name string) error {
 func (c *Catalog) Topic(name string) (Topic, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t, ok := c.st.topics[name]
+	return c.st.topic(name)
+}
+
+// topic returns a copy of the named topic.
+func (s *state) topic(name string) (Topic, bool) {
+	t, ok := s.topics[name]
 	if !ok {
 		return Topic{}, false
 	}
@@ -293,8 +298,13 @@ func (c *Catalog) TopicByID(id [16]byte) (Topic, bool) {
 func (c *Catalog) Topics() []Topic {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.st.topicCopies()
+}
+
+// topicCopies returns copies of every topic sorted by name (nil for none).
+func (s *state) topicCopies() []Topic {
 	var out []Topic
-	for _, t := range c.sortedLocked() {
+	for _, t := range s.sortedTopics() {
 		out = append(out, t.clone())
 	}
 	return out
@@ -338,15 +348,10 @@ func (c *Catalog) CreateTopic(name string, partitions int32, configs map[string]
 		c.mu.Unlock()
 		return Topic{}, err
 	}
-	var id [16]byte
-	for {
-		if _, err := rand.Read(id[:]); err != nil {
-			c.mu.Unlock()
-			return Topic{}, err
-		}
-		if _, dup := c.st.byID[id]; !dup && id != [16]byte{} {
-			break
-		}
+	id, err := c.st.newTopicID()
+	if err != nil {
+		c.mu.Unlock()
+		return Topic{}, err
 	}
 	g, err := c.changeLocked(&TopicRecord{Name: name, ID: id, Partitions: partitions, Configs: configs})
 	t := c.st.topics[name]

@@ -131,7 +131,9 @@ func decodeRecord(key, value []byte) (record, error) {
 		r = &ClientQuotaRecord{}
 	default:
 		if r = decodeScramRecord(typ); r == nil { // scram.go
-			return nil, fmt.Errorf("unknown record type %d", typ)
+			if r = decodeClusterRecord(typ); r == nil { // cluster.go
+				return nil, fmt.Errorf("unknown record type %d", typ)
+			}
 		}
 	}
 	if err := json.Unmarshal(value, r); err != nil {
@@ -154,6 +156,11 @@ type state struct {
 	quotas map[string]*ClientQuota
 	// scram holds the users' SCRAM credentials (scram.go).
 	scram map[scramKey]sasl.Credential
+	// brokers and replicas are the cluster's (cluster.go): the registered
+	// brokers, and each topic's replicas by partition (nil: unassigned).
+	// Both stay empty in the single-node catalogue.
+	brokers  map[int32]Broker
+	replicas map[topicID][][]int32
 }
 
 func newState() *state {
@@ -171,7 +178,7 @@ func (s *state) apply(r record) error {
 	switch r := r.(type) {
 	case *TopicRecord:
 		if _, ok := s.topics[r.Name]; ok {
-			return fmt.Errorf("%w: topic %q created twice", errBadRecord, r.Name)
+			return fmt.Errorf("%w: %w: topic %q created twice", errBadRecord, ErrTopicExists, r.Name)
 		}
 		if _, ok := s.byID[r.ID]; ok || r.ID == (topicID{}) || r.Partitions < 1 {
 			return fmt.Errorf("%w: topic %q with id %x and %d partitions", errBadRecord, r.Name, r.ID[:], r.Partitions)
@@ -206,6 +213,7 @@ func (s *state) apply(r record) error {
 		}
 		delete(s.topics, t.Name)
 		delete(s.byID, t.ID)
+		delete(s.replicas, t.ID)
 		s.partitions -= int64(t.Partitions)
 	case *ProducerIDsRecord:
 		if r.BlockEnd < s.producerIDBlockEnd {
@@ -218,6 +226,9 @@ func (s *state) apply(r record) error {
 		return s.applyQuota(r)
 	default:
 		if ok, err := s.applyScram(r); ok { // scram.go
+			return err
+		}
+		if ok, err := s.applyCluster(r); ok { // cluster.go
 			return err
 		}
 		return fmt.Errorf("%w: %T", errBadRecord, r)

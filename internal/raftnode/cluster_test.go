@@ -40,8 +40,10 @@ type testCluster struct {
 
 type clusterOptions struct {
 	nodes, groups int
-	manual        bool
-	tweak         func(*Config)
+	// learners: the last this many nodes are every group's learners.
+	learners int
+	manual   bool
+	tweak    func(*Config)
 	// campaign: node (g mod nodes)+1 campaigns for group g at start, so
 	// that many groups elect without waiting out their timeouts.
 	campaign bool
@@ -122,14 +124,18 @@ func newCluster(t testing.TB, o clusterOptions) *testCluster {
 	if o.plog {
 		c.plogConfigs = make(map[[2]uint64]plog.Config)
 	}
-	voters := make([]uint64, o.nodes)
+	voters := make([]uint64, o.nodes-o.learners)
 	for i := range voters {
 		voters[i] = uint64(i + 1)
+	}
+	var learners []uint64
+	for i := len(voters); i < o.nodes; i++ {
+		learners = append(learners, uint64(i+1))
 	}
 	for g := 1; g <= o.groups; g++ {
 		c.groups = append(c.groups, uint64(g))
 	}
-	for _, id := range voters {
+	for _, id := range slices.Concat(voters, learners) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -153,7 +159,7 @@ func newCluster(t testing.TB, o clusterOptions) *testCluster {
 			st := c.newStorage(o, fs, id, gid)
 			key := [2]uint64{id, gid}
 			c.storages[key] = st
-			err := n.AddGroup(GroupConfig{ID: gid, Voters: voters, Storage: st, Apply: func(entries []*pb.Entry) {
+			err := n.AddGroup(GroupConfig{ID: gid, Voters: voters, Learners: learners, Storage: st, Apply: func(entries []*pb.Entry) {
 				if o.apply != nil {
 					o.apply(id, gid, entries)
 					return

@@ -20,6 +20,11 @@ type GroupConfig struct {
 	// Voters are the node ids of the group's first configuration, the same
 	// on every node. Used only when Storage is empty.
 	Voters []uint64
+	// Learners are the group's first non-voting replicas (raft learners:
+	// they receive and apply every entry, never vote or lead), the same on
+	// every node; used only when Storage is empty. The metadata quorum's
+	// brokers that are not controllers are its learners.
+	Learners []uint64
 	// Storage holds the group's log and hard state.
 	Storage Storage
 	// Applied is the last index the state machine applied before a restart
@@ -80,7 +85,9 @@ type group struct {
 	storage Storage
 	apply   func([]*pb.Entry)
 	voters  []uint64
-	failed  error
+	// learners are told to quiesce with the voters.
+	learners []uint64
+	failed   error
 	// campaignTicks > 0: this replica is the one to elect itself after its
 	// leader's node went down; it campaigns again on each of that many
 	// ticks while no leader is known (a pre-vote may reach a peer that has
@@ -103,7 +110,7 @@ func newGroup(n *Node, gc GroupConfig) (*group, error) {
 	if gc.Storage == nil {
 		return nil, fmt.Errorf("raftnode: group %d without storage", gc.ID)
 	}
-	if err := bootstrap(gc.Storage, gc.Voters); err != nil {
+	if err := bootstrap(gc.Storage, gc.Voters, gc.Learners); err != nil {
 		return nil, fmt.Errorf("raftnode: group %d: bootstrap: %w", gc.ID, err)
 	}
 	rc := &raft.Config{
@@ -132,7 +139,8 @@ func newGroup(n *Node, gc GroupConfig) (*group, error) {
 	if apply == nil {
 		apply = func([]*pb.Entry) {}
 	}
-	g := &group{id: gc.ID, node: n, rn: rn, storage: gc.Storage, apply: apply, voters: slices.Clone(cs.GetVoters())}
+	g := &group{id: gc.ID, node: n, rn: rn, storage: gc.Storage, apply: apply, voters: slices.Clone(cs.GetVoters()),
+		learners: slices.Clone(cs.GetLearners())}
 	return g, nil
 }
 
@@ -363,6 +371,7 @@ func (g *group) applyConfChanges(entries []*pb.Entry) {
 		}
 		cs := g.rn.ApplyConfChange(cc)
 		g.voters = slices.Clone(cs.GetVoters())
+		g.learners = slices.Clone(cs.GetLearners())
 	}
 }
 
@@ -426,7 +435,7 @@ func (g *group) leaderQuiesce() {
 		return
 	}
 	term, commit, from := st.GetTerm(), st.GetCommit(), g.node.cfg.ID
-	for _, v := range g.voters {
+	for _, v := range slices.Concat(g.voters, g.learners) {
 		if v == from {
 			continue
 		}

@@ -62,10 +62,11 @@ func (s *MemStorage) Save(hs *pb.HardState, entries []*pb.Entry, snap *pb.Snapsh
 const bootstrapIndex = 1
 
 // bootstrap gives an empty storage the group's first configuration: a
-// snapshot at index 1, term 1 whose ConfState names the voters, and the hard
-// state that goes with it. Every replica bootstraps with the same voters, so
-// their logs agree at index 1. A storage that holds anything is left alone.
-func bootstrap(s Storage, voters []uint64) error {
+// snapshot at index 1, term 1 whose ConfState names the voters and learners,
+// and the hard state that goes with it. Every replica bootstraps with the
+// same configuration, so their logs agree at index 1. A storage that holds
+// anything is left alone.
+func bootstrap(s Storage, voters, learners []uint64) error {
 	last, err := s.LastIndex()
 	if err != nil {
 		return err
@@ -80,7 +81,7 @@ func bootstrap(s Storage, voters []uint64) error {
 	snap := &pb.Snapshot{Metadata: &pb.SnapshotMetadata{
 		Index:     new(uint64(bootstrapIndex)),
 		Term:      new(uint64(bootstrapIndex)),
-		ConfState: &pb.ConfState{Voters: append([]uint64(nil), voters...)},
+		ConfState: &pb.ConfState{Voters: append([]uint64(nil), voters...), Learners: append([]uint64(nil), learners...)},
 	}}
 	state := &pb.HardState{Term: new(uint64(bootstrapIndex)), Commit: new(uint64(bootstrapIndex))}
 	return s.Save(state, nil, snap, true)
