@@ -106,6 +106,11 @@ func TestSlowPartitionCostsTheOthersNothing(t *testing.T) {
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
+		// One member, no failure: nothing may come twice.
+		if slowHandled.Load() != slowRecords || othersTotal.Load() != 3*perOther {
+			t.Errorf("%s: %d records of partition 0 handled (of %d) and %d of the others (of %d)",
+				group, slowHandled.Load(), slowRecords, othersTotal.Load(), 3*perOther)
+		}
 		var perTenth [10]int64
 		for i := range tenths {
 			perTenth[i] = tenths[i].Load()
