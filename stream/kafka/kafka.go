@@ -272,10 +272,11 @@ type consumer struct {
 // handlers keep up (a worker resumes when half its queue is done).
 const holdBytes = 32 << 20
 
-// holdWait is how long Poll waits at holdBytes, no partition starving, for
-// the App to resume a paused partition before it pauses kgo's fetching of
-// the paused ones: their handlers are stuck, and records for a caught-up
-// partition must not wait longer.
+// holdWait is how long Poll waits at holdBytes (no partition starving, or
+// none of the paused ones slow; see pauseSlowLocked) for the App to resume
+// a paused partition before it pauses kgo's fetching of the paused ones:
+// their handlers are stuck, and records for a caught-up partition must not
+// wait longer.
 const holdWait = 500 * time.Millisecond
 
 // defaultFetchMaxWait is the consumer's FetchMaxWait unless the caller
