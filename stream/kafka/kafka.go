@@ -179,6 +179,7 @@ func (k *Kafka) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.
 		committed: map[stream.TopicPartition]int64{},
 		seeks:     map[stream.TopicPartition]int64{},
 		held:      map[stream.TopicPartition]*heldRecords{},
+		behind:    map[stream.TopicPartition]bool{},
 		stop:      make(chan struct{}),
 		wakePoll:  make(chan struct{}, 1),
 		stopped:   make(chan struct{}),
@@ -230,18 +231,30 @@ type consumer struct {
 	// (the rest of its buffered fetch, and its in-flight one) and fetch it
 	// again after the resume, and only after its in-flight fetch (a long
 	// poll of the other partitions, up to FetchMaxWait, 500 ms by default).
-	// Once the held records reach holdBytes, Poll stops polling kgo while
-	// the App may resume a paused partition (kgo then fetches nothing more
-	// than the one fetch it buffers: a backlog is read once, as by a raw
-	// poll loop that blocks on its handlers); only when no partition was
-	// resumed for holdWait does it pause kgo's fetching of the paused ones
-	// (fetchPaused), so that the other partitions go on. A pause that
-	// reaches kgo costs the wait above when the other partitions are idle:
+	// Once the held records of the partitions kgo still fetches reach
+	// holdBytes, Poll stops polling kgo while the App may resume a paused
+	// partition (kgo then fetches nothing more than the one fetch it
+	// buffers: a backlog is read once, as by a raw poll loop that blocks
+	// on its handlers), unless that would starve another partition: one
+	// whose last fetch left records on the broker, with none held for it
+	// and not paused by the App. Then the partition that holds more than
+	// twice what the others kgo fetches hold together (the slow one) has
+	// its fetching paused in kgo (fetchPaused), once, and the others go on
+	// at once (TestSlowPartitionCostsTheOthersNothing). When no partition
+	// starves and none is resumed for holdWait, kgo's fetching of every
+	// paused partition is paused (their handlers are stuck), so that
+	// records arriving for a caught-up partition are fetched. A pause that
+	// reaches kgo costs the re-fetch of at most one fetch of the partition,
+	// and, when the other partitions are idle, a wait after its resume:
 	// kgo cannot cut its in-flight fetch short (a SetOffsets restarts its
 	// session, but the new fetch queues behind the old one on the broker's
-	// connection). Bounded: holdBytes plus one poll's records.
+	// connection). Bounded: holdBytes for the partitions kgo fetches,
+	// 2*holdBytes in all, plus one poll's records per partition.
 	held      map[stream.TopicPartition]*heldRecords // guarded by mu
 	heldBytes int                                    // guarded by mu: the value bytes in held
+	// behind: whether the last fetch of a partition left records on the
+	// broker (for the partitions kgo returned since their assignment).
+	behind map[stream.TopicPartition]bool // guarded by mu
 	// wakePoll is signalled by Resume, Seek and revocations: a Poll
 	// waiting at holdBytes looks again.
 	wakePoll chan struct{}
@@ -252,15 +265,18 @@ type consumer struct {
 }
 
 // holdBytes is how many value bytes of paused partitions the consumer
-// holds, all partitions together, before it stops polling kgo: a little
+// holds, all partitions kgo fetches together, before it stops polling kgo
+// (or pauses a slow partition's fetching; see consumer.held): a little
 // below kgo's default budget of one fetch (FetchMaxBytes, 50 MiB), which
 // the client may buffer anyway. The App's pauses are short when its
 // handlers keep up (a worker resumes when half its queue is done).
 const holdBytes = 32 << 20
 
-// holdWait is how long Poll waits at holdBytes for the App to resume a
-// paused partition before it pauses kgo's fetching of the paused ones:
-// their handlers are stuck, and the other partitions must go on.
+// holdWait is how long Poll waits at holdBytes (no partition starving, or
+// none of the paused ones slow; see pauseSlowLocked) for the App to resume
+// a paused partition before it pauses kgo's fetching of the paused ones:
+// their handlers are stuck, and records for a caught-up partition must not
+// wait longer.
 const holdWait = 500 * time.Millisecond
 
 // defaultFetchMaxWait is the consumer's FetchMaxWait unless the caller
@@ -318,7 +334,7 @@ func (c *consumer) Poll(ctx context.Context, buf []*stream.Record) ([]*stream.Re
 		// held; c.mu is taken once per partition, and records are
 		// converted outside it (the App's workers Mark under it).
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-			if len(p.Records) > 0 && !c.hold(p.Topic, p.Partition, p.Records) {
+			if !c.receive(p) {
 				for _, r := range p.Records {
 					buf = append(buf, fromKgo(r))
 				}
@@ -330,20 +346,25 @@ func (c *consumer) Poll(ctx context.Context, buf []*stream.Record) ([]*stream.Re
 	}
 }
 
-// waitBelowHold returns at once unless the held records have reached
-// holdBytes and kgo may still fetch a paused partition, whose records
-// would be held too. Then it waits for a Resume, a Seek or a revocation
-// (the App handling what is held) up to holdWait, and at holdWait pauses
-// kgo's fetching of the paused partitions.
+// waitBelowHold returns at once unless the held records of the
+// partitions kgo fetches have reached holdBytes and kgo may still fetch a
+// paused partition, whose records would be held too. Then, if another
+// partition starves, it pauses kgo's fetching of the slow partition and
+// returns; otherwise it waits for a Resume, a Seek or a revocation (the
+// App handling what is held) up to holdWait, and at holdWait pauses kgo's
+// fetching of the paused partitions.
 func (c *consumer) waitBelowHold(ctx context.Context) error {
 	var timer *time.Timer
 	for {
 		c.mu.Lock()
-		if !c.atHoldLocked() {
-			c.mu.Unlock()
-			return nil
+		hold := c.atHoldLocked()
+		if hold && c.starvingLocked() && c.pauseSlowLocked() {
+			hold = false
 		}
 		c.mu.Unlock()
+		if !hold {
+			return nil
+		}
 		if timer == nil {
 			timer = time.NewTimer(holdWait)
 			defer timer.Stop()
@@ -359,21 +380,64 @@ func (c *consumer) waitBelowHold(ctx context.Context) error {
 	}
 }
 
-// atHoldLocked reports whether Poll must not poll kgo: held records at
-// holdBytes, none ready, and a paused partition kgo still fetches. c.mu
+// atHoldLocked reports whether Poll must not poll kgo: the held records
+// of the partitions kgo fetches at holdBytes (or all held records at
+// twice that), none ready, and a paused partition kgo still fetches. c.mu
 // is held.
 func (c *consumer) atHoldLocked() bool {
 	if c.heldBytes < holdBytes || len(c.seeks) > 0 {
 		return false
 	}
-	fetching := false
+	fetching, fetchedBytes := false, 0
 	for _, h := range c.held {
 		if !h.paused && len(h.records) > 0 {
 			return false // ready: the next takeHeld returns them
 		}
-		fetching = fetching || (h.paused && !h.fetchPaused)
+		if !h.fetchPaused {
+			fetchedBytes += h.bytes
+			fetching = fetching || h.paused
+		}
 	}
-	return fetching
+	return fetching && (fetchedBytes >= holdBytes || c.heldBytes >= 2*holdBytes)
+}
+
+// starvingLocked reports whether a partition waits for records kgo would
+// fetch for it: its last fetch left records on the broker, and it is
+// neither paused by the App nor holding records (a partition resumed with
+// held records is ready, and Poll does not wait then). A caught-up
+// partition does not count: pausing a partition in kgo for it would cost
+// a re-fetch for records that may never come. c.mu is held.
+func (c *consumer) starvingLocked() bool {
+	for tp, behind := range c.behind {
+		if behind && c.held[tp] == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// pauseSlowLocked pauses kgo's fetching of the paused partition that
+// holds more than twice what the other partitions kgo fetches hold
+// together, if there is one (at most one can), and reports whether it
+// did. Between partitions whose handlers keep up the held records are
+// spread about evenly, so a starving partition there is a passing state
+// that a Resume ends, and pausing would only cost re-fetches. c.mu is
+// held.
+func (c *consumer) pauseSlowLocked() bool {
+	fetchedBytes := 0
+	for _, h := range c.held {
+		if !h.fetchPaused {
+			fetchedBytes += h.bytes
+		}
+	}
+	for tp, h := range c.held {
+		if h.paused && !h.fetchPaused && h.bytes > 2*(fetchedBytes-h.bytes) {
+			h.fetchPaused = true
+			c.cl.PauseFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+			return true
+		}
+	}
+	return false
 }
 
 // pauseFetchingHeld pauses kgo's fetching of every paused partition.
@@ -401,18 +465,42 @@ func (c *consumer) signalPoll() {
 	}
 }
 
-// hold keeps records (one partition's, in offset order) when the
-// partition is paused, or resumed with held records still to leave
-// first; it reports whether it kept them.
-func (c *consumer) hold(topic string, partition int32, records []*kgo.Record) bool {
+// receive notes whether p's fetch left records on the broker and keeps
+// p's records (in offset order) when the partition is paused, or resumed
+// with held records still to leave first; it reports whether the caller
+// has nothing to hand to the App (the records were kept, or there were
+// none).
+func (c *consumer) receive(p kgo.FetchTopicPartition) bool {
+	tp := stream.TopicPartition{Topic: p.Topic, Partition: p.Partition}
+	if len(p.Records) == 0 {
+		if p.Err == nil {
+			// Fetched, and nothing came: caught up (or the response had
+			// no room left; taken as caught up, the cautious reading).
+			c.mu.Lock()
+			if _, ok := c.behind[tp]; ok {
+				c.behind[tp] = false
+			}
+			c.mu.Unlock()
+		}
+		return true
+	}
+	// The end a fetch can reach: the high watermark, or the last stable
+	// offset below it (an open transaction: read_committed fetches stop
+	// there; a read_uncommitted one may then be taken for caught up
+	// while records remain, the cautious side).
+	end := p.HighWatermark
+	if p.LastStableOffset >= 0 && p.LastStableOffset < end {
+		end = p.LastStableOffset
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	h := c.held[stream.TopicPartition{Topic: topic, Partition: partition}]
+	c.behind[tp] = p.Records[len(p.Records)-1].Offset+1 < end
+	h := c.held[tp]
 	if h == nil || (!h.paused && len(h.records) == 0) {
 		return false
 	}
-	h.records = append(h.records, records...)
-	for _, r := range records {
+	h.records = append(h.records, p.Records...)
+	for _, r := range p.Records {
 		h.bytes += len(r.Value)
 		c.heldBytes += len(r.Value)
 	}
@@ -694,6 +782,7 @@ func (c *consumer) forget(parts []stream.TopicPartition) {
 		delete(c.marks, tp)
 		delete(c.committed, tp)
 		delete(c.seeks, tp)
+		delete(c.behind, tp)
 		if h := c.held[tp]; h != nil {
 			// kgo's pauses outlive an assignment: a partition given back
 			// later must be fetched again.
