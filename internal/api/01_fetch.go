@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/binary"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
@@ -146,26 +147,93 @@ func (h *Handler) handleFetch(ctx context.Context, creq *server.Request, req *km
 // fullFetch answers every partition the request names and, if
 // newSession, makes them a fetch session when the cache has room.
 func (h *Handler) fullFetch(ctx context.Context, creq *server.Request, req *kmsg.FetchRequest, newSession bool) server.Response {
-	topics, parts, missing, distinctPartitions := h.fetchParts(creq, req)
+	fs := fetchPool.Get().(*fetchState)
+	missing, distinctPartitions := h.fetchParts(fs, creq, req)
 	if refused, ok := h.tooManyPartitions(creq, distinctPartitions); ok {
-		return refused // nothing read yet: nothing to release
+		fs.recycle() // nothing read yet
+		return refused
 	}
-	h.waitFetch(ctx, creq, req, parts, missing)
+	h.waitFetch(ctx, creq, req, fs.parts, missing)
 	var sessionID int32
 	if newSession {
-		sessionID = h.newFetchSession(req, topics, distinctPartitions)
+		sessionID = h.newFetchSession(req, fs.topics, distinctPartitions)
 	}
-	frame := encodeFetch(req.Version, sessionID, topics)
+	frame := fs.encode(req.Version, sessionID, fs.topics)
 	if throttled, ok := h.fetchThrottle(creq, req.Version, frame); ok { // throttle.go
-		releaseFetch(parts)
+		fs.recycle()
 		if sessionID != 0 {
 			h.fetchSessions.remove(sessionID) // never told to the client
 		}
 		return throttled
 	}
-	h.countFetched(parts)
-	frame.Release = func() { releaseFetch(parts) }
-	return server.Response{Frame: frame}
+	h.countFetched(fs.parts)
+	return server.Response{Frame: frame} // its Release recycles fs
+}
+
+// fetchState is what one Fetch needs besides its request: the partitions
+// read and their topics (a full fetch's, or the changed partitions an
+// incremental fetch answers), the answer's bytes and pieces, and the
+// frame the server writes. It comes from fetchPool; the frame's Release
+// (the server calls it once the answer is written or dropped) releases the
+// partitions' reads and puts it back, so a Fetch allocates nothing of its
+// own in the usual case (TestFetchAllocations). Nothing may touch the
+// frame, the topics or the parts after that Release.
+type fetchState struct {
+	topics     []fetchTopic
+	parts      []*fetchPart
+	topicParts []*fetchPart // carved into the topics' parts
+	chunk      []fetchPart  // the partitions of parts, while they fit
+	buf        []byte       // the answer's bytes, cut into pieces
+	pieces     []server.Piece
+	frame      server.Frame // Release is fs.recycle, bound once
+}
+
+var fetchPool sync.Pool
+
+func init() { // not in fetchPool's declaration: recycle refers to fetchPool
+	fetchPool.New = func() any {
+		fs := new(fetchState)
+		fs.frame.Release = fs.recycle // a method value allocates: made once per state
+		return fs
+	}
+}
+
+// maxPooledFetch bounds what a pooled state keeps (partitions of one
+// request, bytes of its answer's headers): a rare huge request does not
+// pin its slices in the pool.
+const (
+	maxPooledFetch      = 1024
+	maxPooledFetchBytes = 256 << 10
+)
+
+// topicPartsFor returns an empty slice with room for n partitions of one
+// topic, carved from the state's (appending past n would reallocate, not
+// overwrite the next topic's).
+func (fs *fetchState) topicPartsFor(n int) []*fetchPart {
+	used := len(fs.topicParts)
+	if used+n > cap(fs.topicParts) {
+		return make([]*fetchPart, 0, n)
+	}
+	fs.topicParts = fs.topicParts[:used+n]
+	return fs.topicParts[used : used : used+n]
+}
+
+// recycle releases the partitions' reads and puts the state back in the
+// pool (the frame's Release).
+func (fs *fetchState) recycle() {
+	releaseFetch(fs.parts)
+	if cap(fs.chunk) > maxPooledFetch || cap(fs.parts) > maxPooledFetch || cap(fs.topics) > maxPooledFetch ||
+		cap(fs.topicParts) > maxPooledFetch || cap(fs.pieces) > 2*maxPooledFetch+1 || cap(fs.buf) > maxPooledFetchBytes {
+		return
+	}
+	clear(fs.chunk)
+	clear(fs.parts)
+	clear(fs.topics)
+	clear(fs.topicParts)
+	clear(fs.pieces)
+	fs.chunk, fs.parts, fs.topics, fs.topicParts = fs.chunk[:0], fs.parts[:0], fs.topics[:0], fs.topicParts[:0]
+	fs.buf, fs.pieces, fs.frame.Pieces = fs.buf[:0], fs.pieces[:0], nil
+	fetchPool.Put(fs)
 }
 
 // waitFetch reads parts and, with fewer than MinBytes and no error, long
@@ -234,12 +302,13 @@ func (h *Handler) newFetchSession(req *kmsg.FetchRequest, topics []fetchTopic, p
 	return s.id
 }
 
-// fetchParts resolves the requested partitions, in request order, each
-// once: a later entry for a partition already seen replaces its offset and
-// max bytes (Kafka's behaviour) and adds nothing. Partitions that do not
-// exist go to their topic's missing list (missing reports any). A topic
-// entry left with no partitions is dropped.
-func (h *Handler) fetchParts(creq *server.Request, req *kmsg.FetchRequest) (topics []fetchTopic, parts []*fetchPart, missing bool, distinct int) {
+// fetchParts resolves the requested partitions into fs.topics and
+// fs.parts, in request order, each once: a later entry for a partition
+// already seen replaces its offset and max bytes (Kafka's behaviour) and
+// adds nothing. Partitions that do not exist go to their topic's missing
+// list (missing reports any). A topic entry left with no partitions is
+// dropped.
+func (h *Handler) fetchParts(fs *fetchState, creq *server.Request, req *kmsg.FetchRequest) (missing bool, distinct int) {
 	byID := req.Version >= 13 // topics are named by ID, not by name
 	// A replica's fetch needs CLUSTER_ACTION, a consumer's READ on each
 	// topic; a partition denied is answered TOPIC_AUTHORIZATION_FAILED.
@@ -250,11 +319,23 @@ func (h *Handler) fetchParts(creq *server.Request, req *kmsg.FetchRequest) (topi
 		n += len(rt.Partitions)
 	}
 	seen := requestPartitions{partitionsHint: n}
-	topics = make([]fetchTopic, 0, len(req.Topics))
-	parts = make([]*fetchPart, 0, min(n, 1024))
-	// The partitions are allocated in chunks, not one by one; a full chunk
-	// is never appended to, so the pointers in parts stay valid.
-	var chunk []fetchPart
+	if cap(fs.topics) < len(req.Topics) {
+		fs.topics = make([]fetchTopic, 0, len(req.Topics))
+	}
+	if cap(fs.parts) < min(n, maxPooledFetch) {
+		fs.parts = make([]*fetchPart, 0, min(n, maxPooledFetch))
+	}
+	if cap(fs.topicParts) < min(n, maxPooledFetch) {
+		fs.topicParts = make([]*fetchPart, 0, min(n, maxPooledFetch))
+	}
+	if cap(fs.chunk) < min(n, maxPooledFetch) {
+		fs.chunk = make([]fetchPart, 0, min(n, maxPooledFetch))
+	}
+	topics, parts := fs.topics, fs.parts
+	// The partitions are allocated in chunks, not one by one (the first
+	// is the state's); a full chunk is never appended to, so the pointers
+	// in parts stay valid.
+	chunk, first := fs.chunk[:0], true
 	for _, rt := range req.Topics {
 		t, missingCode := h.lookupFetchTopic(byID, rt.Topic, rt.TopicID)
 		tk := topicKey{id: rt.TopicID}
@@ -285,12 +366,18 @@ func (h *Handler) fetchParts(creq *server.Request, req *kmsg.FetchRequest) (topi
 				continue
 			}
 			if len(chunk) == cap(chunk) {
-				chunk = make([]fetchPart, 0, min(n-len(parts), 1024))
+				if first {
+					fs.chunk, first = chunk, false // full: recycle clears it
+				}
+				chunk = make([]fetchPart, 0, min(n-len(parts), maxPooledFetch))
 			}
 			chunk = append(chunk, fetchPart{topic: rt.Topic, topicID: rt.TopicID, partition: rp.Partition, offset: rp.FetchOffset, maxBytes: int64(rp.PartitionMaxBytes),
 				committed: req.IsolationLevel == 1, hwm: -1, logStart: -1, lso: -1})
 			fp := &chunk[len(chunk)-1]
 			fp.topic, fp.log = t.meta.Name, l
+			if ft.parts == nil {
+				ft.parts = fs.topicPartsFor(len(rt.Partitions))
+			}
 			ft.parts = append(ft.parts, fp)
 			parts = append(parts, fp)
 		}
@@ -298,7 +385,11 @@ func (h *Handler) fetchParts(creq *server.Request, req *kmsg.FetchRequest) (topi
 			topics = append(topics, ft)
 		}
 	}
-	return topics, parts, missing, distinct + len(parts)
+	if first {
+		fs.chunk = chunk // what recycle clears
+	}
+	fs.topics, fs.parts = topics, parts
+	return missing, distinct + len(parts)
 }
 
 // lookupFetchTopic finds a fetched topic by ID (v13+) or by name, and the
@@ -410,10 +501,10 @@ func releaseFetch(parts []*fetchPart) {
 	}
 }
 
-// encodeFetch encodes a Fetch response body of the given version and
-// session id (0: none), with each partition's records as file pieces. It follows kmsg's FetchResponse
-// AppendTo field by field.
-func encodeFetch(version int16, sessionID int32, topics []fetchTopic) *server.Frame {
+// encode encodes a Fetch response body of the given version and session
+// id (0: none) into the state's frame, with each partition's records as
+// file pieces. It follows kmsg's FetchResponse AppendTo field by field.
+func (fs *fetchState) encode(version int16, sessionID int32, topics []fetchTopic) *server.Frame {
 	flexible := version >= 12
 	nPieces, headerBytes := 1, 16
 	for _, t := range topics {
@@ -423,9 +514,15 @@ func encodeFetch(version int16, sessionID int32, topics []fetchTopic) *server.Fr
 			headerBytes += 56 + 5 + 17*len(fp.result.Aborted) // an entry: two int64 and its tags
 		}
 	}
+	if cap(fs.buf) < headerBytes {
+		fs.buf = make([]byte, 0, headerBytes)
+	}
+	if cap(fs.pieces) < nPieces {
+		fs.pieces = make([]server.Piece, 0, nPieces)
+	}
 	var (
-		buf    = make([]byte, 0, headerBytes)
-		pieces = make([]server.Piece, 0, nPieces)
+		buf    = fs.buf[:0]
+		pieces = fs.pieces[:0]
 		start  int // start of buf not yet in a piece
 	)
 	arrayLen := func(n int) {
@@ -521,5 +618,6 @@ func encodeFetch(version int16, sessionID int32, topics []fetchTopic) *server.Fr
 		buf = append(buf, 0) // response tagged fields
 	}
 	pieces = append(pieces, server.Piece{Bytes: buf[start:]})
-	return &server.Frame{Pieces: pieces}
+	fs.buf, fs.pieces, fs.frame.Pieces = buf, pieces, pieces
+	return &fs.frame
 }

@@ -63,6 +63,37 @@ func BenchmarkFetch(b *testing.B) {
 	}
 }
 
+// TestFetchAllocations: a sessionless Fetch that finds data at once (the
+// raw consumer's, `sushka bench consume --engine raw`) allocates only its
+// partitions' reads once its pooled state is recycled, as the server
+// recycles it after the write (issue 12): the floor is one allocation per
+// partition answered with records (plog's ReadResult.Chunks); the request
+// decoding and the server's per-request objects are not counted here.
+func TestFetchAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("pooled: the race detector drops pool items at random")
+	}
+	for _, n := range []int{1, 16} {
+		tb := startTestBroker(t, Config{})
+		tp := tb.createTopic(t, fmt.Sprintf("t%d", n), int32(n))
+		for _, l := range tp.parts {
+			appendVisible(t, l)
+		}
+		req := fetchAll(tp, make([]int64, n), 1, time.Second)
+		ctx := context.Background()
+		allocs := testing.AllocsPerRun(200, func() {
+			resp := tb.Handle(ctx, req)
+			if resp.Frame == nil || resp.Frame.Len() < int64(n)*100 {
+				t.Fatalf("fetch of %d partitions answered %+v", n, resp)
+			}
+			resp.Frame.Release()
+		})
+		if floor := float64(n); allocs > floor {
+			t.Errorf("%d partitions: a Fetch allocates %.1f times, the floor is %.0f", n, allocs, floor)
+		}
+	}
+}
+
 // BenchmarkFetchLongPollWake is a caught-up consumer's long poll over n
 // partitions woken by an append to the last one: wake-µs is the time from
 // the append's start to the fetch's answer.

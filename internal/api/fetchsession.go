@@ -629,10 +629,8 @@ func (h *Handler) incrementalFetch(ctx context.Context, creq *server.Request, re
 
 	// The answer takes the changed partitions' reads with it (the session
 	// is free again as soon as this returns); the others are released now.
-	var (
-		answered []fetchPart
-		changed  []*fetchPart
-	)
+	fs := fetchPool.Get().(*fetchState)
+	answered, changed := fs.chunk[:0], fs.topicParts[:0] // a session's parts are not carved into topics
 	for _, fp := range s.candidates {
 		fp.hadRecords = len(fp.result.Chunks) > 0
 		if fp.changed() {
@@ -645,16 +643,18 @@ func (h *Handler) incrementalFetch(ctx context.Context, creq *server.Request, re
 		// kept by the partition's watch only until then.
 		fp.result, fp.haveResult, fp.log = plog.ReadResult{}, false, nil
 	}
-	parts := make([]*fetchPart, len(answered))
+	parts := fs.parts[:0]
 	for i := range answered {
-		parts[i] = &answered[i]
+		parts = append(parts, &answered[i])
 	}
-	frame := encodeFetch(req.Version, s.id, sessionTopics(parts, s.usesTopicIDs))
+	fs.chunk, fs.topicParts, fs.parts = answered, changed, parts
+	fs.topics = sessionTopics(fs.topics[:0], parts, s.usesTopicIDs)
+	frame := fs.encode(req.Version, s.id, fs.topics)
 	if throttled, ok := h.fetchThrottle(creq, req.Version, frame); ok { // throttle.go
 		// As Kafka's throttled incremental answer: the session keeps
 		// what it last told the client, so the next fetch answers it
 		// (the candidates stay).
-		releaseFetch(parts)
+		fs.recycle()
 		if fr, ok := throttled.Body.(*kmsg.FetchResponse); ok {
 			fr.SessionID = s.id
 		}
@@ -666,8 +666,7 @@ func (h *Handler) incrementalFetch(ctx context.Context, creq *server.Request, re
 	s.reorder()
 	s.settle()
 	h.countFetched(parts)
-	frame.Release = func() { releaseFetch(parts) }
-	return server.Response{Frame: frame}
+	return server.Response{Frame: frame} // its Release recycles fs
 }
 
 // authorizeSession authorizes every topic of the session on every fetch,
@@ -787,9 +786,9 @@ func (h *Handler) resolveSession(creq *server.Request, s *fetchSession, req *kms
 // sessionTopics groups an incremental answer's partitions (in session
 // order) into topic entries: a topic whose partitions are not next to each
 // other has an entry per run, as Kafka's FetchResponse.of builds them.
-// Each entry's parts are a window of parts (no allocation per topic).
-func sessionTopics(parts []*fetchPart, byID bool) []fetchTopic {
-	var topics []fetchTopic
+// Each entry's parts are a window of parts (no allocation per topic); the
+// entries are appended to topics.
+func sessionTopics(topics []fetchTopic, parts []*fetchPart, byID bool) []fetchTopic {
 	start := 0
 	for i, fp := range parts {
 		if n := len(topics); n > 0 && (byID && topics[n-1].id == fp.topicID || !byID && topics[n-1].name == fp.topic) {

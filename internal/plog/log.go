@@ -397,7 +397,7 @@ func (l *Log) read(offset, maxBytes int64, atLeastOne, committed bool) (ReadResu
 		i++
 	}
 	s := l.segments[i]
-	startHint := s.floorIndexLocked(offset)
+	startHint := s.floorIndexEntryLocked(offset)
 	end := s.size
 	upper := s.nextOffset // the offset after what this read may return
 	if committed && l.firstTxn.seg == s && l.firstTxn.offset == lso {
@@ -414,10 +414,16 @@ func (l *Log) read(offset, maxBytes int64, atLeastOne, committed bool) (ReadResu
 	}
 	l.mu.RUnlock()
 
-	start, err := findBatch(s, startHint, end, offset)
-	if err != nil {
-		s.release()
-		return res, err
+	// A consumer fetches from where its last answer ended, a batch's base
+	// offset: an index entry naming that batch is the start, with nothing
+	// to read.
+	start := startHint.pos
+	var err error
+	if startHint.offset != offset || start >= end {
+		if start, err = findBatch(s, startHint.pos, end, offset); err != nil {
+			s.release()
+			return res, err
+		}
 	}
 	if start >= end {
 		s.release()

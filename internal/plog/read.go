@@ -9,8 +9,15 @@ import (
 )
 
 // scanBufSize is how much a reader reads at once while walking batch
-// headers from an index entry: one index interval and a header.
+// headers from an index entry, once its first read did not reach the
+// batch it looks for.
 const scanBufSize = 16 << 10
+
+// firstScanBytes is a walk's first read: one default index interval and a
+// header, where the walk from an index entry usually ends (issue 12: a
+// fetch's walks read 16 KiB each to find one 61-byte header of its large
+// batches, a copy of 32 KiB per partition per fetch next to its sendfile).
+const firstScanBytes = DefaultIndexInterval + batch.HeaderSize
 
 var scanBufs = sync.Pool{New: func() any { b := make([]byte, scanBufSize); return &b }}
 
@@ -37,7 +44,11 @@ func (w *headerWalker) close() { scanBufs.Put(w.bp) }
 // segment's published size.
 func (w *headerWalker) header(pos int64) (batch.Header, error) {
 	if w.bufPos < 0 || pos < w.bufPos || pos+batch.HeaderSize > w.bufPos+int64(w.bufLen) {
-		n, err := w.s.file.ReadAt(w.buf[:min(int64(len(w.buf)), max(w.end-pos, 0))], pos)
+		size := int64(len(w.buf))
+		if w.bufPos < 0 {
+			size = firstScanBytes
+		}
+		n, err := w.s.file.ReadAt(w.buf[:min(size, max(w.end-pos, 0))], pos)
 		if n < batch.HeaderSize {
 			if err == nil || err == io.EOF {
 				err = io.ErrUnexpectedEOF

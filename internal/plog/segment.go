@@ -137,11 +137,17 @@ func (s *segment) noteBatchLocked(base, last, maxTs, pos int64, size int64, inte
 // floorIndex returns the position of the last index entry whose offset is
 // <= offset (0 when none).
 func (s *segment) floorIndexLocked(offset int64) (pos int64) {
+	return s.floorIndexEntryLocked(offset).pos
+}
+
+// floorIndexEntryLocked returns the last index entry whose batch begins at
+// or before offset (position 0 and offset -1 when none).
+func (s *segment) floorIndexEntryLocked(offset int64) indexEntry {
 	i := sort.Search(len(s.index), func(i int) bool { return s.index[i].offset > offset })
 	if i == 0 {
-		return 0
+		return indexEntry{offset: -1, pos: 0}
 	}
-	return s.index[i-1].pos
+	return s.index[i-1]
 }
 
 // floorIndexPos returns the position of the last index entry at or before

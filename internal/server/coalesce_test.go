@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -162,4 +163,37 @@ func TestWriteFrameTCP(t *testing.T) {
 	if b := <-got; !bytes.Equal(b, want) {
 		t.Fatalf("received %d bytes, want the frame's %d (equal: %v)", len(b), len(want), bytes.Equal(b, want))
 	}
+}
+
+// TestHandlersWriteTheirAnswers: a connection has no writer goroutine of
+// its own (issue 12: waking one for every answer cost a wake-up per
+// request); the handler goroutine whose answer is the oldest unwritten
+// writes it, so a served, idle connection holds one goroutine, its reader.
+func TestHandlersWriteTheirAnswers(t *testing.T) {
+	_, addr := startServer(t, &stubHandler{})
+	before := runtime.NumGoroutine()
+	const conns = 8
+	for range conns {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for i := range 3 {
+			if _, err := c.Write(frameOf(&kmsg.ApiVersionsRequest{Version: 0}, int32(i))); err != nil {
+				t.Fatal(err)
+			}
+			if corr := readCorr(t, c); corr != int32(i) {
+				t.Fatalf("response %d has correlation id %d", i, corr)
+			}
+		}
+	}
+	// The handlers' goroutines end right after their answers are written.
+	var held int
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if held = runtime.NumGoroutine() - before; held <= conns {
+			return
+		}
+	}
+	t.Fatalf("%d served idle connections hold %d goroutines, want %d (a reader each)", conns, held, conns)
 }

@@ -23,8 +23,11 @@ import (
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
-// conn is one client connection: a reader goroutine (serve) and a writer
-// goroutine (writeLoop), joined by the queue of pending responses.
+// conn is one client connection: a reader goroutine (serve) and the
+// handler goroutines of its requests, which write the answers in request
+// order: the one that finds the oldest unwritten answer done writes it and
+// every later one already done (complete), so an answer costs no wake-up
+// of a writer goroutine.
 type conn struct {
 	s *Server
 	// nc is the connection requests are read from and responses written
@@ -48,10 +51,25 @@ type conn struct {
 	readCtx  context.Context
 	stopRead context.CancelFunc
 
-	// queue holds one slot per request read and not yet answered, in
-	// request order; its capacity is the in-flight bound. Only the reader
-	// sends on it and closes it; only the writer receives.
-	queue chan *slot
+	// inFlightSlots holds a token per request read and not yet written
+	// (or dropped): its capacity is the in-flight bound. The reader sends
+	// before it queues a slot; the writer of the slot receives.
+	inFlightSlots chan struct{}
+
+	// wmu guards pending, writing, readerDone and drainedClosed.
+	wmu sync.Mutex
+	// pending are the slots read and not yet written, in request order:
+	// the reader appends, the writer takes from the front.
+	pending []*slot
+	// writing is set while a goroutine is the connection's writer: it
+	// alone writes to the socket and owns writeBuf and writeFailed.
+	writing bool
+	// readerDone is set when the reader has ended: drained is closed once
+	// nothing is pending and nobody is writing.
+	readerDone, drainedClosed bool
+	drained                   chan struct{}
+	writeBuf                  []byte
+	writeFailed               bool // a write failed or an answer closed the connection: nothing more is written
 
 	// inFlight counts requests read and not yet answered (or dropped) by
 	// the writer, and lastWriteNanos is when the writer last finished a
@@ -73,6 +91,9 @@ type slot struct {
 	req  *Request
 	done chan struct{} // closed when resp is set
 	resp Response
+	// finished is set (under conn.wmu) once resp is: the slot may be
+	// written.
+	finished bool
 
 	started, answered time.Time // the handler's start and return (Config.OnResponse)
 }
@@ -81,18 +102,20 @@ func newConn(s *Server, nc net.Conn, id uint64, ip string, ln *Listener) *conn {
 	ctx, cancel := context.WithCancel(s.baseCtx)
 	readCtx, stopRead := context.WithCancel(ctx)
 	c := &conn{
-		s:        s,
-		nc:       nc,
-		raw:      nc,
-		id:       id,
-		ip:       ip,
-		log:      s.log.With("client", nc.RemoteAddr().String()),
-		ctx:      ctx,
-		cancel:   cancel,
-		readCtx:  readCtx,
-		stopRead: stopRead,
-		queue:    make(chan *slot, s.cfg.MaxInFlight),
-		session:  NewSession(ln.Name, ln.Protocol, nc.LocalAddr()),
+		s:             s,
+		nc:            nc,
+		raw:           nc,
+		id:            id,
+		ip:            ip,
+		log:           s.log.With("client", nc.RemoteAddr().String()),
+		ctx:           ctx,
+		cancel:        cancel,
+		readCtx:       readCtx,
+		stopRead:      stopRead,
+		inFlightSlots: make(chan struct{}, s.cfg.MaxInFlight),
+		pending:       make([]*slot, 0, s.cfg.MaxInFlight),
+		drained:       make(chan struct{}),
+		session:       NewSession(ln.Name, ln.Protocol, nc.LocalAddr()),
 	}
 	if ln.TLS != nil {
 		c.nc = tls.Server(nc, ln.TLS)
@@ -145,14 +168,12 @@ var (
 
 // serve is the reader goroutine.
 func (c *conn) serve() {
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		c.writeLoop()
-	}()
 	defer func() {
-		close(c.queue)
-		<-writerDone
+		c.wmu.Lock()
+		c.readerDone = true
+		c.closeDrainedLocked()
+		c.wmu.Unlock()
+		<-c.drained // every answer read written or dropped
 		c.cancel()
 		c.nc.Close()
 		c.s.removeConn(c)
@@ -250,12 +271,15 @@ func (c *conn) serve() {
 		sl := &slot{req: req, done: make(chan struct{})}
 		c.inFlight.Add(1)
 		select {
-		case c.queue <- sl: // blocks while MaxInFlight responses are pending
+		case c.inFlightSlots <- struct{}{}: // blocks while MaxInFlight responses are pending
 		case <-c.readCtx.Done():
 			c.inFlight.Add(-1)
 			req.releaseFrame()
 			return
 		}
+		c.wmu.Lock()
+		c.pending = append(c.pending, sl)
+		c.wmu.Unlock()
 		var prev, mine chan struct{}
 		if c.s.cfg.Handler.Ordered(req.Key) {
 			prev, mine = lastOrdered, make(chan struct{})
@@ -344,6 +368,7 @@ func (c *conn) handle(sl *slot, prev, mine chan struct{}) {
 		var once sync.Once
 		sl.req.orderDone = func() { once.Do(func() { close(mine) }) }
 	}
+	defer c.complete(sl) // last: the answer is set, the frame released
 	defer func() {
 		sl.req.Sequenced()
 		close(sl.done)
@@ -363,109 +388,108 @@ func (c *conn) handle(sl *slot, prev, mine chan struct{}) {
 	c.mute(sl.resp.ThrottleFor)
 }
 
-// writeLoop is the writer goroutine: it writes responses in request order.
-// The responses already done when one is written go with it, in one
-// system call (issue 12: a producer pipelining 16 requests gets the
-// answers one fsync acknowledged together in one write, not one each): a
-// run of answers ends at the first not done yet, at a file-backed answer
-// (sendfile: written with the run before it as its head), at one closing
-// the connection, or past coalesceBytes.
-func (c *conn) writeLoop() {
-	failed := false
-	var (
-		buf   []byte
-		run   []*slot
-		carry *slot // received, not done when the last run was cut
-	)
-	for {
-		sl := carry
-		carry = nil
-		if sl == nil {
-			var ok bool
-			if sl, ok = <-c.queue; !ok {
-				return
-			}
-		}
-		<-sl.done
-		run = append(run[:0], sl)
-		buf = buf[:0]
+// complete marks sl's answer done and, unless another goroutine is the
+// writer or an older answer is not done yet (its goroutine will write this
+// one too), becomes the writer: it writes, in request order, every answer
+// done from the oldest on, and again as long as the next one is done when
+// it has finished. A run of answers written with one system call (issue
+// 12: a producer pipelining 16 requests gets the answers one fsync
+// acknowledged together in one write, not one each) ends at the first not
+// done yet, at a file-backed answer (sendfile: written with the run before
+// it as its head), at one closing the connection, or past coalesceBytes.
+func (c *conn) complete(sl *slot) {
+	c.wmu.Lock()
+	sl.finished = true
+	if c.writing || !c.pending[0].finished {
+		c.wmu.Unlock()
+		return
+	}
+	c.writing = true
+	for len(c.pending) > 0 && c.pending[0].finished {
+		buf := c.writeBuf[:0]
 		var frame *Frame
-		for {
-			r := run[len(run)-1].resp
-			if !failed && !r.None {
-				buf, frame = c.appendResponse(buf, run[len(run)-1].req, r)
+		n := 0
+		for n < len(c.pending) && c.pending[n].finished {
+			r := c.pending[n].resp
+			n++
+			if !c.writeFailed && !r.None {
+				buf, frame = c.appendResponse(buf, c.pending[n-1].req, r)
 			}
-			if frame != nil || r.Close || len(buf) >= coalesceBytes || failed {
+			if frame != nil || r.Close || len(buf) >= coalesceBytes || c.writeFailed {
 				break
 			}
-			next, ok := c.nextDone()
-			if !ok {
-				carry = next
-				break
-			}
-			run = append(run, next)
 		}
-		if !failed && (len(buf) > 0 || frame != nil) {
-			if err := c.writeRun(buf, frame); err != nil {
-				if !c.isStopping() {
-					if errors.Is(err, os.ErrDeadlineExceeded) {
-						c.s.frameLog.warn(c.log, "closing connection: the client stopped reading its responses", "write_timeout", c.s.cfg.WriteTimeout)
-					} else {
-						c.log.Debug("connection write failed", "err", err)
-					}
-				}
-				failed = true
-				c.abort()
-			}
-		}
-		now := time.Now() // the run was written together
-		for _, sl := range run {
-			r := sl.resp
-			if r.Frame != nil && r.Frame.Release != nil {
-				r.Frame.Release()
-			}
-			if r.Recycle != nil {
-				r.Recycle.Recycle()
-			}
-			if r.Close && !failed {
-				failed = true
-				c.abort()
-			}
-			if on := c.s.cfg.OnResponse; on != nil && !failed && !r.None && !sl.started.IsZero() {
-				on(sl.req.Key, sl.started.Sub(sl.req.readAt), now.Sub(sl.answered))
-			}
-			c.lastWriteNanos.Store(now.UnixNano())
-			c.inFlight.Add(-1)
-		}
-		clear(run)
+		// The reader only appends: the first n stay as they are until
+		// the writer removes them.
+		run := c.pending[:n]
+		c.wmu.Unlock()
+		c.writeRunOf(run, buf, frame)
 		if cap(buf) > 4*coalesceBytes {
 			buf = nil // one large answer: not kept for the connection's life
 		}
+		c.writeBuf = buf
+		c.wmu.Lock()
+		left := copy(c.pending, c.pending[n:]) // in place: pending never outgrows its MaxInFlight slots
+		clear(c.pending[left:])
+		c.pending = c.pending[:left]
+		for range n {
+			<-c.inFlightSlots
+		}
+	}
+	c.writing = false
+	c.closeDrainedLocked()
+	c.wmu.Unlock()
+}
+
+// closeDrainedLocked closes drained once the reader has ended, nothing is
+// pending and nobody is writing.
+func (c *conn) closeDrainedLocked() {
+	if c.readerDone && !c.writing && len(c.pending) == 0 && !c.drainedClosed {
+		c.drainedClosed = true
+		close(c.drained)
+	}
+}
+
+// writeRunOf writes a run of answers (buf, then frame's pieces) unless an
+// earlier write failed, then does each slot's bookkeeping: frame release,
+// Recycle, close, OnResponse, inFlight. The caller is the writer.
+func (c *conn) writeRunOf(run []*slot, buf []byte, frame *Frame) {
+	if !c.writeFailed && (len(buf) > 0 || frame != nil) {
+		if err := c.writeRun(buf, frame); err != nil {
+			if !c.isStopping() {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					c.s.frameLog.warn(c.log, "closing connection: the client stopped reading its responses", "write_timeout", c.s.cfg.WriteTimeout)
+				} else {
+					c.log.Debug("connection write failed", "err", err)
+				}
+			}
+			c.writeFailed = true
+			c.abort()
+		}
+	}
+	now := time.Now() // the run was written together
+	for _, sl := range run {
+		r := sl.resp
+		if r.Frame != nil && r.Frame.Release != nil {
+			r.Frame.Release()
+		}
+		if r.Recycle != nil {
+			r.Recycle.Recycle()
+		}
+		if r.Close && !c.writeFailed {
+			c.writeFailed = true
+			c.abort()
+		}
+		if on := c.s.cfg.OnResponse; on != nil && !c.writeFailed && !r.None && !sl.started.IsZero() {
+			on(sl.req.Key, sl.started.Sub(sl.req.readAt), now.Sub(sl.answered))
+		}
+		c.lastWriteNanos.Store(now.UnixNano())
+		c.inFlight.Add(-1)
 	}
 }
 
 // coalesceBytes is where a run of answers written together stops growing.
 const coalesceBytes = 256 << 10
-
-// nextDone returns the next slot of the queue if one was read and its
-// answer is done; a slot read but not done is returned with false (the
-// caller waits for it next), and with none queued, nil and false.
-func (c *conn) nextDone() (*slot, bool) {
-	select {
-	case sl, ok := <-c.queue:
-		if !ok {
-			return nil, false
-		}
-		select {
-		case <-sl.done:
-			return sl, true
-		default:
-			return sl, false
-		}
-	default:
-		return nil, false
-	}
-}
 
 // responseHeaderFlexible reports whether the response header is v1 (with a
 // tag buffer): flexible responses, except ApiVersions which always uses

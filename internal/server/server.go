@@ -3,10 +3,13 @@
 // and body with kmsg, hands requests to a Handler, and writes the responses
 // back strictly in request order.
 //
-// Per connection there is one reader goroutine and one writer goroutine.
-// Requests are pipelined: the reader keeps reading while earlier requests are
-// being handled, each in its own goroutine, up to MaxInFlight unanswered
-// requests; then it stops reading until the writer catches up. Requests whose
+// Per connection there is one reader goroutine; the answers are written by
+// the handlers' goroutines, in request order: the one whose answer is the
+// oldest unwritten writes it and every later one already done (no writer
+// goroutine to wake per answer). Requests are pipelined: the reader keeps
+// reading while earlier requests are being handled, each in its own
+// goroutine, up to MaxInFlight unanswered requests; then it stops reading
+// until the answers are written. Requests whose
 // key the Handler declares Ordered (Produce) start one after the other in
 // arrival order, so an idempotent producer's pipelined batches reach the log
 // in sequence order.
