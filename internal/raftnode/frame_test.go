@@ -241,21 +241,24 @@ func TestHostilePeer(t *testing.T) {
 	conn.Write(batchFrame(t, 1, heartbeat(1, 2, 1))) // node 1's message on node 3's connection
 	closed(conn)
 
-	// A group led by node 3 whose follower on node 2 gets a heartbeat far
-	// past its log: raft would panic; the group fails, the node lives.
-	var victim uint64
-	for g, l := range leaders {
-		if l != 2 {
-			victim = g
-			break
+	// A group whose replica on node 2 gets a heartbeat far past its log
+	// from a term above every real one: raft would panic; the group fails,
+	// the node lives. Any group will do, whoever leads it (a higher term
+	// makes a leader a follower first): the test picked one not led by
+	// node 2 and, when node 2 led all three (1 run in 40), sent the frame
+	// to group 0, which does not exist.
+	victim := c.groups[0]
+	conn = dial()
+	term := uint64(1 << 20)
+	hb := &pb.Message{Type: pb.MessageType_MsgHeartbeat.Enum(), From: new(uint64(3)), To: new(uint64(2)), Term: new(term), Commit: new(uint64(1 << 40))}
+	conn.Write(append(append([]byte(nil), helloFrame...), batchFrame(t, victim, hb)...))
+	// The frame is read in the node's time, not in manual ticks: wait on
+	// the clock.
+	for deadline := time.Now().Add(10 * time.Second); target.Stats().GroupsFailed != 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the victim group did not fail within 10 s (node 2: %+v)", target.Stats())
 		}
 	}
-	conn = dial()
-	conn.Write(helloFrame)
-	term := uint64(1 << 20) // a term above every real one, so raft takes the heartbeat
-	hb := &pb.Message{Type: pb.MessageType_MsgHeartbeat.Enum(), From: new(uint64(3)), To: new(uint64(2)), Term: new(term), Commit: new(uint64(1 << 40))}
-	conn.Write(batchFrame(t, victim, hb))
-	c.tickUntil(20, "the victim group failed", func() bool { return target.Stats().GroupsFailed == 1 })
 
 	if got := target.Stats().Transport.BadFrames - bad0; got != 4 {
 		t.Fatalf("%d connections closed for bad frames, want 4", got)
