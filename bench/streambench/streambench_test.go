@@ -35,6 +35,13 @@ func TestLoopsDeliverEveryMessage(t *testing.T) {
 	})
 }
 
+// consumeWindowBound bounds the window of each consume run of
+// deliverEveryMessage: half the JetStream loops' pull expiry. The
+// adapter's and framework's windows reached it when the transport's
+// consumer Close waited for its pull request to expire (5.05-5.09 s
+// against the raw loop's 70-110 ms).
+const consumeWindowBound = natsFetchExpiry / 2
+
 func deliverEveryMessage(t *testing.T, target Target, partitions int32) {
 	for _, sc := range Scenarios() {
 		payloads, err := NewPayloads(sc.ValueBytes)
@@ -64,6 +71,12 @@ func deliverEveryMessage(t *testing.T, target Target, partitions int32) {
 					// started: the window ends after the publishers' stop
 					// by at least its own length.
 					t.Errorf("published %d of a backlog of %d; %v after the publishers' stop for a window of %v", res.Published, run.Messages, res.AfterPublish, res.Window)
+				case res.Window >= consumeWindowBound:
+					// Every loop handles the 3,000 in well under a second
+					// (raw JetStream 70-150 ms): a window this long waited
+					// for a timer, not for messages.
+					t.Errorf("%d messages in a window of %v, want less than %v (a pull request's expiry is %v: did the loop wait for one?)",
+						res.Received, res.Window, consumeWindowBound, natsFetchExpiry)
 				}
 				if res.CPU <= 0 {
 					t.Errorf("no CPU time measured in the window (%v)", res.CPU)

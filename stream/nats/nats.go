@@ -52,11 +52,14 @@
 // no message is acked before its handler returned. Messages a member has
 // fetched and not finished are kept alive with +WIP (InProgress) every
 // AckWait/3, so a slow handler or a paused topic does not make JetStream
-// hand them to another member meanwhile. Close acks nothing more: once
-// its pull requests have ended (at most FetchExpiry; twice that for one
-// whose end the server's answer, lost, did not tell), it naks what the
-// member holds unfinished, so that JetStream redelivers it at once to the
-// next member instead of after AckWait. Acks are fire and forget; after a
+// hand them to another member meanwhile. Close acks nothing more: it naks
+// what the member holds unfinished, so that JetStream redelivers it at
+// once to the next member instead of after AckWait, flushes, and returns
+// without waiting for its pull requests still outstanding. What the server
+// delivers into those is held and naked once they have ended (at most
+// FetchExpiry; twice that for one whose end the server's answer, lost, did
+// not tell); the transport's Close waits for that before it drains the
+// connection (TestCloseDoesNotWaitForPullRequests). Acks are fire and forget; after a
 // reconnect the consumer sends its recent acks again and waits for the
 // server's answers (see maintain), because a restarting server was seen to
 // lose acks it had read.
@@ -92,7 +95,10 @@
 // request is sent (after the reconnect, new ones at once), and acks wait
 // in nats.go's reconnect buffer. A consumer whose
 // durable is deleted, or whose connection is closed for good, makes Poll
-// (and so App.Run) fail.
+// (and so App.Run) fail: a durable deleted while a pull request is
+// outstanding by the server's 409, one deleted while none is (a paused
+// topic, a full window) by the next request's 503 (no responders), after
+// which the transport looks the durable up (TestDurableDeletedWhilePausedFailsRun).
 package nats
 
 import (
@@ -123,6 +129,9 @@ type NATS struct {
 
 	mu      sync.Mutex
 	streams map[string]string // guarded by mu: topic -> the stream that captures it
+	// lingering, guarded by mu: each closed consumer whose pull requests
+	// have not all ended yet, closed when they have (see consumer.linger).
+	lingering map[*consumer]chan struct{}
 }
 
 type config struct {
@@ -199,9 +208,10 @@ func MaxAckPending(n int) Option { return func(c *config) { c.maxAckPending = n 
 func FetchBatch(n int) Option { return func(c *config) { c.fetchBatch = n } }
 
 // FetchExpiry is how long one pull request waits for messages (default
-// 1 s, at least 200 ms) before the next replaces it. It bounds how long a
-// consumer's Close waits for its pull requests to end (twice FetchExpiry
-// for a request whose end was lost), and an idle topic costs one pull
+// 1 s, at least 200 ms) before the next replaces it. It bounds how long
+// the transport's Close waits for the pull requests of its closed
+// consumers to end (twice FetchExpiry for a request whose end was lost; a
+// consumer's Close does not wait), and an idle topic costs one pull
 // request per FetchExpiry.
 func FetchExpiry(d time.Duration) Option { return func(c *config) { c.fetchExpiry = d } }
 
@@ -217,7 +227,7 @@ func Transport(url string, opts ...natsclient.Option) *NATS { return New(url, op
 // New is Transport with transport options. A failure to connect is
 // returned by every later use (Consume, Publish, Close).
 func New(url string, natsOpts []natsclient.Option, opts ...Option) *NATS {
-	n := &NATS{cfg: defaultConfig(), streams: map[string]string{}}
+	n := &NATS{cfg: defaultConfig(), streams: map[string]string{}, lingering: map[*consumer]chan struct{}{}}
 	for _, o := range opts {
 		o(&n.cfg)
 	}
@@ -247,14 +257,26 @@ func (n *NATS) Conn() *natsclient.Conn { return n.nc }
 // streams and consumers), nil if it could not connect.
 func (n *NATS) JetStream() jetstream.JetStream { return n.js }
 
-// Close drains the connection (flushing acks and publishes) and closes it.
-// The App calls it after its consumer is closed.
+// Close waits for the pull requests of the consumers closed before it to
+// end (at most FetchExpiry, twice that for one whose end was lost; see
+// consumer.Close), then drains the connection (flushing acks, naks and
+// publishes) and closes it. The App calls it after its consumer is
+// closed.
 func (n *NATS) Close() error {
 	if n.nc == nil {
 		return n.err
 	}
 	if n.nc.IsClosed() {
 		return nil // closed before
+	}
+	n.mu.Lock()
+	lingering := make([]chan struct{}, 0, len(n.lingering))
+	for _, done := range n.lingering {
+		lingering = append(lingering, done)
+	}
+	n.mu.Unlock()
+	for _, done := range lingering {
+		<-done
 	}
 	closed := n.nc.StatusChanged(natsclient.CLOSED)
 	defer n.nc.RemoveStatusListener(closed)
@@ -400,7 +422,7 @@ func (n *NATS) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.C
 			c.abandon()
 			return nil, fmt.Errorf("nats: durable consumer %q on stream %q: %w", DurableName(cfg.Group, topic), streamName, err)
 		}
-		ts := &topicState{topic: topic, jc: jc, wakeFetch: make(chan struct{}, 1), inbox: n.nc.NewInbox(),
+		ts := &topicState{topic: topic, durable: DurableName(cfg.Group, topic), jc: jc, wakeFetch: make(chan struct{}, 1), inbox: n.nc.NewInbox(),
 			nextSubject: "$JS.API.CONSUMER.MSG.NEXT." + streamName + "." + DurableName(cfg.Group, topic)}
 		if ts.sub, err = n.nc.Subscribe(ts.inbox+".*", c.onMessage(ts)); err != nil {
 			c.abandon()
@@ -419,7 +441,7 @@ func (n *NATS) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.C
 	}
 	sort.Slice(c.order, func(i, j int) bool { return c.order[i].topic < c.order[j].topic })
 	for _, ts := range c.order {
-		c.loops.Add(1)
+		c.fetches.Add(1)
 		go c.fetchLoop(ts)
 	}
 	c.loops.Add(1)
@@ -433,8 +455,9 @@ func (n *NATS) Consume(ctx context.Context, cfg stream.ConsumerConfig) (stream.C
 // Invariants (under mu): a topic's held lists, in offset order, every
 // message fetched by this member and not yet acked or nak'ed; its ready
 // lists, in offset order, the records fetched (or queued again by Seek)
-// and not yet returned by Poll, each of them held. Only fetchLoop adds to
-// held, only Mark and Close remove from it.
+// and not yet returned by Poll, each of them held (none once closed).
+// Only the subscription's handler (received) adds to held, only Mark,
+// Close and the topic's fetchLoop at its end (nakLate) remove from it.
 type consumer struct {
 	n      *NATS
 	topics map[string]*topicState // written only by Consume
@@ -454,13 +477,15 @@ type consumer struct {
 	reconnected  chan natsclient.Status // reports CONNECTED (after a reconnect)
 	fetchCtx     context.Context        // cancelled by Close: no new fetch; the loops end
 	stopFetching context.CancelFunc
-	loops        sync.WaitGroup // fetchLoops, maintain and resyncs
+	loops        sync.WaitGroup // maintain and resyncs
+	fetches      sync.WaitGroup // fetchLoops: they end once Close began and their requests ended
 	closeOnce    sync.Once
 	closeErr     error
 }
 
 type topicState struct {
 	topic       string
+	durable     string
 	jc          jetstream.Consumer
 	nextSubject string                   // the durable's $JS.API.CONSUMER.MSG.NEXT subject
 	inbox       string                   // reply subjects are inbox.<request id>
@@ -470,6 +495,10 @@ type topicState struct {
 	held   []heldMsg        // guarded by consumer.mu
 	ready  []*stream.Record // guarded by consumer.mu
 	paused bool             // guarded by consumer.mu
+	// drained, guarded by consumer.mu: the consumer is closed and every
+	// request of the topic has ended (fetchLoop returned): a message
+	// still coming is naked as it arrives.
+	drained bool
 
 	// The pull requests (see pull.go), guarded by consumer.mu.
 	pulls     []pullRequest // outstanding, in the order sent
@@ -512,9 +541,10 @@ func (c *consumer) received(ts *topicState, m *natsclient.Msg) {
 	c.mu.Lock()
 	deliveredLocked(ts)
 	ts.answered = true
-	if c.closed {
-		// Close has naked what it held: this one too, so that the next
-		// member gets it at once.
+	if ts.drained {
+		// Close has naked what it held and its requests have ended (one
+		// taken as lost delivered late): nak this one too, so that the
+		// next member gets it at once.
 		c.mu.Unlock()
 		_ = m.Nak()
 		return
@@ -530,6 +560,14 @@ func (c *consumer) received(ts *topicState, m *natsclient.Msg) {
 	ts.held = append(ts.held, heldMsg{})
 	copy(ts.held[i+1:], ts.held[i:])
 	ts.held[i] = heldMsg{offset: rec.Offset, msg: m, rec: rec}
+	if c.closed {
+		// Delivered into a request still outstanding after Close: held
+		// until the requests have ended, then naked (nakLate). Naked at
+		// once, it could come back into the same request, again and
+		// again while the request lasts.
+		c.mu.Unlock()
+		return
+	}
 	ts.ready = append(ts.ready, rec)
 	c.mu.Unlock()
 	signal(c.pollWake)
@@ -787,30 +825,33 @@ func (c *consumer) removeListeners() {
 	c.n.nc.RemoveStatusListener(c.reconnected)
 }
 
-// Close waits for the pull requests outstanding to end (at most
-// FetchExpiry, or twice that for one whose end was lost: see pull.go), naks what this member holds unfinished (the framework has
-// marked, and so acked, everything it finished), and flushes the acks to
-// the server. The connection stays for the transport's Close.
+// Close naks what this member holds unfinished (the framework has
+// marked, and so acked, everything it finished) and flushes the acks and
+// naks to the server; it does not wait for the pull requests still
+// outstanding. Those end by the server's expiry (FetchExpiry; twice that
+// for one whose end was lost: see pull.go) or when filled; until then the
+// topic's subscription stays, holds what they still deliver, and naks it
+// once they have ended (see linger), so the next member gets everything
+// at once. The transport's Close waits for that. The connection stays for
+// the transport's Close.
 func (c *consumer) Close(ctx context.Context) error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
 		c.closing = true
 		c.mu.Unlock()
-		c.stopFetching()
+		c.stopFetching() // no new request; maintain and resyncs end
 		c.loops.Wait()
 		c.removeListeners()
 		c.mu.Lock()
 		for _, ts := range c.order {
-			for _, h := range ts.held {
-				_ = h.msg.Nak()
-			}
-			clear(ts.held)
-			ts.held, ts.ready = nil, nil
+			nakHeldLocked(ts)
+			clear(ts.ready)
+			ts.ready = nil
 		}
-		c.closed = true // a message still coming is naked as it arrives (received)
+		c.closed = true // a message still coming is held, then naked (received, nakLate)
 		close(c.closedCh)
 		c.mu.Unlock()
-		c.unsubscribe()
+		c.linger()
 		if _, ok := ctx.Deadline(); !ok {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, 10*time.Second) // FlushWithContext needs a deadline
@@ -821,4 +862,52 @@ func (c *consumer) Close(ctx context.Context) error {
 		}
 	})
 	return c.closeErr
+}
+
+// nakHeldLocked naks every message ts holds.
+func nakHeldLocked(ts *topicState) {
+	for _, h := range ts.held {
+		_ = h.msg.Nak()
+	}
+	clear(ts.held)
+	ts.held = nil
+}
+
+// nakLate is a fetchLoop's end: once the consumer is closed, what the
+// topic's requests delivered after Close is naked, and anything later as
+// it arrives (drained).
+func (c *consumer) nakLate(ts *topicState) {
+	c.mu.Lock()
+	if c.closing {
+		nakHeldLocked(ts)
+		ts.drained = c.closed
+	}
+	c.mu.Unlock()
+}
+
+// linger registers the closed consumer with its transport until every
+// fetchLoop has ended (each once the topic's requests have: at most
+// lostAfter after Close), then unsubscribes: the transport's Close waits
+// for it, so that nothing the server delivers into a request of a closed
+// member waits for AckWait.
+func (c *consumer) linger() {
+	done := make(chan struct{})
+	n := c.n
+	n.mu.Lock()
+	n.lingering[c] = done
+	n.mu.Unlock()
+	go func() {
+		c.fetches.Wait()
+		c.mu.Lock()
+		for _, ts := range c.order {
+			nakHeldLocked(ts) // (a fetchLoop that ended before closed was set)
+			ts.drained = true
+		}
+		c.mu.Unlock()
+		c.unsubscribe()
+		n.mu.Lock()
+		delete(n.lingering, c)
+		n.mu.Unlock()
+		close(done)
+	}()
 }

@@ -71,7 +71,7 @@ func pullBody(buf []byte, batch int, expiry time.Duration) []byte {
 
 // pullSizeLocked is how many messages ts may ask for now (0: none).
 func (c *consumer) pullSizeLocked(ts *topicState, now time.Time) int {
-	if c.closing || ts.paused || now.Before(ts.retryAt) {
+	if c.closing || c.fatal != nil || ts.paused || now.Before(ts.retryAt) {
 		return 0
 	}
 	outstanding := len(ts.ready) + ts.asked
@@ -145,9 +145,11 @@ func (c *consumer) lostPulls() {
 }
 
 // fetchLoop sends ts's pull requests while there is room, and once Close
-// has begun, waits for the outstanding ones to end before it returns.
+// has begun, waits for the outstanding ones to end, then naks what they
+// delivered meanwhile (see linger) and returns.
 func (c *consumer) fetchLoop(ts *topicState) {
-	defer c.loops.Done()
+	defer c.fetches.Done()
+	defer c.nakLate(ts)
 	retry := minRetry
 	var body []byte
 	timer := time.NewTimer(time.Hour)
@@ -155,11 +157,16 @@ func (c *consumer) fetchLoop(ts *topicState) {
 	stop := c.fetchCtx.Done()
 	for {
 		now := time.Now()
+		checkDurable := false
 		c.mu.Lock()
 		if ts.failed != nil {
 			// The server refused a request (no responders while it starts,
 			// MaxWaiting, ...): ask again later, a little later each time.
+			// No responders is also the answer for a durable that is gone
+			// (deleted while no request of ours was outstanding, so no
+			// 409 told of it): look it up before asking again.
 			c.n.cfg.logger.Warn("nats: pull request failed; retrying", "topic", ts.topic, "error", ts.failed, "retry_in", retry)
+			checkDurable = errors.Is(ts.failed, natsclient.ErrNoResponders)
 			ts.failed = nil
 			ts.retryAt = now.Add(retry)
 			retry = min(2*retry, maxRetry)
@@ -185,6 +192,11 @@ func (c *consumer) fetchLoop(ts *topicState) {
 		c.mu.Unlock()
 		if done || c.n.nc.IsClosed() {
 			return // (a closed connection: maintain reports it)
+		}
+		if checkDurable && !closing {
+			if err := c.durableGone(ts); err != nil {
+				c.fail(err) // and no request from now on (pullSizeLocked)
+			}
 		}
 		if closing {
 			stop = nil // Close began: wait for the outstanding requests, each ends by its lostAt
@@ -219,6 +231,22 @@ func (c *consumer) fetchLoop(ts *topicState) {
 			}
 		}
 	}
+}
+
+// durableGone returns the error that stops the consumer when ts's durable
+// (or its stream) no longer exists on the server, nil when it exists or
+// the server could not say (JetStream still starting: retried as before).
+// A standalone server accepts clients only once it has restored its
+// streams and durables, so "not found" is not a restart's transient.
+func (c *consumer) durableGone(ts *topicState) error {
+	_, err := ts.jc.Info(c.fetchCtx)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("nats: fetching %q: durable consumer %q: %w (%w)", ts.topic, ts.durable, jetstream.ErrConsumerDeleted, err)
+	}
+	if err != nil && c.fetchCtx.Err() == nil {
+		c.n.cfg.logger.Warn("nats: looking up the durable after a refused pull request", "topic", ts.topic, "error", err)
+	}
+	return nil
 }
 
 // The retry interval after a refused pull request doubles from minRetry
