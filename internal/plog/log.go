@@ -1,7 +1,9 @@
 package plog
 
 import (
+	"errors"
 	"fmt"
+	iofs "io/fs"
 	"log/slog"
 	"path"
 	"sort"
@@ -157,7 +159,10 @@ func open(cfg Config, bufs *scanBuffers) (*Log, error) {
 		cp.release(true) // the open's error is the one to report
 		return nil, err
 	}
-	if _, err := cfg.FS.Stat(cfg.Dir); err != nil {
+	// The listing tells an existing partition from a new one (no Stat
+	// of its own: a system call per partition at start-up).
+	names, err := cfg.FS.List(cfg.Dir)
+	if errors.Is(err, iofs.ErrNotExist) {
 		// A new partition: what the checkpoints say of a deleted one of
 		// the same name is forgotten (and the files rewritten) before its
 		// directory exists.
@@ -167,9 +172,13 @@ func open(cfg Config, bufs *scanBuffers) (*Log, error) {
 		if err := makeDirDurable(cfg.FS, cfg.Dir); err != nil {
 			return fail(err)
 		}
+		names, err = nil, nil
+	}
+	if err != nil {
+		return fail(&IOError{Op: "list " + cfg.Dir, Err: err})
 	}
 	entry := cp.entry(l.cpKey)
-	legacy, err := l.recoverWith(bufs, entry)
+	legacy, err := l.recoverNames(bufs, entry, names)
 	if err != nil {
 		return fail(err)
 	}

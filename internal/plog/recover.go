@@ -32,11 +32,16 @@ func (l *Log) recover(cp checkpointEntry) error {
 // returned, to be removed once the directory's checkpoints hold their
 // values.
 func (l *Log) recoverWith(bufs *scanBuffers, cp checkpointEntry) (legacy []string, err error) {
-	fs := l.cfg.FS
-	names, err := fs.List(l.dir)
+	names, err := l.cfg.FS.List(l.dir)
 	if err != nil {
 		return nil, &IOError{Op: "list " + l.dir, Err: err}
 	}
+	return l.recoverNames(bufs, cp, names)
+}
+
+// recoverNames is recoverWith with the directory's listing (names).
+func (l *Log) recoverNames(bufs *scanBuffers, cp checkpointEntry, names []string) (legacy []string, err error) {
+	fs := l.cfg.FS
 	var bases []int64
 	txnIndexes := map[string]bool{} // index files listed, each kept only with its segment
 	for _, name := range names {
