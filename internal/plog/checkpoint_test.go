@@ -359,7 +359,9 @@ func TestCheckpointMigration(t *testing.T) {
 		}
 	}
 	for _, l := range logs {
+		l.cp.mu.Lock()
 		l.cp.failed = true // no marker: the abandoned logs below are no shutdown
+		l.cp.mu.Unlock()
 	}
 	crashed := mem.Crash(nil) // the process dies without closing
 
