@@ -82,6 +82,10 @@ type fetchPart struct {
 	lso        int64
 	result     plog.ReadResult
 	haveResult bool
+	// copied holds the partition's record bytes read into memory instead
+	// of result's file ranges, once the response pins as many segment
+	// files as the file cache keeps (readFetch); nil otherwise.
+	copied []byte
 
 	// A fetch session's partition only (fetchsession.go): what its client
 	// was last answered, whether its last read returned records, and that
@@ -257,11 +261,7 @@ func (h *Handler) countFetched(parts []*fetchPart) {
 		return
 	}
 	for _, fp := range parts {
-		var n int64
-		for _, c := range fp.result.Chunks {
-			n += c.Len
-		}
-		if n > 0 {
+		if n := fp.recordBytes(); n > 0 {
 			m.FetchedBytes(fp.topic, n)
 		}
 	}
@@ -447,12 +447,30 @@ func (h *Handler) longPollFetch(ctx context.Context, parts []*fetchPart, minByte
 	}
 }
 
+// maxFetchCopyBytes bounds the record bytes one response holds in memory
+// (fetchPart.copied); past it, partitions are answered with their offsets
+// only, as past the response's MaxBytes.
+const maxFetchCopyBytes = 16 << 20
+
 // readFetch reads every partition within the response budget; it returns
 // the bytes gathered and whether any partition has an error.
+//
+// A partition's records are file ranges, sent with sendfile, and each pins
+// its segment file open until the response is written: a response over
+// 100,000 partitions held 100,000 descriptors and, past the process's
+// RLIMIT_NOFILE (20,000 here), every further partition answered
+// KAFKA_STORAGE_ERROR (the "19,980 of 100,000" of docs/benchmarks.md).
+// Kafka, whose segment files are always open, answers every partition up
+// to fetch.max.bytes. So once a response pins as many files as the file
+// cache keeps open (--max-open-segment-files), the records of the next
+// partitions are read into memory (up to maxFetchCopyBytes) and their
+// files released; past that, offsets only.
 func (h *Handler) readFetch(parts []*fetchPart, maxBytes int64) (total int64, anyError bool) {
 	if maxBytes <= 0 {
 		maxBytes = 1<<31 - 1
 	}
+	pinLimit := h.fileCache().Limit()
+	pinned, copied := 0, int64(0)
 	for _, fp := range parts {
 		if fp.log == nil {
 			// A session's partition that does not exist (resolveSession
@@ -462,7 +480,11 @@ func (h *Handler) readFetch(parts []*fetchPart, maxBytes int64) (total int64, an
 		}
 		fp.errorCode = 0
 		budget := min(fp.maxBytes, maxBytes-total)
-		if budget <= 0 && total > 0 {
+		copying := pinned >= pinLimit
+		if copying {
+			budget = min(budget, maxFetchCopyBytes-copied)
+		}
+		if budget <= 0 && (total > 0 || copying) {
 			// Out of response budget: report the partition's offsets only.
 			fp.hwm, fp.logStart, fp.lso = fp.log.HighWatermark(), fp.log.LogStartOffset(), fp.log.LastStableOffset()
 			continue
@@ -474,6 +496,10 @@ func (h *Handler) readFetch(parts []*fetchPart, maxBytes int64) (total int64, an
 		} else {
 			res, err = fp.log.Read(fp.offset, max(budget, 0), total == 0)
 		}
+		if err == nil && copying && len(res.Chunks) > 0 {
+			fp.copied, err = copyChunks(&res)
+			copied += int64(len(fp.copied))
+		}
 		if err != nil {
 			fp.errorCode = errorCode(err)
 			fp.hwm, fp.logStart, fp.lso = fp.log.HighWatermark(), fp.log.LogStartOffset(), fp.log.LastStableOffset()
@@ -483,20 +509,63 @@ func (h *Handler) readFetch(parts []*fetchPart, maxBytes int64) (total int64, an
 			anyError = true
 			continue
 		}
+		if len(res.Chunks) > 0 {
+			pinned++
+		}
 		fp.result, fp.haveResult = res, true
 		fp.hwm, fp.logStart, fp.lso = res.HighWatermark, res.LogStartOffset, res.LastStableOffset
-		for _, c := range res.Chunks {
-			total += c.Len
-		}
+		total += fp.recordBytes()
 	}
 	return total, anyError
+}
+
+// copyChunks reads res's file ranges into memory and releases its files
+// (its aborted transactions are copied first: Release recycles them).
+func copyChunks(res *plog.ReadResult) ([]byte, error) {
+	var n int64
+	for _, c := range res.Chunks {
+		n += c.Len
+	}
+	b := make([]byte, n)
+	off := int64(0)
+	var err error
+	for _, c := range res.Chunks {
+		if _, rerr := c.File.ReadAt(b[off:off+c.Len], c.Pos); rerr != nil && err == nil {
+			err = &plog.IOError{Op: "read " + c.File.Name(), Err: rerr}
+		}
+		off += c.Len
+	}
+	aborted := append([]plog.AbortedTxn(nil), res.Aborted...)
+	res.Release()
+	res.Chunks, res.Aborted = nil, aborted
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// recordBytes is the size of the partition's records in the answer.
+func (fp *fetchPart) recordBytes() int64 {
+	n := int64(len(fp.copied))
+	for _, c := range fp.result.Chunks {
+		n += c.Len
+	}
+	return n
+}
+
+// fileCache is the segment file cache the partition logs share.
+func (h *Handler) fileCache() *plog.FileCache {
+	if h.cfg.FileCache != nil {
+		return h.cfg.FileCache
+	}
+	return plog.DefaultFileCache
 }
 
 func releaseFetch(parts []*fetchPart) {
 	for _, fp := range parts {
 		if fp.haveResult {
 			fp.result.Release()
-			fp.result, fp.haveResult = plog.ReadResult{}, false
+			fp.result, fp.haveResult, fp.copied = plog.ReadResult{}, false, nil
 		}
 	}
 }
@@ -510,7 +579,7 @@ func (fs *fetchState) encode(version int16, sessionID int32, topics []fetchTopic
 	for _, t := range topics {
 		headerBytes += 24 + len(t.name) + 48*t.missingCount()
 		for _, fp := range t.parts {
-			nPieces += 1 + len(fp.result.Chunks)
+			nPieces += 2 + len(fp.result.Chunks)
 			headerBytes += 56 + 5 + 17*len(fp.result.Aborted) // an entry: two int64 and its tags
 		}
 	}
@@ -586,14 +655,14 @@ func (fs *fetchState) encode(version int16, sessionID int32, topics []fetchTopic
 		}
 		arrayLen(len(t.parts) + t.missingCount())
 		for _, fp := range t.parts {
-			var n int64
-			for _, c := range fp.result.Chunks {
-				n += c.Len
-			}
+			n := fp.recordBytes()
 			partitionHeader(fp.partition, fp.errorCode, fp.hwm, fp.lso, fp.logStart, n, fp.result.Aborted, fp.committed)
 			if n > 0 {
 				pieces = append(pieces, server.Piece{Bytes: buf[start:len(buf):len(buf)]})
 				start = len(buf)
+				if fp.copied != nil {
+					pieces = append(pieces, server.Piece{Bytes: fp.copied})
+				}
 				for _, c := range fp.result.Chunks {
 					pieces = append(pieces, server.Piece{File: c.File, Pos: c.Pos, Len: c.Len})
 				}

@@ -438,7 +438,7 @@ func newSessionPart(topic string, id [16]byte, partition int32, offset int64, ma
 // stable offset): records, an error, or offsets other than those its
 // client was last told.
 func (fp *fetchPart) changed() bool {
-	return len(fp.result.Chunks) > 0 || fp.errorCode != 0 || fp.sent != (sentOffsets{fp.hwm, fp.logStart, fp.lso})
+	return fp.recordBytes() > 0 || fp.errorCode != 0 || fp.sent != (sentOffsets{fp.hwm, fp.logStart, fp.lso})
 }
 
 // markAnswered records what an answer including fp tells its client.
@@ -632,7 +632,7 @@ func (h *Handler) incrementalFetch(ctx context.Context, creq *server.Request, re
 	fs := fetchPool.Get().(*fetchState)
 	answered, changed := fs.chunk[:0], fs.topicParts[:0] // a session's parts are not carved into topics
 	for _, fp := range s.candidates {
-		fp.hadRecords = len(fp.result.Chunks) > 0
+		fp.hadRecords = fp.recordBytes() > 0
 		if fp.changed() {
 			answered = append(answered, *fp)
 			changed = append(changed, fp)
@@ -641,7 +641,7 @@ func (h *Handler) incrementalFetch(ctx context.Context, creq *server.Request, re
 		}
 		// The next fetch finds the log again: a deleted topic's log is
 		// kept by the partition's watch only until then.
-		fp.result, fp.haveResult, fp.log = plog.ReadResult{}, false, nil
+		fp.result, fp.haveResult, fp.log, fp.copied = plog.ReadResult{}, false, nil, nil
 	}
 	parts := fs.parts[:0]
 	for i := range answered {

@@ -27,8 +27,14 @@ const (
 	DefaultSyncInterval = 2 * time.Millisecond
 	// DefaultProducerIDExpiration is producer.id.expiration.ms.
 	DefaultProducerIDExpiration = 24 * time.Hour
-	defaultTimestampType        = CreateTime    // message.timestamp.type
-	maxInt32                    = math.MaxInt32 // the largest value of Kafka's INT configs
+	// CheckpointInterval is log.flush.offset.checkpoint.interval.ms (and
+	// log.flush.start.offset.checkpoint.interval.ms): how often, at most,
+	// a data directory's checkpoint files are rewritten while its logs
+	// publish (checkpoint.go). Past the recovery points they hold, a crash
+	// costs an fsync and a lenient recovery of the last segment.
+	CheckpointInterval   = 60 * time.Second
+	defaultTimestampType = CreateTime    // message.timestamp.type
+	maxInt32             = math.MaxInt32 // the largest value of Kafka's INT configs
 )
 
 // DefaultWritePath is the write path chosen by measurement (docs/benchmarks.md).

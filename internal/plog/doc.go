@@ -8,20 +8,23 @@
 //
 //	00000000000000000000.log   segment files, named by the base offset of
 //	00000000000000052311.log   their first batch in 20 decimal digits
-//	log-start-offset           optional: the log start offset in decimal,
-//	                           written by DeleteRecordsBefore (temp file,
-//	                           fsync, rename, directory fsync)
-//	recovery-point             optional: the recovery point in decimal and a
-//	                           newline, written the same way
 //	00000000000000052311.txnindex  optional: the segment's aborted
 //	                           transactions (txn.go; docs/format.md)
 //
+// The partition's recovery point and log start offset are in its data
+// directory's checkpoint files (checkpoint.go: Kafka's
+// recovery-point-offset-checkpoint and log-start-offset-checkpoint, one
+// pair for every partition of the directory, with the clean-shutdown
+// marker beside them). The per-partition recovery-point and
+// log-start-offset files of earlier versions are read and migrated, never
+// written.
+//
 // The recovery point is an offset below which every batch was durable when
-// it was written (Kafka's recovery-point-offset-checkpoint, per partition).
-// The writer checkpoints the high watermark (every batch below it is
-// durable) at most every 10 seconds while appends arrive, after every
-// segment roll and at Close; recovery rewrites it when the recovered end
-// differs. A missing or unreadable checkpoint means "nothing known": -1.
+// it was written: the high watermark when the checkpoint was written
+// (every batch below it is durable), written at most every
+// CheckpointInterval (60 s) and within it after a publication, exact after
+// a clean shutdown. A missing or
+// unreadable checkpoint means "nothing known": -1.
 //
 // # Segment file
 //

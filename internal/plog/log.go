@@ -1,7 +1,9 @@
 package plog
 
 import (
+	"errors"
 	"fmt"
+	iofs "io/fs"
 	"log/slog"
 	"path"
 	"sort"
@@ -21,15 +23,6 @@ const (
 	// producer.id.expiration.check.interval.ms: how often the writer looks
 	// for expired producers (on an append).
 	producerExpiryCheckInterval = 10 * time.Minute
-
-	logStartFile      = "log-start-offset"
-	recoveryPointFile = "recovery-point"
-
-	// recoveryPointInterval is how often, at most, the writer checkpoints
-	// the recovery point while appends arrive (besides segment rolls and
-	// Close): past it, recovery truncates at the first invalid batch, so it
-	// bounds how much of the log is recovered leniently.
-	recoveryPointInterval = 10 * time.Second
 )
 
 // Log is one partition's log: a directory of segments, one writer goroutine
@@ -107,6 +100,16 @@ type Log struct {
 	// broken is set, for its whole life, on a Log made by Failed: it has no
 	// segments and no writer, and refuses appends and reads with failed.
 	broken bool
+
+	// cp is the data directory's checkpoints (checkpoint.go), held from
+	// Open to Close; cpKey is the log's name in them (its directory's).
+	// nil on a Log made by Failed.
+	cp    *checkpoints
+	cpKey string
+	// cpReplaced is set when a Log of the same directory opened in the
+	// process while this one was still open (checkpoints.register): its
+	// Close leaves the checkpoints alone.
+	cpReplaced atomic.Bool
 }
 
 // Failed returns a Log for a partition that could not be opened (err, for
@@ -156,18 +159,49 @@ func openWith(cfg Config, bufs *scanBuffers, hook scanHook) (*Log, error) {
 		firstTxn: noTxn,
 		scanHook: hook,
 	}
-	if err := makeDirDurable(cfg.FS, cfg.Dir); err != nil {
+	cp, err := acquireCheckpoints(cfg)
+	if err != nil {
 		return nil, err
 	}
-	if err := l.recoverWith(bufs); err != nil {
+	l.cp, l.cpKey = cp, checkpointKey(cfg.Dir)
+	fail := func(err error) (*Log, error) {
 		l.closeFiles()
+		cp.release(true) // the open's error is the one to report
 		return nil, err
+	}
+	// The listing tells an existing partition from a new one (no Stat
+	// of its own: a system call per partition at start-up).
+	names, err := cfg.FS.List(cfg.Dir)
+	if errors.Is(err, iofs.ErrNotExist) {
+		// A new partition: what the checkpoints say of a deleted one of
+		// the same name is forgotten (and the files rewritten) before its
+		// directory exists.
+		if err := cp.forgetFresh(l.cpKey); err != nil {
+			return fail(err)
+		}
+		if err := makeDirDurable(cfg.FS, cfg.Dir); err != nil {
+			return fail(err)
+		}
+		names, err = nil, nil
+	}
+	if err != nil {
+		return fail(&IOError{Op: "list " + cfg.Dir, Err: err})
+	}
+	entry := cp.entry(l.cpKey)
+	legacy, err := l.recoverNames(bufs, entry, names)
+	if err != nil {
+		return fail(err)
+	}
+	if cp.clean && len(legacy) == 0 && entry.recoveryPoint >= 0 && l.hwm != entry.recoveryPoint {
+		// After a clean shutdown every log ends at its recovery point:
+		// something else changed the files (recovery judged them anyway).
+		l.logger().Warn("the log does not end at its recovery point after a clean shutdown", "end", l.hwm, "recovery_point", entry.recoveryPoint)
 	}
 	l.w.init(l)
 	if err := l.w.openActive(); err != nil {
-		l.closeFiles()
-		return nil, err
+		return fail(err)
 	}
+	cp.register(l, legacy)
 	if l.w.path != WriteMmap {
 		// Idle until the first append: the file cache may close the
 		// active file (the mapping of WriteMmap needs it open).
@@ -554,6 +588,10 @@ func (l *Log) Close() error {
 		<-done
 	}
 	err := l.w.closeActive()
+	replaced := l.cpReplaced.Load()
+	if !replaced {
+		l.cp.closeLog(l, l.checkpointEntry())
+	}
 
 	l.mu.Lock()
 	close(l.waitCh)
@@ -561,6 +599,14 @@ func (l *Log) Close() error {
 	l.signalWakersLocked()
 	l.mu.Unlock()
 	l.closeFiles()
+	// The directory's last log to close writes the checkpoints (a
+	// broker's shutdown: one write for all its partitions).
+	if replaced {
+		return err
+	}
+	if cerr := l.cp.release(err != nil); err == nil {
+		err = cerr
+	}
 	return err
 }
 
@@ -576,28 +622,32 @@ func (l *Log) closeFiles() {
 	}
 }
 
-// readLogStart reads the log start offset checkpoint (-1 when absent).
-func (l *Log) readLogStart() (int64, error) { return l.readCheckpoint(logStartFile) }
+// writeLogStart persists the log start offset: the data directory's log
+// start file is rewritten before DeleteRecordsBefore returns (its logStart
+// is set by then: the file is made from the logs' offsets).
+func (l *Log) writeLogStart() error { return l.cp.writeLogStarts() }
 
-// writeLogStart persists the log start offset.
-func (l *Log) writeLogStart(v int64) error { return l.writeCheckpoint(logStartFile, v) }
-
-// readCheckpoint reads the decimal offset in the checkpoint file name (-1
-// when absent or unreadable).
-func (l *Log) readCheckpoint(file string) (int64, error) {
-	fs := l.cfg.FS
-	name := path.Join(l.dir, file)
-	f, err := fs.Open(name)
-	if err != nil {
-		if _, statErr := fs.Stat(name); statErr != nil {
-			return -1, nil // absent
-		}
-		return -1, &IOError{Op: "open " + file, Err: err}
+// checkpointEntry is what the checkpoints record of l now: its high
+// watermark as the recovery point (every batch below it is durable), and
+// its log start when past its first segment.
+func (l *Log) checkpointEntry() checkpointEntry {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	e := checkpointEntry{recoveryPoint: l.hwm, logStart: -1}
+	if len(l.segments) == 0 || l.logStart > l.segments[0].base {
+		e.logStart = l.logStart
 	}
-	defer f.Close()
-	buf := make([]byte, 32)
-	n, _ := f.ReadAt(buf, 0)
-	v, err := strconv.ParseInt(strings.TrimSpace(string(buf[:n])), 10, 64)
+	return e
+}
+
+// readLegacyCheckpoint reads a per-partition checkpoint file of an earlier
+// version (the decimal offset; -1 when unreadable).
+func (l *Log) readLegacyCheckpoint(file string) (int64, error) {
+	data, err := vfs.ReadFile(l.cfg.FS, path.Join(l.dir, file))
+	if err != nil {
+		return -1, &IOError{Op: "read " + file, Err: err}
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
 	if err != nil {
 		// Checkpoints are replaced atomically, so this is damage; both
 		// checkpoints only narrow what recovery assumes, so losing one
@@ -609,39 +659,10 @@ func (l *Log) readCheckpoint(file string) (int64, error) {
 	return v, nil
 }
 
-// writeCheckpoint persists v in the checkpoint file name atomically: temp
-// file, fsync, rename, directory sync.
-func (l *Log) writeCheckpoint(file string, v int64) error {
-	if err := l.replaceFile(file, []byte(strconv.FormatInt(v, 10)+"\n")); err != nil {
-		return &IOError{Op: "checkpoint " + file, Err: err}
-	}
-	return nil
-}
-
 // replaceFile replaces the partition directory's file with data
-// atomically: temp file (removed by recovery if left over), fsync, rename,
-// directory sync.
+// atomically (checkpoint.go's replaceFile).
 func (l *Log) replaceFile(file string, data []byte) error {
-	fs := l.cfg.FS
-	tmp := path.Join(l.dir, file+".tmp")
-	f, err := fs.Create(tmp)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = fs.Rename(tmp, path.Join(l.dir, file))
-	}
-	if err == nil {
-		err = fs.SyncDir(l.dir)
-	}
-	return err
+	return replaceFile(l.cfg.FS, l.dir, file, data)
 }
 
 // publishLocked advances the high watermark and wakes waiting readers.

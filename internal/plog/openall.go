@@ -22,6 +22,12 @@ func DefaultRecoveryThreads() int { return min(max(2, runtime.GOMAXPROCS(0)), 8)
 // 2 × threads goroutines (a thread and its read-ahead). logs[i] and errs[i]
 // are what Open(cfgs[i]) returns; one log that fails does not stop the
 // others. Partitions are taken in the order given.
+//
+// Once all are open, the checkpoints of their data directories are
+// written (checkpoint.go): the recovery points recovery moved, the values
+// of per-partition files migrated (then removed), without the partitions
+// whose directory is gone. A failed write is logged: the previous files
+// stay, which only makes a later recovery more lenient.
 func OpenAll(cfgs []Config, threads int) (logs []*Log, errs []error) {
 	logs, errs = make([]*Log, len(cfgs)), make([]error, len(cfgs))
 	threads = max(1, min(threads, len(cfgs)))
@@ -39,5 +45,16 @@ func OpenAll(cfgs []Config, threads int) (logs []*Log, errs []error) {
 		}()
 	}
 	wg.Wait()
+	seen := map[*checkpoints]bool{}
+	for _, l := range logs {
+		if l == nil || seen[l.cp] {
+			continue
+		}
+		seen[l.cp] = true
+		l.cp.prune()
+		if err := l.cp.write(); err != nil {
+			l.cp.logger.Warn("checkpoints not written after recovery", "dir", l.cp.dir, "err", err)
+		}
+	}
 	return logs, errs
 }

@@ -671,16 +671,9 @@ func (rs *RaftStorage) truncateLocked(first uint64) error {
 	if offset < hwm {
 		return fmt.Errorf("%w: truncation at entry %d (offset %d) below the committed offset %d", ErrRaftEntry, first, offset, hwm)
 	}
-	p := &w.pub
-	p.publishMu.Lock()
-	if p.recoveryPoint > offset {
-		if err := l.writeCheckpoint(recoveryPointFile, offset); err != nil {
-			p.publishMu.Unlock()
-			return err
-		}
-		p.recoveryPoint = offset
-	}
-	p.publishMu.Unlock()
+	// No recovery point to lower first: the data directory's checkpoint
+	// (checkpoint.go) records a log's high watermark, here the end of the
+	// committed entries, which the cut never passes (checked above).
 	l.logger().Info("truncating a raft log's conflicting tail", "index", first, "offset", offset,
 		"entries", rs.last-first+1, "file", s.path, "pos", pos)
 	// The segments after k, from the last.

@@ -207,7 +207,7 @@ func TestRecoveryCRCErrorInNextBlock(t *testing.T) {
 				file.WriteAt(b, corruptAt)
 				file.Close()
 				if !belowRecoveryPoint {
-					f.fs.Remove(path.Join(f.cfg.Dir, recoveryPointFile)) // nothing known durable: a crash's tail
+					forgetRecoveryPoint(t, f.fs, f.cfg.Dir) // nothing known durable: a crash's tail
 				}
 				tfs.mu.Lock()
 				tfs.reads = nil
@@ -378,7 +378,7 @@ func TestCleanRestartSyncsNothing(t *testing.T) {
 	}))
 	for _, clean := range []bool{true, false} {
 		if !clean {
-			f.fs.Remove(path.Join(f.cfg.Dir, recoveryPointFile))
+			forgetRecoveryPoint(t, f.fs, f.cfg.Dir)
 		}
 		mu.Lock()
 		syncs = 0

@@ -21,45 +21,64 @@ const maxSaneBatch = 256 << 20
 // recover scans every segment, validating each batch, rebuilding the
 // indexes and the producer table, truncating a torn tail of the last
 // segment and refusing to open on corruption anywhere else.
-func (l *Log) recover() error {
+func (l *Log) recover(cp checkpointEntry) error {
 	var bufs scanBuffers
 	defer bufs.release()
-	return l.recoverWith(&bufs)
+	_, err := l.recoverWith(&bufs, cp)
+	return err
 }
 
 // recoverWith is recover with the read buffers of a recovery thread, reused
-// across the partitions it opens (OpenAll).
-func (l *Log) recoverWith(bufs *scanBuffers) error {
-	fs := l.cfg.FS
-	names, err := fs.List(l.dir)
+// across the partitions it opens (OpenAll). cp is what the data
+// directory's checkpoints say of the partition; per-partition checkpoint
+// files of an earlier version, when the directory holds them, say it
+// instead (only an older Sushka writes them: they are newer), and are
+// returned, to be removed once the directory's checkpoints hold their
+// values.
+func (l *Log) recoverWith(bufs *scanBuffers, cp checkpointEntry) (legacy []string, err error) {
+	names, err := l.cfg.FS.List(l.dir)
 	if err != nil {
-		return &IOError{Op: "list " + l.dir, Err: err}
+		return nil, &IOError{Op: "list " + l.dir, Err: err}
 	}
+	return l.recoverNames(bufs, cp, names)
+}
+
+// recoverNames is recoverWith with the directory's listing (names).
+func (l *Log) recoverNames(bufs *scanBuffers, cp checkpointEntry, names []string) (legacy []string, err error) {
+	fs := l.cfg.FS
 	var bases []int64
 	txnIndexes := map[string]bool{} // index files listed, each kept only with its segment
 	for _, name := range names {
-		if strings.HasSuffix(name, ".tmp") {
+		switch {
+		case strings.HasSuffix(name, ".tmp"):
 			fs.Remove(path.Join(l.dir, name)) // an interrupted checkpoint or index rewrite
-			continue
-		}
-		if strings.HasSuffix(name, txnIndexSuffix) {
+		case strings.HasSuffix(name, txnIndexSuffix):
 			txnIndexes[name] = true
-			continue
-		}
-		if base, ok := parseSegmentName(name); ok {
-			bases = append(bases, base)
+		case name == legacyRecoveryPointFile || name == legacyLogStartFile:
+			v, err := l.readLegacyCheckpoint(name)
+			if err != nil {
+				return nil, err
+			}
+			if name == legacyRecoveryPointFile {
+				cp.recoveryPoint = v
+			} else {
+				cp.logStart = v
+			}
+			legacy = append(legacy, path.Join(l.dir, name))
+		default:
+			if base, ok := parseSegmentName(name); ok {
+				bases = append(bases, base)
+			}
 		}
 	}
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
+	return legacy, l.recoverSegments(bufs, bases, txnIndexes, cp.logStart, cp.recoveryPoint)
+}
 
-	checkpoint, err := l.readLogStart()
-	if err != nil {
-		return err
-	}
-	recoveryPoint, err := l.readCheckpoint(recoveryPointFile)
-	if err != nil {
-		return err
-	}
+// recoverSegments scans the segments of bases, given the checkpointed log
+// start and recovery point (-1: unknown).
+func (l *Log) recoverSegments(bufs *scanBuffers, bases []int64, txnIndexes map[string]bool, checkpoint, recoveryPoint int64) error {
+	fs := l.cfg.FS
 	l.w.producers = newProducerTable()
 	now := l.cfg.Clock.Now()
 	sc := scanner{l: l, recoveryPoint: recoveryPoint, nowMs: now.UnixMilli(), bufs: bufs}
@@ -127,15 +146,8 @@ func (l *Log) recoverWith(bufs *scanBuffers) error {
 		l.hwm, l.logStart = checkpoint, checkpoint
 	}
 	// Everything below the high watermark is durable now: that is the new
-	// recovery point (written only when it moved, so a clean restart costs
-	// no checkpoint).
-	l.w.pub.recoveryPoint = recoveryPoint
-	if len(l.segments) > 0 && l.hwm != recoveryPoint {
-		if err := l.writeCheckpoint(recoveryPointFile, l.hwm); err != nil {
-			return err
-		}
-		l.w.pub.recoveryPoint = l.hwm
-	}
+	// recovery point, which the next write of the checkpoints records
+	// (OpenAll's, or the next one due).
 	return nil
 }
 

@@ -9,21 +9,22 @@ import (
 	"time"
 
 	"github.com/sushka-io/sushka/internal/plog/batch"
-	"github.com/sushka-io/sushka/internal/vfs"
 )
 
-// readRecoveryPoint returns the checkpointed recovery point ("" if absent).
+// readRecoveryPoint returns the checkpointed recovery point of f's log
+// ("" if absent).
 func readRecoveryPoint(t *testing.T, f *fixture) string {
 	t.Helper()
-	b, err := vfs.ReadFile(f.fs, path.Join(f.cfg.Dir, recoveryPointFile))
-	if err != nil {
+	m := readCheckpointFile(t, f.fs, path.Dir(f.cfg.Dir), recoveryPointsFile)
+	v, ok := m[checkpointKey(f.cfg.Dir)]
+	if !ok {
 		return ""
 	}
-	return strings.TrimSpace(string(b))
+	return itoa(v)
 }
 
-// waitRecoveryPoint waits until the checkpoint says want: the publisher
-// writes it after it has acknowledged the appends it published.
+// waitRecoveryPoint waits until the checkpoint says want: a publication
+// starts the write once it is due.
 func waitRecoveryPoint(t *testing.T, f *fixture, want string, why string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -39,8 +40,9 @@ func waitRecoveryPoint(t *testing.T, f *fixture, want string, why string) {
 	}
 }
 
-// TestRecoveryPointCheckpoints: the recovery point follows the durable end
-// at most every recoveryPointInterval, at a roll and at Close.
+// TestRecoveryPointCheckpoints: the data directory's recovery points follow
+// the durable end at most every CheckpointInterval, and at the last Close,
+// which also leaves the clean-shutdown marker.
 func TestRecoveryPointCheckpoints(t *testing.T) {
 	forEachPath(t, func(t *testing.T, wp WritePath) {
 		f := newFixture(t, wp)
@@ -50,22 +52,33 @@ func TestRecoveryPointCheckpoints(t *testing.T) {
 		if got := readRecoveryPoint(t, f); got != "" {
 			t.Fatalf("recovery point %q checkpointed before its interval", got)
 		}
-		f.clock.Advance(recoveryPointInterval)
-		mustAppend(t, l, mkBatch(2, 100, 0), AckWritten)
-		waitRecoveryPoint(t, f, "4", "after the interval")
+		f.clock.Advance(CheckpointInterval)
 		mustAppend(t, l, mkBatch(2, 100, 0), AckForced)
+		waitRecoveryPoint(t, f, "4", "after the interval")
+		for len(l.segments) == 1 { // rolls write nothing
+			mustAppend(t, l, mkBatch(2, 100, 0), AckForced)
+		}
+		time.Sleep(10 * time.Millisecond)
 		if got := readRecoveryPoint(t, f); got != "4" {
 			t.Fatalf("recovery point %q moved within the interval", got)
 		}
-		for len(l.segments) == 1 { // a roll checkpoints what it sealed
-			mustAppend(t, l, mkBatch(2, 100, 0), AckForced)
-		}
-		waitRecoveryPoint(t, f, itoa(l.segments[1].base), "after a roll")
-		mustAppend(t, l, mkBatch(2, 100, 0), AckForced)
 		hw := l.HighWatermark()
-		l.Close()
+		if _, err := f.fs.Stat(path.Join(path.Dir(f.cfg.Dir), cleanShutdownFile)); err == nil {
+			t.Fatal("clean-shutdown marker while the log is open")
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
 		if got := readRecoveryPoint(t, f); got != itoa(hw) {
 			t.Fatalf("recovery point %q after Close, want %d", got, hw)
+		}
+		if _, err := f.fs.Stat(path.Join(path.Dir(f.cfg.Dir), cleanShutdownFile)); err != nil {
+			t.Fatalf("no clean-shutdown marker after the last Close: %v", err)
+		}
+		l = f.open(t)
+		defer l.Close()
+		if _, err := f.fs.Stat(path.Join(path.Dir(f.cfg.Dir), cleanShutdownFile)); err == nil {
+			t.Fatal("clean-shutdown marker still there once a log opened")
 		}
 	})
 }
@@ -156,16 +169,16 @@ func TestRecoveryPastRecoveryPoint(t *testing.T) {
 		// it) knows nothing durable: its last segment is recovered
 		// leniently, and the checkpoint is written.
 		f, name, _ := setup(t)
-		f.fs.Remove(path.Join(f.cfg.Dir, recoveryPointFile))
+		forgetRecoveryPoint(t, f.fs, f.cfg.Dir)
 		kept := mkBatch(3, 50, 0)
 		batch.SetBaseOffset(kept, 18)
 		lost := make([]byte, len(kept))
 		appendRaw(t, f, name, lost, kept)
 		l := f.open(t)
-		defer l.Close()
 		if l.HighWatermark() != 15 {
 			t.Fatalf("high watermark %d, want 15", l.HighWatermark())
 		}
+		l.Close()
 		if got := readRecoveryPoint(t, f); got != "15" {
 			t.Fatalf("recovery point %q after recovery, want 15", got)
 		}

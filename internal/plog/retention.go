@@ -164,15 +164,18 @@ func (l *Log) DeleteRecordsBefore(offset int64) (logStart int64, err error) {
 		l.mu.Unlock()
 		return logStart, nil
 	}
+	// The log start moves first, then the checkpoint made from it is
+	// written (a checkpoint written meanwhile by another goroutine reads
+	// the new value too, never an older one after ours). If the write
+	// fails the move stays in memory, persisted by the next write, and no
+	// segment is deleted.
+	l.logStart = offset
+	l.tellWatchersLocked()
 	l.mu.Unlock()
-	if err := l.writeLogStart(offset); err != nil {
+	if err := l.writeLogStart(); err != nil {
 		return -1, err
 	}
 	l.mu.Lock()
-	if offset > l.logStart {
-		l.logStart = offset
-		l.tellWatchersLocked()
-	}
 	logStart = l.logStart
 	victims := l.removeSegmentsLocked(func(s, next *segment) bool { return next.base <= logStart })
 	l.mu.Unlock()

@@ -165,7 +165,7 @@ func TestRecoverySpeed(t *testing.T) {
 	var size int64
 	for _, cfg := range cfgs {
 		if !*recoveryClean {
-			os.Remove(filepath.Join(cfg.Dir, "recovery-point"))
+			forgetRecoveryPoint(t, vfs.OS(), cfg.Dir)
 		}
 		size += dirBytes(t, cfg.Dir)
 	}

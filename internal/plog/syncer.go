@@ -29,7 +29,7 @@ type publisher struct {
 	handedSeg    *segment       // (handMu) the segment the handed batches are in
 	handedPend   []pendingBatch // (handMu) written, in offset order
 	handedForced []*appendReq   // (handMu) AckForced appends to acknowledge after the sync
-	handedRoll   bool           // (handMu) a roll sealed handedSeg: checkpoint the recovery point
+	handedRoll   bool           // (handMu) a roll sealed handedSeg: publish (and see whether the checkpoints are due)
 	// handedPins (handMu) counts the pins of handedSeg's file taken by hand
 	// and not yet released by publish: from the write to its fsync the
 	// file stays open, because a file the cache closed and reopened would
@@ -54,18 +54,11 @@ type publisher struct {
 	forced    []*appendReq   // (publishMu) likewise
 	published int64          // (publishMu) offset after the last published batch
 
-	// The recovery point checkpoint (recover.go): every batch below
-	// recoveryPoint is durable. It trails published by at most
-	// recoveryPointInterval while appends arrive, and catches up after a
-	// roll and at Close. (publishMu; set by recovery before any goroutine)
-	recoveryPoint   int64
-	recoveryPointAt time.Time
 }
 
 func (p *publisher) init(l *Log) {
 	p.l, p.clock = l, l.cfg.Clock
 	p.interval = l.cfg.SyncInterval
-	p.recoveryPointAt = p.clock.Now()
 }
 
 // hand gives the publisher written batches of seg (copied: the caller keeps
@@ -215,7 +208,7 @@ func (p *publisher) publish() error {
 	defer p.publishMu.Unlock()
 	l := p.l
 	p.handMu.Lock()
-	seg, rolled, pins := p.handedSeg, p.handedRoll, p.handedPins
+	seg, pins := p.handedSeg, p.handedPins
 	p.handedPins = 0
 	p.pend, p.handedPend = p.handedPend, p.pend[:0]
 	p.forced, p.handedForced = p.handedForced, p.forced[:0]
@@ -255,7 +248,7 @@ func (p *publisher) publish() error {
 	clear(p.forced) // no stale pointers to recycled requests
 	p.forced = p.forced[:0]
 	if err == nil {
-		p.checkpointRecoveryPointLocked(rolled)
+		p.checkpointDue()
 	}
 	return err
 }
@@ -280,34 +273,9 @@ func (p *publisher) publishLocked(seg *segment) (aborted []AbortedTxn) {
 	return aborted
 }
 
-// checkpointRecoveryPoint checkpoints the recovery point now if it moved
-// (at Close, after the writer and the publisher have stopped).
-func (p *publisher) checkpointRecoveryPoint(force bool) {
-	p.publishMu.Lock()
-	defer p.publishMu.Unlock()
-	p.checkpointRecoveryPointLocked(force)
-}
-
-// checkpointRecoveryPointLocked writes the recovery point checkpoint when
-// the published (durable) end moved since the last one and force is set or
-// recoveryPointInterval has passed. A failed checkpoint is logged and
-// retried an interval later: an older recovery point only makes recovery
-// more lenient, it loses nothing.
-func (p *publisher) checkpointRecoveryPointLocked(force bool) {
-	if p.published == p.recoveryPoint {
-		return
-	}
-	now := p.clock.Now()
-	if !force && now.Sub(p.recoveryPointAt) < recoveryPointInterval {
-		return
-	}
-	p.recoveryPointAt = now
-	if err := p.l.writeCheckpoint(recoveryPointFile, p.published); err != nil {
-		p.l.logger().Warn("recovery point not checkpointed; retrying later", "err", err)
-		return
-	}
-	p.recoveryPoint = p.published
-}
+// checkpointDue starts a write of the data directory's checkpoints when
+// CheckpointInterval has passed since the last (one atomic load if not).
+func (p *publisher) checkpointDue() { p.l.cp.due(p.clock.Now()) }
 
 // fail makes err, an I/O error of the writer or the publisher, the log's
 // sticky error and returns the sticky error (nil when err is nil).

@@ -63,6 +63,13 @@ type broker struct {
 
 func (b *broker) start(t *testing.T, n int) time.Duration {
 	t.Helper()
+	return b.startWith(t, n, nil)
+}
+
+// startWith is start, calling started with the process once it runs (to
+// attach strace to it).
+func (b *broker) startWith(t *testing.T, n int, started func(pid int)) time.Duration {
+	t.Helper()
 	b.out, b.done = &testbroker.SyncBuffer{}, make(chan struct{})
 	b.cmd = exec.Command(b.bin, "serve", "--data-dir", b.dir, "--listen", b.addr, "--admin-listen", b.admin,
 		"--log-level", "warn", "--max-partitions-per-topic", strconv.Itoa(n), "--max-partitions", strconv.Itoa(n+1000))
@@ -70,6 +77,9 @@ func (b *broker) start(t *testing.T, n int) time.Duration {
 	began := time.Now()
 	if err := b.cmd.Start(); err != nil {
 		t.Fatal(err)
+	}
+	if started != nil {
+		started(b.cmd.Process.Pid)
 	}
 	go func() { _ = b.cmd.Wait(); close(b.done) }()
 	// Healthy: the admin listener answers, which it does once every
