@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -38,9 +39,12 @@ type Kafka struct {
 	opts           []kgo.Opt
 	consumerOpts   []kgo.Opt
 	commitInterval time.Duration
-	producer       *kgo.Client
-	txn            *txnProducer // with ExactlyOnce (txn.go), else nil
-	err            error        // from creating the producer's client: returned by every use
+	// producer is the producer's kgo client: replaced (txn.go,
+	// resetProducer) only when an exactly-once producer was fenced.
+	producer     atomic.Pointer[kgo.Client]
+	producerOpts []kgo.Opt    // the producer client's options, for a replacement
+	txn          *txnProducer // with ExactlyOnce (txn.go), else nil
+	err          error        // from creating the producer's client: returned by every use
 }
 
 // Option configures the transport beyond the client options.
@@ -75,13 +79,20 @@ func New(clientOpts []kgo.Opt, opts ...Option) *Kafka {
 	}
 	producerOpts := append(append([]kgo.Opt(nil), clientOpts...),
 		kgo.RecordPartitioner(partitioner{kgo.StickyKeyPartitioner(nil)}))
-	k.producer, k.err = kgo.NewClient(k.txn.producerOpts(producerOpts)...)
+	k.producerOpts = k.txn.producerOpts(producerOpts)
+	cl, err := kgo.NewClient(k.producerOpts...)
+	if err != nil {
+		k.err = err
+		return k
+	}
+	k.producer.Store(cl)
 	return k
 }
 
 // Client returns the producer's kgo client (for admin requests, say), or
-// nil if it could not be created.
-func (k *Kafka) Client() *kgo.Client { return k.producer }
+// nil if it could not be created. An exactly-once transport whose producer
+// was fenced replaces it: Client then returns the new one.
+func (k *Kafka) Client() *kgo.Client { return k.producer.Load() }
 
 // Producer returns the transport's producer.
 func (k *Kafka) Producer() stream.Producer {
@@ -101,7 +112,7 @@ func (p producer) Publish(ctx context.Context, rec *stream.Record) error {
 	}
 	// kgo keeps the record's slices until the produce completes; rec may
 	// be reused once Publish returns, which is after that.
-	return p.k.producer.ProduceSync(ctx, toKgo(rec)).FirstErr()
+	return p.k.producer.Load().ProduceSync(ctx, toKgo(rec)).FirstErr()
 }
 
 // toKgo returns rec as a kgo record sharing rec's slices.
@@ -124,13 +135,14 @@ func toKgo(rec *stream.Record) *kgo.Record {
 
 // Close closes the producer's client (after flushing what it buffers).
 func (k *Kafka) Close() error {
-	if k.producer == nil {
+	cl := k.producer.Load()
+	if cl == nil {
 		return k.err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := k.producer.Flush(ctx)
-	k.producer.Close()
+	err := cl.Flush(ctx)
+	cl.Close()
 	return err
 }
 

@@ -267,8 +267,9 @@ func (t *txnProducer) commit(ctx context.Context, c *consumer, offsets map[strin
 // group's offsets, then EndTxn commit; on any failure it aborts. The
 // caller holds running.
 func (t *txnProducer) transact(ctx context.Context, c *consumer, records []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) error {
-	cl := t.k.producer
+	cl := t.k.producer.Load()
 	if err := cl.BeginTransaction(); err != nil {
+		t.resetIfFenced(cl, err)
 		return err
 	}
 	err := cl.ProduceSync(ctx, records...).FirstErr()
@@ -292,6 +293,7 @@ func (t *txnProducer) transact(ctx context.Context, c *consumer, records []*kgo.
 	if abortErr == nil {
 		abortErr = cl.EndTransaction(abortCtx, kgo.TryAbort) // a failed abort ends at the transaction timeout
 	}
+	t.resetIfFenced(cl, errors.Join(err, abortErr))
 	if endFailed && abortErr == nil && c != nil && len(offsets) > 0 {
 		// The commit's outcome is unknown, not failed: if the group's
 		// committed offsets are this transaction's, it committed, and
@@ -303,6 +305,35 @@ func (t *txnProducer) transact(ctx context.Context, c *consumer, records []*kgo.
 		}
 	}
 	return err
+}
+
+// resetIfFenced replaces the producer's client cl when err says it was
+// fenced (PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH, which kgo cannot
+// recover from): a fenced kgo client fails every later transaction, and
+// the transport would retry its commit for ever without committing
+// anything. A new client's InitProducerID takes the transactional id
+// over with a new epoch, as Kafka Streams' StreamsProducer.resetProducer
+// does after a fence under exactly-once v2: zombies are fenced through
+// the group generation (TxnOffsetCommit), not the id (ExactlyOnce). This
+// happens when kgo gives up on an EndTxn commit that never reached the
+// coordinator: its abort bumps the epoch with InitProducerID while the
+// transaction is still ongoing, the coordinator fences that epoch and
+// aborts (Kafka's prepareFenceProducerEpoch), and kgo's retry is fenced
+// (TestExactlyOnceEndTxnGivenUp hung 1 run in 4–8). The caller holds
+// t.running.
+func (t *txnProducer) resetIfFenced(cl *kgo.Client, err error) {
+	if !errors.Is(err, kerr.ProducerFenced) && !errors.Is(err, kerr.InvalidProducerEpoch) {
+		return
+	}
+	fresh, newErr := kgo.NewClient(t.k.producerOpts...)
+	if newErr != nil {
+		return // the next commit fails and tries again
+	}
+	if t.k.producer.CompareAndSwap(cl, fresh) {
+		cl.Close()
+	} else {
+		fresh.Close()
+	}
 }
 
 // committedAlready reports whether the group's committed offsets (an
@@ -359,7 +390,7 @@ func committedAlready(ctx context.Context, c *consumer, offsets map[string]map[i
 // commitOffsetsInTxn adds the group's offsets to the open transaction
 // (AddOffsetsToTxn, then TxnOffsetCommit under c's generation).
 func (t *txnProducer) commitOffsetsInTxn(ctx context.Context, c *consumer, offsets map[string]map[int32]kgo.EpochOffset) error {
-	cl := t.k.producer
+	cl := t.k.producer.Load()
 	id, epoch, err := cl.ProducerID(ctx)
 	if err != nil {
 		return err
