@@ -476,12 +476,15 @@ func (s *Server) accept(nc net.Conn, ln *Listener) {
 	if reason != "" {
 		open, openIP := len(s.conns), s.perIP[ip]
 		s.mu.Unlock()
-		nc.Close()
-		s.rejectLog.warn(s.log, "connection refused: limit reached", "client", nc.RemoteAddr().String(), "limit", reason,
-			"open", open, "open_from_ip", openIP, "max_connections", s.cfg.MaxConnections, "max_connections_per_ip", s.cfg.MaxConnectionsPerIP)
+		// Counted before the close: a client that sees its connection
+		// closed may read the count at once (TestHostileConnectionLimits
+		// read 1 of 2 when the close came first).
 		if s.cfg.OnConnectionRejected != nil {
 			s.cfg.OnConnectionRejected(reason)
 		}
+		nc.Close()
+		s.rejectLog.warn(s.log, "connection refused: limit reached", "client", nc.RemoteAddr().String(), "limit", reason,
+			"open", open, "open_from_ip", openIP, "max_connections", s.cfg.MaxConnections, "max_connections_per_ip", s.cfg.MaxConnectionsPerIP)
 		return
 	}
 	s.nextID++
