@@ -108,7 +108,7 @@ func TestBenchSmoke(t *testing.T) {
 	t.Run("produce-raw", func(t *testing.T) {
 		js := filepath.Join(t.TempDir(), "r.json")
 		out, err := runBench(t, append([]string{"produce", "--engine", "raw", "--rate", "2000", "--record-size", "128", "--partitions", "4",
-			"--connections", "2", "--batch-records", "10", "--json", js}, common...)...)
+			"--connections", "2", "--batch-records", "10", "--json", js}, append(common, "--duration", "2s")...)...)
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
@@ -120,10 +120,13 @@ func TestBenchSmoke(t *testing.T) {
 		}
 		doc, _ := readDocument(t, js)
 		r := doc.Scenarios[0].Systems[0].Raw[0]
-		// 2000 records/s for 0.7 s in requests of 2 partitions × 10 records.
+		// 2000 records/s for 2 s in requests of 2 partitions × 10 records.
 		// The rate is kept (offered-rate) unless other processes fill the
 		// machine (CI runs packages in parallel): then the label must say so.
-		if r.Errors != 0 || r.Unfinished != 0 || r.Acked != r.Issued || r.Acked != 1400 ||
+		// Two seconds, not 0.7: a 62 ms fsync stall on CI's disk at the end
+		// of a 0.7 s window was 7% of it, achieved 1862 of 2000/s, which the
+		// rule rightly calls broker-bound; at 2 s a stall must pass 100 ms.
+		if r.Errors != 0 || r.Unfinished != 0 || r.Acked != r.Issued || r.Acked != 4000 ||
 			(r.Bound != bench.BoundOfferedRate && r.Bound != bench.BoundMachine) {
 			t.Errorf("raw counts: %+v", r)
 		}
