@@ -1,0 +1,167 @@
+package history
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// The linearizability model: a partition is an append-only log (Kafka's
+// model of it), checked by porcupine one partition at a time.
+//
+// The state is the log's end as far as the history shows: one past the
+// highest offset appended, or the last end offset answered. Offsets may
+// have gaps the history cannot see (transaction markers, a produce that
+// timed out and was never read), so:
+//
+//   - append(value) → o is legal when o ≥ end, and the end becomes o+1
+//     (an acknowledged produce at its acknowledged offset; a produce that
+//     failed indefinitely but was read, at the offset it was read at, with
+//     no return: it may take effect at any time);
+//   - read(o) → value is legal when o < end (the position's value is
+//     checked apart, by inconsistent-offsets: one value per offset). A read
+//     is the first poll that returned offset o, called at the start of the
+//     history: a poll shows only that the record existed by its return
+//     (kgo fetches ahead of PollFetches);
+//   - endOffset → n is legal when end ≤ n, and the end becomes n: every
+//     offset below n is taken, so a later append lands at n or above.
+//
+// What this catches beyond the other checks: an append acknowledged
+// before another began but placed after it, a record read before its
+// produce began, an end offset that went backwards or was answered below
+// an acknowledged record.
+type linOp struct {
+	kind   linKind
+	key    partitionKey
+	value  string // append: the value; read: the value read
+	offset int64  // read: the offset read
+}
+
+type linKind int
+
+const (
+	linAppend linKind = iota
+	linRead
+	linEnd
+)
+
+var logModel = porcupine.Model{
+	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+		byKey := map[partitionKey][]porcupine.Operation{}
+		for _, op := range history {
+			k := op.Input.(linOp).key
+			byKey[k] = append(byKey[k], op)
+		}
+		keys := slices.SortedFunc(maps.Keys(byKey), comparePartitionKeys)
+		out := make([][]porcupine.Operation, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, byKey[k])
+		}
+		return out
+	},
+	Init: func() any { return int64(0) },
+	Step: func(state, input, output any) (bool, any) {
+		end, in := state.(int64), input.(linOp)
+		switch in.kind {
+		case linAppend:
+			o := output.(int64)
+			return o >= end, o + 1
+		case linRead:
+			return in.offset < end, end
+		default:
+			n := output.(int64)
+			return end <= n, n
+		}
+	},
+	DescribeOperation: func(input, output any) string {
+		in := input.(linOp)
+		switch in.kind {
+		case linAppend:
+			return fmt.Sprintf("append %q → %d", in.value, output.(int64))
+		case linRead:
+			return fmt.Sprintf("read %d → %q", in.offset, in.value)
+		default:
+			return fmt.Sprintf("end → %d", output.(int64))
+		}
+	},
+	DescribeState: func(state any) string { return fmt.Sprintf("end %d", state.(int64)) },
+}
+
+func comparePartitionKeys(x, y partitionKey) int {
+	return cmp.Or(cmp.Compare(x.topic, y.topic), cmp.Compare(x.partition, y.partition))
+}
+
+// linearizableOps turns the history into porcupine operations, by
+// partition.
+func linearizableOps(a *analysis) map[partitionKey][]porcupine.Operation {
+	clients := map[string]int{}
+	clientID := func(process string) int {
+		id, ok := clients[process]
+		if !ok {
+			id = len(clients)
+			clients[process] = id
+		}
+		return id
+	}
+	never := a.lastTime + 1 // the return of an operation that never returned
+	ops := map[partitionKey][]porcupine.Operation{}
+	addOp := func(k partitionKey, op porcupine.Operation) { ops[k] = append(ops[k], op) }
+	for _, p := range a.produces {
+		switch {
+		case p.state == acked:
+			k := partitionKey{p.at.topic, p.at.partition}
+			addOp(k, porcupine.Operation{ClientId: clientID(p.process), Input: linOp{kind: linAppend, key: k, value: p.value},
+				Call: p.invokeTime, Output: p.at.offset, Return: p.returnTime})
+		case p.state != failedDefinitely && len(a.readPos[p.value]) > 0 && len(a.byValue[p.value]) == 1:
+			// (A reused value's reads cannot be attributed: reported.)
+			at := slices.MinFunc(a.readPos[p.value], func(x, y pos) int { return cmp.Compare(x.offset, y.offset) })
+			k := partitionKey{at.topic, at.partition}
+			addOp(k, porcupine.Operation{ClientId: clientID(p.process), Input: linOp{kind: linAppend, key: k, value: p.value},
+				Call: p.invokeTime, Output: at.offset, Return: never})
+		}
+	}
+	for at, byValue := range a.readsAt {
+		var first *read
+		for _, rs := range byValue {
+			for i := range rs {
+				if first == nil || rs[i].time < first.time {
+					first = &rs[i]
+				}
+			}
+		}
+		k := partitionKey{at.topic, at.partition}
+		addOp(k, porcupine.Operation{ClientId: clientID(first.process), Input: linOp{kind: linRead, key: k, value: first.value, offset: at.offset},
+			Call: 0, Output: first.value, Return: first.time})
+	}
+	for _, e := range a.ends {
+		addOp(e.key, porcupine.Operation{ClientId: clientID(e.process), Input: linOp{kind: linEnd, key: e.key},
+			Call: e.invokeTime, Output: e.end, Return: e.returnTime})
+	}
+	return ops
+}
+
+func checkLinearizable(a *analysis, rep *Report, opts Options) {
+	byKey := linearizableOps(a)
+	var history []porcupine.Operation
+	for _, k := range slices.SortedFunc(maps.Keys(byKey), comparePartitionKeys) {
+		ops := byKey[k]
+		if len(ops) > opts.MaxLinearizableOps {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s/%d not checked for linearizability: %d operations, above the bound of %d", k.topic, k.partition, len(ops), opts.MaxLinearizableOps))
+			continue
+		}
+		history = append(history, ops...)
+		rep.Stats.PartitionsLinearized++
+	}
+	rep.Stats.LinearizableOps = len(history)
+	res, info := porcupine.CheckOperationsVerbose(logModel, history, opts.LinearizableTimeout)
+	rep.Linearizable, rep.linearization, rep.linearized = res, info, true
+	switch res {
+	case porcupine.Illegal:
+		rep.add(NonLinearizable, "no order of the %d operations of %d partitions is an append-only log's (porcupine); see the visualization for the longest legal prefix", len(history), rep.Stats.PartitionsLinearized)
+	case porcupine.Unknown:
+		rep.Notes = append(rep.Notes, fmt.Sprintf("porcupine gave up after %s: linearizability unknown", opts.LinearizableTimeout))
+	}
+}
