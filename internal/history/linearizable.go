@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sort"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -15,19 +16,28 @@ import (
 // The state is the log's end as far as the history shows: one past the
 // highest offset appended, or the last end offset answered. Offsets may
 // have gaps the history cannot see (transaction markers, a produce that
-// timed out and was never read), so:
+// timed out and was never read), but the offsets of the appends the
+// history knows are known in advance (acknowledged, or read), so:
 //
-//   - append(value) → o is legal when o ≥ end, and the end becomes o+1
-//     (an acknowledged produce at its acknowledged offset; a produce that
-//     failed indefinitely but was read, at the offset it was read at, with
-//     no return: it may take effect at any time);
+//   - append(value) → o is legal when o is the lowest known append offset
+//     at or above end, and the end becomes o+1 (an acknowledged produce at
+//     its acknowledged offset; a produce that failed indefinitely but was
+//     read, at the offset it was read at, with no return: it may take
+//     effect at any time). Taking a higher one first could only lead to a
+//     dead end (the lower one could never follow), so the model refuses it
+//     at once: porcupine then tries one order of the appends, not all
+//     the orders of those in flight together;
 //   - read(o) → value is legal when o < end (the position's value is
 //     checked apart, by inconsistent-offsets: one value per offset). A read
-//     is the first poll that returned offset o, called at the start of the
-//     history: a poll shows only that the record existed by its return
-//     (kgo fetches ahead of PollFetches);
-//   - endOffset → n is legal when end ≤ n, and the end becomes n: every
-//     offset below n is taken, so a later append lands at n or above.
+//     is the first poll that returned offset o, as an instant at the
+//     poll's return: the fetch happened at some earlier moment (kgo
+//     fetches ahead of PollFetches) when o was below the end, and the end
+//     never decreases, so o is below it at the return too. An instant
+//     keeps porcupine fast (a read concurrent with every earlier
+//     operation multiplies the orders it tries);
+//   - endOffset → n is legal when end ≤ n and no known append lies in
+//     [end, n), and the end becomes n: every offset below n is taken, so a
+//     later append lands at n or above.
 //
 // What this catches beyond the other checks: an append acknowledged
 // before another began but placed after it, a record read before its
@@ -38,6 +48,19 @@ type linOp struct {
 	key    partitionKey
 	value  string // append: the value; read: the value read
 	offset int64  // read: the offset read
+	// appends are the offsets of the partition's known appends, sorted
+	// (shared by the partition's operations).
+	appends *[]int64
+}
+
+// nextAppend is the lowest known append offset at or above end, or -1.
+func (in linOp) nextAppend(end int64) int64 {
+	offs := *in.appends
+	i := sort.Search(len(offs), func(i int) bool { return offs[i] >= end })
+	if i == len(offs) {
+		return -1
+	}
+	return offs[i]
 }
 
 type linKind int
@@ -68,12 +91,13 @@ var logModel = porcupine.Model{
 		switch in.kind {
 		case linAppend:
 			o := output.(int64)
-			return o >= end, o + 1
+			return o >= end && in.nextAppend(end) == o, o + 1
 		case linRead:
 			return in.offset < end, end
 		default:
 			n := output.(int64)
-			return end <= n, n
+			next := in.nextAppend(end)
+			return end <= n && (next < 0 || next >= n), n
 		}
 	},
 	DescribeOperation: func(input, output any) string {
@@ -134,11 +158,23 @@ func linearizableOps(a *analysis) map[partitionKey][]porcupine.Operation {
 		}
 		k := partitionKey{at.topic, at.partition}
 		addOp(k, porcupine.Operation{ClientId: clientID(first.process), Input: linOp{kind: linRead, key: k, value: first.value, offset: at.offset},
-			Call: 0, Output: first.value, Return: first.time})
+			Call: first.time, Output: first.value, Return: first.time})
 	}
 	for _, e := range a.ends {
 		addOp(e.key, porcupine.Operation{ClientId: clientID(e.process), Input: linOp{kind: linEnd, key: e.key},
 			Call: e.invokeTime, Output: e.end, Return: e.returnTime})
+	}
+	for _, partitionOps := range ops {
+		appends := new([]int64)
+		for i, op := range partitionOps {
+			in := op.Input.(linOp)
+			if in.kind == linAppend {
+				*appends = append(*appends, op.Output.(int64))
+			}
+			in.appends = appends
+			partitionOps[i].Input = in
+		}
+		slices.Sort(*appends)
 	}
 	return ops
 }
