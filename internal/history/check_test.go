@@ -155,17 +155,17 @@ func TestCheckHandMade(t *testing.T) {
 			ack(r, "p1", "a", 1) // acknowledged before b began, placed after it
 			ack(r, "p2", "b", 0)
 			reads(r, "c1", 0, "b", 1, "a")
-		}, want: []Kind{NonLinearizable}, says: []string{"no order of the 4 operations of 1 partitions"}},
+		}, want: []Kind{NonLinearizable}, says: []string{`t/0: no order of its 4 operations is an append-only log's (porcupine); the longest legal order places 0, and cannot place append "a" → 1`}},
 		{name: "nonlinearizable: the end went backwards", build: func(r *Recorder) {
 			correct(r)
 			end := r.EndOffsetsInvoked("c2", topic)
 			r.EndOffset(end, "c2", topic, 0, 2)
-		}, want: []Kind{NonLinearizable}},
+		}, want: []Kind{NonLinearizable}, says: []string{"cannot place end → 2"}},
 		{name: "nonlinearizable: read before it was produced", build: func(r *Recorder) {
 			ack(r, "p1", "a", 0)
 			reads(r, "c1", 0, "a", 1, "b")
 			ack(r, "p1", "b", 1)
-		}, want: []Kind{NonLinearizable}},
+		}, want: []Kind{NonLinearizable}, says: []string{`cannot place read 1 → "b"`}},
 		{name: "above the bound: not checked, said so", build: func(r *Recorder) {
 			ack(r, "p1", "a", 1)
 			ack(r, "p2", "b", 0)

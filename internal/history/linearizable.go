@@ -182,6 +182,7 @@ func linearizableOps(a *analysis) map[partitionKey][]porcupine.Operation {
 func checkLinearizable(a *analysis, rep *Report, opts Options) {
 	byKey := linearizableOps(a)
 	var history []porcupine.Operation
+	var checked []partitionKey
 	for _, k := range slices.SortedFunc(maps.Keys(byKey), comparePartitionKeys) {
 		ops := byKey[k]
 		if len(ops) > opts.MaxLinearizableOps {
@@ -189,15 +190,61 @@ func checkLinearizable(a *analysis, rep *Report, opts Options) {
 			continue
 		}
 		history = append(history, ops...)
-		rep.Stats.PartitionsLinearized++
+		checked = append(checked, k)
 	}
-	rep.Stats.LinearizableOps = len(history)
+	rep.Stats.LinearizableOps, rep.Stats.PartitionsLinearized = len(history), len(checked)
 	res, info := porcupine.CheckOperationsVerbose(logModel, history, opts.LinearizableTimeout)
 	rep.Linearizable, rep.linearization, rep.linearized = res, info, true
 	switch res {
 	case porcupine.Illegal:
-		rep.add(NonLinearizable, "no order of the %d operations of %d partitions is an append-only log's (porcupine); see the visualization for the longest legal prefix", len(history), rep.Stats.PartitionsLinearized)
+		// Name each partition that fails and the first operation its
+		// longest legal order cannot place (porcupine's partitions come in
+		// the order of checked).
+		for i, partials := range info.PartialLinearizationsOperations() {
+			k, ops := checked[i], byKey[checked[i]]
+			if porcupine.CheckOperations(logModel, ops) {
+				continue
+			}
+			var longest []porcupine.Operation
+			for _, l := range partials {
+				if len(l) > len(longest) {
+					longest = l
+				}
+			}
+			rep.add(NonLinearizable, "%s/%d: no order of its %d operations is an append-only log's (porcupine); the longest legal order places %d, and cannot place %s",
+				k.topic, k.partition, len(ops), len(longest), describeFirstUnplaced(ops, longest))
+		}
 	case porcupine.Unknown:
 		rep.Notes = append(rep.Notes, fmt.Sprintf("porcupine gave up after %s: linearizability unknown", opts.LinearizableTimeout))
 	}
+}
+
+// describeFirstUnplaced describes the operation that returned first among
+// those of ops not in placed.
+func describeFirstUnplaced(ops, placed []porcupine.Operation) string {
+	in := map[linOp]bool{}
+	for _, op := range placed {
+		in[opKey(op)] = true
+	}
+	var first *porcupine.Operation
+	for i, op := range ops {
+		if !in[opKey(op)] && (first == nil || op.Return < first.Return) {
+			first = &ops[i]
+		}
+	}
+	if first == nil {
+		return "any further operation"
+	}
+	return logModel.DescribeOperation(first.Input, first.Output)
+}
+
+// opKey identifies an operation of a partition: appends by value, reads
+// by offset, end answers by value and time.
+func opKey(op porcupine.Operation) linOp {
+	in := op.Input.(linOp)
+	in.appends = nil
+	if in.kind == linEnd {
+		in.offset = op.Call<<1 ^ op.Output.(int64)
+	}
+	return in
 }
