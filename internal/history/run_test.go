@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/sushka-io/sushka/broker"
 	"github.com/sushka-io/sushka/internal/vfs"
+	"github.com/sushka-io/sushka/test/testbroker"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -102,13 +104,7 @@ func waitListening(t *testing.T, addr string, exited <-chan struct{}) {
 // freeAddr is a 127.0.0.1 address free a moment ago; the broker is
 // restarted on it, so that the clients' seed stays valid.
 func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return "127.0.0.1:" + strconv.Itoa(testbroker.FreePort(t))
 }
 
 const runTopic = "hist"
