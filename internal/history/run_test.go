@@ -136,7 +136,8 @@ func startWorkload(t *testing.T, addr string) *workload {
 		t.Fatal(err)
 	}
 	admin.Close()
-	common := []kgo.Opt{kgo.SeedBrokers(addr), kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond })}
+	common := []kgo.Opt{kgo.SeedBrokers(addr), kgo.MetadataMinAge(100 * time.Millisecond),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond })}
 	for i := range 2 {
 		p, err := NewProducer(w.rec, fmt.Sprintf("p%d", i+1), append(common, kgo.RequiredAcks(kgo.AllISRAcks()),
 			kgo.ProducerLinger(time.Millisecond), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))...)
