@@ -271,18 +271,36 @@ func (r *Recorder) CommitAcked(op int64, topic string, partition int32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.addLocked(Event{Type: CommitOK, Op: op, Topic: topic, Partition: partition})
-	pc := r.commits[op]
-	if offset, ok := pc.offsets[partitionKey{topic, partition}]; ok {
-		target := commitTarget{pc.group, topic, partition}
+	if offset, group, ok := r.answeredLocked(op, topic, partition); ok {
+		target := commitTarget{group, topic, partition}
 		if c, ok := r.committedMax[target]; !ok || offset > c {
 			r.committedMax[target] = offset
 		}
 	}
 }
 
+// answeredLocked returns the offset and group of commit op for
+// topic/partition and forgets it (a commit is answered once per
+// partition).
+func (r *Recorder) answeredLocked(op int64, topic string, partition int32) (offset int64, group string, ok bool) {
+	pc, ok := r.commits[op]
+	k := partitionKey{topic, partition}
+	if offset, ok = pc.offsets[k]; !ok {
+		return 0, "", false
+	}
+	delete(pc.offsets, k)
+	if len(pc.offsets) == 0 {
+		delete(r.commits, op)
+	}
+	return offset, pc.group, true
+}
+
 // CommitFailed records that commit op's offset for topic/partition failed.
 func (r *Recorder) CommitFailed(op int64, topic string, partition int32, err error) {
-	r.add(Event{Type: CommitFail, Op: op, Topic: topic, Partition: partition, Error: errorString(err)})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.addLocked(Event{Type: CommitFail, Op: op, Topic: topic, Partition: partition, Error: errorString(err)})
+	r.answeredLocked(op, topic, partition)
 }
 
 // FetchCommittedInvoked records that process asks for group's committed
