@@ -2,10 +2,14 @@ package history
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/anishathalye/porcupine"
@@ -242,5 +246,53 @@ func TestArtifacts(t *testing.T) {
 	}
 	if report, err := os.ReadFile(filepath.Join(dir, "report.txt")); err != nil || !strings.Contains(string(report), "nonlinearizable: 1") {
 		t.Fatalf("report.txt: %v %q", err, report)
+	}
+}
+
+// TestRecorderConcurrent: clients recording at once get distinct,
+// strictly increasing times in index order, and the history checks clean.
+func TestRecorderConcurrent(t *testing.T) {
+	r := NewRecorder()
+	var wg sync.WaitGroup
+	for p := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				op := r.ProduceInvoked(fmt.Sprintf("p%d", p), topic, fmt.Sprintf("p%d-%d", p, i), true)
+				r.ProduceFailed(op, kerr.RequestTimedOut, DefiniteFailure(kerr.RequestTimedOut))
+			}
+		}()
+	}
+	wg.Wait()
+	events := r.Events()
+	if len(events) != 4*200*2 {
+		t.Fatalf("%d events, want %d", len(events), 4*200*2)
+	}
+	for i, e := range events {
+		if e.Index != i || i > 0 && e.Time <= events[i-1].Time {
+			t.Fatalf("event %d: index %d, time %d after %d", i, e.Index, e.Time, events[i-1].Time)
+		}
+		if e.Type == Fail {
+			t.Fatalf("a timeout recorded as a definite failure: %+v", e)
+		}
+	}
+	if rep := Check(events, Options{}); !rep.OK() || rep.Stats.Indefinite != 800 {
+		t.Fatalf("%s", rep)
+	}
+}
+
+func TestDefiniteFailure(t *testing.T) {
+	for err, want := range map[error]bool{
+		kerr.MessageTooLarge:                          true,
+		fmt.Errorf("wrapped: %w", kerr.InvalidRecord): true,
+		kerr.NotLeaderForPartition:                    false,
+		kerr.RequestTimedOut:                          false,
+		context.DeadlineExceeded:                      false,
+		errors.New("connection reset by peer"):        false,
+	} {
+		if got := DefiniteFailure(err); got != want {
+			t.Errorf("DefiniteFailure(%v) = %v, want %v", err, got, want)
+		}
 	}
 }
