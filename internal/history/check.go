@@ -37,6 +37,10 @@ const (
 	// (acknowledged there or read there by someone). Offsets nobody saw
 	// as a record (transaction markers, aborted records) may be skipped.
 	PollSkip Kind = "poll-skip"
+	// An idempotent producer's records to one partition acknowledged out
+	// of the order it produced them in (Kafka keeps a producer's order
+	// per partition when it is idempotent).
+	NonMonotonicSend Kind = "nonmonotonic-send"
 	// A value read that no producer of the history produced.
 	Phantom Kind = "phantom"
 	// A value read whose produce failed definitely.
@@ -388,6 +392,7 @@ func Check(events []Event, opts Options) *Report {
 	checkLostWrites(a, rep, opts)
 	checkInconsistentOffsets(a, rep)
 	checkSessions(a, rep)
+	checkSends(a, rep)
 	checkCommits(a, rep)
 	checkLinearizable(a, rep, opts)
 	return rep
@@ -535,6 +540,27 @@ func checkSessions(a *analysis, rep *Report) {
 				}
 			}
 		}
+	}
+}
+
+// checkSends: an idempotent producer's records to a partition are
+// acknowledged at increasing offsets in the order it produced them.
+func checkSends(a *analysis, rep *Report) {
+	type producerPartition struct {
+		process string
+		partitionKey
+	}
+	last := map[producerPartition]*produce{}
+	for _, p := range a.produces { // in invocation order
+		if p.state != acked || !p.idempotent {
+			continue
+		}
+		k := producerPartition{p.process, partitionKey{p.at.topic, p.at.partition}}
+		if prev := last[k]; prev != nil && p.at.offset <= prev.at.offset {
+			rep.add(NonMonotonicSend, "idempotent producer %s: %q produced after %q to %s/%d was acknowledged at offset %d, not after %d", p.process, p.value, prev.value, k.topic, k.partition, p.at.offset, prev.at.offset)
+			continue
+		}
+		last[k] = p
 	}
 }
 

@@ -113,6 +113,20 @@ func TestCheckHandMade(t *testing.T) {
 			reads(r, "c1", 0, "a", 1, "b", 2, "c")
 			reads(r, "c2", 0, "a", 2, "c")
 		}, want: []Kind{PollSkip}, says: []string{"c2 (session 2) read t/0 offset 2 right after 0, skipping 1 offsets known to hold records: 1"}},
+		{name: "nonmonotonic send of an idempotent producer", build: func(r *Recorder) {
+			a := r.ProduceInvoked("p1", topic, "a", true)
+			b := r.ProduceInvoked("p1", topic, "b", true) // in flight together
+			r.ProduceAcked(b, 0, 0)
+			r.ProduceAcked(a, 0, 1)
+			reads(r, "c1", 0, "b", 1, "a")
+		}, want: []Kind{NonMonotonicSend}, says: []string{`idempotent producer p1: "b" produced after "a" to t/0 was acknowledged at offset 0, not after 1`}},
+		{name: "a non-idempotent producer may reorder", build: func(r *Recorder) {
+			a := r.ProduceInvoked("p1", topic, "a", false)
+			b := r.ProduceInvoked("p1", topic, "b", false)
+			r.ProduceAcked(b, 0, 0)
+			r.ProduceAcked(a, 0, 1)
+			reads(r, "c1", 0, "b", 1, "a")
+		}},
 		{name: "phantom", build: func(r *Recorder) {
 			ack(r, "p1", "a", 0)
 			ack(r, "p1", "c", 2)

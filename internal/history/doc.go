@@ -24,7 +24,8 @@
 // values at one offset), nonmonotonic polls and poll skips within a
 // session (skipping offsets nobody saw a record at is allowed: transaction
 // markers and aborted records take offsets consumers do not return),
-// phantoms (read, never produced), records read whose produce failed
+// nonmonotonic sends (an idempotent producer's records to a partition
+// acknowledged out of its order), phantoms (read, never produced), records read whose produce failed
 // definitely, duplicates (an idempotent producer's must not exist; a
 // non-idempotent producer's are counted apart), group commits going
 // backwards, and linearizability of each partition as an append-only log
