@@ -35,7 +35,8 @@ const (
 	NonMonotonicPoll Kind = "nonmonotonic-poll"
 	// A consumer session jumped over offsets known to hold records
 	// (acknowledged there or read there by someone). Offsets nobody saw
-	// as a record (transaction markers, aborted records) may be skipped.
+	// as a record (transaction markers) and aborted records
+	// (Recorder.ProduceAborted) may be skipped.
 	PollSkip Kind = "poll-skip"
 	// An idempotent producer's records to one partition acknowledged out
 	// of the order it produced them in (Kafka keeps a producer's order
@@ -194,6 +195,7 @@ type produce struct {
 	returnTime  int64
 	err         string
 	invokeIndex int
+	aborted     bool // acknowledged, then its transaction aborted
 }
 
 type read struct {
@@ -283,6 +285,10 @@ func analyze(events []Event) *analysis {
 			default:
 				p.state = failedIndefinitely
 			}
+		case Abort:
+			if p := ops[e.Op]; p != nil {
+				p.aborted = true
+			}
 		case Session:
 			a.sessions[e.Session] = &session{id: e.Session, process: e.Process, key: partitionKey{e.Topic, e.Partition}, offsets: map[int64]string{}}
 		case Poll:
@@ -337,13 +343,23 @@ func analyze(events []Event) *analysis {
 		}
 		known[k][p.offset] = true
 	}
+	// Aborted records are not records a consumer must return: a
+	// read_committed one skips them.
+	aborted := map[string]bool{}
 	for _, p := range a.produces {
-		if p.state == acked {
+		if p.state == acked && !p.aborted {
 			mark(p.at)
 		}
+		if p.aborted {
+			aborted[p.value] = true
+		}
 	}
-	for at := range a.readsAt {
-		mark(at)
+	for at, byValue := range a.readsAt {
+		for v := range byValue {
+			if !aborted[v] {
+				mark(at)
+			}
+		}
 	}
 	for k, offs := range known {
 		a.dataByKey[k] = slices.Sorted(maps.Keys(offs))
@@ -459,7 +475,7 @@ func checkLostWrites(a *analysis, rep *Report, opts Options) {
 		slices.SortFunc(ss, func(x, y *session) int { return cmp.Compare(x.id, y.id) })
 	}
 	for _, p := range a.produces {
-		if p.state != acked {
+		if p.state != acked || p.aborted {
 			continue
 		}
 		key := partitionKey{p.at.topic, p.at.partition}

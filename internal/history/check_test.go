@@ -62,6 +62,15 @@ func TestCheckHandMade(t *testing.T) {
 			ack(r, "p1", "c", 2) // offset 1: a marker nobody sees
 			reads(r, "c1", 0, "a", 2, "c")
 		}},
+		{name: "aborted records skipped by read_committed, read by read_uncommitted", build: func(r *Recorder) {
+			ack(r, "p1", "a", 0)
+			op := r.ProduceInvoked("p2", topic, "x", true)
+			r.ProduceAcked(op, 0, 1)
+			r.ProduceAborted(op) // offset 2: the abort marker
+			ack(r, "p1", "c", 3)
+			reads(r, "committed", 0, "a", 3, "c")
+			reads(r, "uncommitted", 0, "a", 1, "x", 3, "c")
+		}},
 		{name: "lost write: offset reused after a restart", build: func(r *Recorder) {
 			ack(r, "p1", "a", 0)
 			ack(r, "p1", "b", 1)

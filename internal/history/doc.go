@@ -23,7 +23,8 @@
 // read only at another offset than acknowledged, inconsistent offsets (two
 // values at one offset), nonmonotonic polls and poll skips within a
 // session (skipping offsets nobody saw a record at is allowed: transaction
-// markers and aborted records take offsets consumers do not return),
+// markers take offsets consumers do not return; so are records recorded
+// as aborted, ProduceAborted, which read_committed consumers skip),
 // nonmonotonic sends (an idempotent producer's records to a partition
 // acknowledged out of its order), phantoms (read, never produced), records read whose produce failed
 // definitely, duplicates (an idempotent producer's must not exist; a

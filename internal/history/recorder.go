@@ -25,6 +25,9 @@ const (
 	// Produce failed indefinitely (a timeout, a closed connection, the
 	// client closed with it buffered): it may or may not be in the log.
 	Info Type = "info"
+	// Produce acknowledged, then aborted with its transaction: it holds
+	// its offset, read_committed consumers skip it.
+	Abort Type = "abort"
 	// A consumer's poll returned the record Value at Topic/Partition/Offset
 	// in its session Session.
 	Poll Type = "poll"
@@ -165,6 +168,14 @@ func (r *Recorder) ProduceFailed(op int64, err error, definite bool) {
 		typ = Fail
 	}
 	r.add(Event{Type: typ, Op: op, Error: errorString(err)})
+}
+
+// ProduceAborted records that acknowledged operation op belonged to a
+// transaction that was aborted: it keeps its offset in the log, a
+// read_committed consumer skips it (no lost write), a read_uncommitted one
+// may read it.
+func (r *Recorder) ProduceAborted(op int64) {
+	r.add(Event{Type: Abort, Op: op})
 }
 
 // NewSession records that consumer process starts a new session of reads
