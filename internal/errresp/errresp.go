@@ -91,7 +91,9 @@ func For(req kmsg.Request, code int16) kmsg.Response {
 	case *kmsg.DescribeGroupsRequest:
 		resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
 		for _, g := range req.Groups {
-			resp.Groups = append(resp.Groups, kmsg.DescribeGroupsResponseGroup{Group: g, ErrorCode: code})
+			d := kmsg.NewDescribeGroupsResponseGroup() // AuthorizedOperations omitted, as Kafka's groupError
+			d.Group, d.ErrorCode = g, code
+			resp.Groups = append(resp.Groups, d)
 		}
 		return resp
 	case *kmsg.DeleteGroupsRequest:
