@@ -97,15 +97,12 @@ func DescribeStorage(dir string) string {
 	return st.String()
 }
 
-// runtimePath is where a broker's admin listener serves its RuntimeDoc.
-const runtimePath = "/v1/runtime"
-
 // ServeRuntime serves doc at /v1/runtime on l (what FetchRuntime reads), as
 // the peers under bench/peers do on their admin listener; it returns when
 // l fails or is closed (http.Serve).
 func ServeRuntime(l net.Listener, doc RuntimeDoc) error {
 	mux := http.NewServeMux()
-	mux.HandleFunc(runtimePath, func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/v1/runtime", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(doc)
 	})
@@ -119,7 +116,7 @@ func FetchRuntime(ctx context.Context, admin string) (RuntimeDoc, error) {
 	if !strings.Contains(url, "://") {
 		url = "http://" + url
 	}
-	url = strings.TrimSuffix(url, "/") + runtimePath
+	url = strings.TrimSuffix(url, "/") + "/v1/runtime"
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
