@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -94,6 +95,18 @@ func DescribeStorage(dir string) string {
 		return "unknown (" + err.Error() + ")"
 	}
 	return st.String()
+}
+
+// ServeRuntime serves doc at /v1/runtime on l (what FetchRuntime reads), as
+// the peers under bench/peers do on their admin listener; it returns when
+// l fails or is closed (http.Serve).
+func ServeRuntime(l net.Listener, doc RuntimeDoc) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/runtime", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(doc)
+	})
+	return http.Serve(l, mux)
 }
 
 // FetchRuntime reads http://admin/v1/runtime.

@@ -918,9 +918,6 @@ func (s *shard) armReceiveTimer(pid PID, ex *processExtra, deadlineNanos int64) 
 	s.timers.push(&timerEntry{deadlineNanos: deadlineNanos, seq: s.timerSeq, to: pid, receiveTimer: true})
 }
 
-// hasLiveTimers reports whether any timer is pending.
-func (s *shard) hasTimers() bool { return len(s.timers) > 0 }
-
 // park keeps an outside message for a full MailboxBlock mailbox and marks
 // the target full, so outside senders wait (Runtime.Send). It reports false
 // when the target's policy is not MailboxBlock.

@@ -96,12 +96,13 @@ func (h *holdBudget) release(n int64) {
 	h.mu.Unlock()
 }
 
-func valueBytes(items []item) int64 {
-	n := 0
-	for _, it := range items {
-		n += len(it.value)
-	}
-	return int64(n)
+// handover is what one poll brought a partition, sent to its goroutine in
+// one send, with its value bytes (counted once, as dispatched: the hold
+// budget takes them when the poll is handed over and gets them back when
+// every record of it is handled).
+type handover struct {
+	items []item
+	bytes int64
 }
 
 type partitionKey struct {
@@ -112,11 +113,12 @@ type partitionKey struct {
 var laneSeed = maphash.MakeSeed()
 
 type partitionLanes struct {
-	key       partitionKey
-	in        chan []item // polls' records, to the partition's goroutine
-	pending   []item      // the polling goroutine's only: dispatched, not yet handed over
-	handovers int         // the polling goroutine's only: sends on in so far
-	wg        sync.WaitGroup
+	key          partitionKey
+	in           chan handover // polls' records, to the partition's goroutine
+	pending      []item        // the polling goroutine's only: dispatched, not yet handed over
+	pendingBytes int64         // the polling goroutine's only: pending's value bytes
+	handovers    int           // the polling goroutine's only: sends on in so far
+	wg           sync.WaitGroup
 
 	lanes       []chan []item // key lanes (more than one lane)
 	lanePending [][]item      // the partition goroutine's only: per lane, not yet handed over
@@ -143,7 +145,7 @@ func newConsumeLoop(sc Scenario, m *meter, mark markFunc) *keyLanes {
 }
 
 func newPartitionLanes(key partitionKey, offset int64, window int) *partitionLanes {
-	p := &partitionLanes{key: key, in: make(chan []item, partitionQueue), base: offset, next: offset, wakeAt: -1, done: make([]bool, window)}
+	p := &partitionLanes{key: key, in: make(chan handover, partitionQueue), base: offset, next: offset, wakeAt: -1, done: make([]bool, window)}
 	p.cond.L = &p.mu
 	return p
 }
@@ -159,6 +161,7 @@ func (k *keyLanes) dispatch(it item) {
 		k.parts[pk] = p
 	}
 	p.pending = append(p.pending, it)
+	p.pendingBytes += int64(len(it.value))
 }
 
 // flush hands each partition what was dispatched to it since the last
@@ -168,9 +171,9 @@ func (k *keyLanes) flush() {
 	var n int64
 	for _, p := range k.parts {
 		if len(p.pending) > 0 {
-			n += valueBytes(p.pending)
-			p.in <- p.pending
-			p.pending = nil
+			n += p.pendingBytes
+			p.in <- handover{p.pending, p.pendingBytes}
+			p.pending, p.pendingBytes = nil, 0
 			p.handovers++
 		}
 	}
@@ -187,15 +190,15 @@ func (k *keyLanes) run(p *partitionLanes) {
 		k.runBatches(p)
 	case k.lanes == 1:
 		var o Order
-		for items := range p.in {
-			for _, it := range items {
+		for h := range p.in {
+			for _, it := range h.items {
 				p.reserve(it, k.window, nil)
 				if err := handleOne(k.m, &o, it.value); err != nil {
 					k.fail(err)
 				}
 				p.finish(it.offset, k.window, k.mark)
 			}
-			k.hold.release(valueBytes(items))
+			k.hold.release(h.bytes)
 		}
 	default:
 		k.runLanes(p)
@@ -224,8 +227,8 @@ func (k *keyLanes) runLanes(p *partitionLanes) {
 			}
 		}()
 	}
-	for items := range p.in {
-		for _, it := range items {
+	for h := range p.in {
+		for _, it := range h.items {
 			// A full window waits for what this goroutine holds back:
 			// hand it over before waiting.
 			p.reserve(it, k.window, p.flushLanes)
@@ -233,7 +236,7 @@ func (k *keyLanes) runLanes(p *partitionLanes) {
 			p.lanePending[lane] = append(p.lanePending[lane], it)
 		}
 		p.flushLanes()
-		k.hold.release(valueBytes(items)) // the window bounds the lanes' share
+		k.hold.release(h.bytes) // the window bounds the lanes' share
 	}
 	for _, ch := range p.lanes {
 		close(ch)
@@ -252,12 +255,17 @@ func (p *partitionLanes) flushLanes() {
 }
 
 // runBatches hands over what has arrived, up to batchMax (and the window),
-// decoded into one reused slice, and finishes the batch as a whole.
+// decoded into one reused slice, and finishes the batch as a whole. A
+// poll's bytes go back to the hold budget once its last record is handled
+// (a batch may end inside a poll; the rest of what arrived is handled
+// next, without waiting).
 func (k *keyLanes) runBatches(p *partitionLanes) {
 	most := min(k.batchMax, k.window)
 	orders := make([]Order, 0, most)
-	for items := range p.in {
-		arrived := items
+	var polls []handover // the polls in arrived, in order
+	for h := range p.in {
+		arrived := h.items
+		polls = append(polls[:0], h)
 	collect:
 		for len(arrived) < most {
 			select {
@@ -265,20 +273,26 @@ func (k *keyLanes) runBatches(p *partitionLanes) {
 				if !ok {
 					break collect
 				}
-				arrived = append(arrived, more...)
+				arrived = append(arrived, more.items...)
+				polls = append(polls, more)
 			default:
 				break collect
 			}
 		}
+		head, handled := 0, 0 // polls[:head] handled in full; handled records of polls[head]
 		for len(arrived) > 0 {
 			n := min(len(arrived), most)
 			for _, it := range arrived[:n] {
 				p.reserve(it, k.window, nil)
 			}
 			k.handleBatch(p, arrived[:n], orders)
-			k.hold.release(valueBytes(arrived[:n]))
 			arrived = arrived[n:]
+			for handled += n; head < len(polls) && handled >= len(polls[head].items); head++ {
+				handled -= len(polls[head].items)
+				k.hold.release(polls[head].bytes)
+			}
 		}
+		clear(polls) // the records are handled: keep none alive
 	}
 }
 

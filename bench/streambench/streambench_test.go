@@ -195,6 +195,9 @@ func TestLanesWakeOncePerPoll(t *testing.T) {
 			if got := marked.Load(); got != int64(n) {
 				t.Errorf("marked up to %d, want %d", got, n)
 			}
+			if k.hold.held != 0 {
+				t.Errorf("%d value bytes still held once every record was handled, want 0", k.hold.held)
+			}
 			p := k.parts[partitionKey{"t", 0}]
 			if p.handovers != tc.polls {
 				t.Errorf("%d hand-overs to the partition for %d polls of %d records, want %d", p.handovers, tc.polls, tc.perPoll, tc.polls)

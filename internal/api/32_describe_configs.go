@@ -34,49 +34,27 @@ func init() { regKey(32, 0, 4, (*Handler).handleDescribeConfigs) }
 
 func (h *Handler) handleDescribeConfigs(_ context.Context, creq *server.Request, req *kmsg.DescribeConfigsRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
-	repeated, distinctResources := repeatedResources(req.Resources, func(rr *kmsg.DescribeConfigsRequestResource) (int8, string) {
-		return int8(rr.ResourceType), rr.ResourceName
-	})
-	if refused, ok := h.tooManyPartitions(creq, distinctResources); ok {
-		return refused
-	}
-	var answered requestPartitions
-	distinct := int32(0)
-	for i := range req.Resources {
-		rr := &req.Resources[i]
-		entry, again := answered.partition(answered.topic(resourceKey(int8(rr.ResourceType), rr.ResourceName)), 0, distinct)
-		if again {
-			continue // answered with its first entry
-		}
-		distinct++
-		sr := kmsg.NewDescribeConfigsResponseResource()
-		sr.ResourceType, sr.ResourceName = rr.ResourceType, rr.ResourceName
+	answer := func(rr *kmsg.DescribeConfigsRequestResource, code int16, err error) {
 		var entries []configEntry
-		var err error
-		denied, deniedErr := h.configDenied(creq, rr.ResourceType, rr.ResourceName, acl.DescribeConfigs)
 		switch {
-		case repeated[entry]:
-			sr.ErrorCode = kerr.InvalidRequest.Code
-			err = fmt.Errorf("resource %s named more than once in the request", rr.ResourceName)
-		case denied != 0:
-			sr.ErrorCode, err = denied, deniedErr
+		case code != 0:
 		case rr.ResourceType == resourceTopic:
 			if t := h.lookup(rr.ResourceName); t == nil {
-				sr.ErrorCode = kerr.UnknownTopicOrPartition.Code
-				err = fmt.Errorf("unknown topic %s", rr.ResourceName)
+				code, err = kerr.UnknownTopicOrPartition.Code, fmt.Errorf("unknown topic %s", rr.ResourceName)
 			} else {
 				entries = h.topicConfigEntries(t.meta, rr.ConfigNames)
 			}
 		case rr.ResourceType == resourceBroker:
 			if err = h.checkBrokerResource(rr.ResourceName); err != nil {
-				sr.ErrorCode = kerr.InvalidRequest.Code
+				code = kerr.InvalidRequest.Code
 			} else {
 				entries = h.brokerConfigEntries(rr.ConfigNames)
 			}
 		default:
-			sr.ErrorCode = kerr.InvalidRequest.Code
-			err = fmt.Errorf("resource type %v is not supported", rr.ResourceType)
+			code, err = kerr.InvalidRequest.Code, fmt.Errorf("resource type %v is not supported", rr.ResourceType)
 		}
+		sr := kmsg.NewDescribeConfigsResponseResource()
+		sr.ResourceType, sr.ResourceName, sr.ErrorCode = rr.ResourceType, rr.ResourceName, code
 		sr.ErrorMessage = errMessage(err)
 		for _, e := range entries {
 			c := kmsg.NewDescribeConfigsResponseResourceConfig()
@@ -102,6 +80,12 @@ func (h *Handler) handleDescribeConfigs(_ context.Context, creq *server.Request,
 			sr.Configs = append(sr.Configs, c)
 		}
 		resp.Resources = append(resp.Resources, sr)
+	}
+	key := func(rr *kmsg.DescribeConfigsRequestResource) (kmsg.ConfigResourceType, string) {
+		return rr.ResourceType, rr.ResourceName
+	}
+	if refused, ok := configResources(h, creq, req.Resources, acl.DescribeConfigs, nil, key, answer); ok {
+		return refused
 	}
 	return reply(resp)
 }

@@ -2,9 +2,7 @@ package api
 
 import (
 	"context"
-	"fmt"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sushka-io/sushka/internal/acl"
@@ -33,32 +31,9 @@ func init() { regKey(33, 0, 2, (*Handler).handleAlterConfigs) }
 
 func (h *Handler) handleAlterConfigs(_ context.Context, creq *server.Request, req *kmsg.AlterConfigsRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.AlterConfigsResponse)
-	repeated, distinctResources := repeatedResources(req.Resources, func(rr *kmsg.AlterConfigsRequestResource) (int8, string) {
-		return int8(rr.ResourceType), rr.ResourceName
-	})
-	if refused, ok := h.tooManyPartitions(creq, distinctResources); ok {
-		return refused
-	}
-	h.adminMu.Lock()
-	defer h.adminMu.Unlock()
-	var answered requestPartitions
-	for i := range req.Resources {
-		rr := &req.Resources[i]
-		entry, again := answered.partition(answered.topic(resourceKey(int8(rr.ResourceType), rr.ResourceName)), 0, int32(len(resp.Resources)))
-		if again {
-			continue // answered with its first entry
-		}
-		sr := kmsg.NewAlterConfigsResponseResource()
-		sr.ResourceType, sr.ResourceName = rr.ResourceType, rr.ResourceName
-		var err error
-		denied, deniedErr := h.configDenied(creq, rr.ResourceType, rr.ResourceName, acl.AlterConfigs)
+	answer := func(rr *kmsg.AlterConfigsRequestResource, code int16, err error) {
 		switch {
-		case repeated[entry]:
-			// Kafka: "Each resource must appear at most once."
-			sr.ErrorCode = kerr.InvalidRequest.Code
-			err = fmt.Errorf("resource %s named more than once in the request: not altered", rr.ResourceName)
-		case denied != 0:
-			sr.ErrorCode, err = denied, deniedErr
+		case code != 0:
 		case rr.ResourceType == resourceTopic:
 			configs := map[string]string{}
 			for _, c := range rr.Configs {
@@ -67,12 +42,19 @@ func (h *Handler) handleAlterConfigs(_ context.Context, creq *server.Request, re
 				}
 				configs[c.Name] = *c.Value
 			}
-			sr.ErrorCode, err = h.alterTopicConfigsLocked(rr.ResourceName, configs, req.ValidateOnly)
+			code, err = h.alterTopicConfigsLocked(rr.ResourceName, configs, req.ValidateOnly)
 		default:
-			sr.ErrorCode, err = h.rejectConfigAlter(rr.ResourceType, rr.ResourceName)
+			code, err = h.rejectConfigAlter(rr.ResourceType, rr.ResourceName)
 		}
-		sr.ErrorMessage = errMessage(err)
+		sr := kmsg.NewAlterConfigsResponseResource()
+		sr.ResourceType, sr.ResourceName, sr.ErrorCode, sr.ErrorMessage = rr.ResourceType, rr.ResourceName, code, errMessage(err)
 		resp.Resources = append(resp.Resources, sr)
+	}
+	key := func(rr *kmsg.AlterConfigsRequestResource) (kmsg.ConfigResourceType, string) {
+		return rr.ResourceType, rr.ResourceName
+	}
+	if refused, ok := configResources(h, creq, req.Resources, acl.AlterConfigs, &h.adminMu, key, answer); ok {
+		return refused
 	}
 	return reply(resp)
 }

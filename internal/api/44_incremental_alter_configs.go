@@ -30,53 +30,36 @@ func init() { regKey(44, 0, 1, (*Handler).handleIncrementalAlterConfigs) }
 
 func (h *Handler) handleIncrementalAlterConfigs(_ context.Context, creq *server.Request, req *kmsg.IncrementalAlterConfigsRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
-	repeated, distinctResources := repeatedResources(req.Resources, func(rr *kmsg.IncrementalAlterConfigsRequestResource) (int8, string) {
-		return int8(rr.ResourceType), rr.ResourceName
-	})
-	if refused, ok := h.tooManyPartitions(creq, distinctResources); ok {
-		return refused
-	}
-	h.adminMu.Lock()
-	defer h.adminMu.Unlock()
-	var answered requestPartitions
-	for i := range req.Resources {
-		rr := &req.Resources[i]
-		entry, again := answered.partition(answered.topic(resourceKey(int8(rr.ResourceType), rr.ResourceName)), 0, int32(len(resp.Resources)))
-		if again {
-			continue // answered with its first entry
-		}
-		sr := kmsg.NewIncrementalAlterConfigsResponseResource()
-		sr.ResourceType, sr.ResourceName = rr.ResourceType, rr.ResourceName
-		var err error
-		denied, deniedErr := h.configDenied(creq, rr.ResourceType, rr.ResourceName, acl.AlterConfigs)
+	answer := func(rr *kmsg.IncrementalAlterConfigsRequestResource, code int16, err error) {
 		switch {
-		case repeated[entry]:
-			// Kafka: "Each resource must appear at most once."
-			sr.ErrorCode = kerr.InvalidRequest.Code
-			err = fmt.Errorf("resource %s named more than once in the request: not altered", rr.ResourceName)
-		case denied != 0:
-			sr.ErrorCode, err = denied, deniedErr
+		case code != 0:
 		case rr.ResourceType == resourceTopic:
 			t := h.lookup(rr.ResourceName)
 			if t == nil {
-				sr.ErrorCode = kerr.UnknownTopicOrPartition.Code
-				err = fmt.Errorf("unknown topic %s", rr.ResourceName)
+				code, err = kerr.UnknownTopicOrPartition.Code, fmt.Errorf("unknown topic %s", rr.ResourceName)
 				break
 			}
 			next, aerr := applyIncremental(t.meta.Configs, rr.Configs)
 			if aerr != nil {
-				sr.ErrorCode, err = kerr.InvalidRequest.Code, aerr
+				code, err = kerr.InvalidRequest.Code, aerr
 				if errors.Is(aerr, errNotAList) {
-					sr.ErrorCode = kerr.InvalidConfig.Code
+					code = kerr.InvalidConfig.Code
 				}
 				break
 			}
-			sr.ErrorCode, err = h.alterTopicConfigsLocked(rr.ResourceName, next, req.ValidateOnly)
+			code, err = h.alterTopicConfigsLocked(rr.ResourceName, next, req.ValidateOnly)
 		default:
-			sr.ErrorCode, err = h.rejectConfigAlter(rr.ResourceType, rr.ResourceName)
+			code, err = h.rejectConfigAlter(rr.ResourceType, rr.ResourceName)
 		}
-		sr.ErrorMessage = errMessage(err)
+		sr := kmsg.NewIncrementalAlterConfigsResponseResource()
+		sr.ResourceType, sr.ResourceName, sr.ErrorCode, sr.ErrorMessage = rr.ResourceType, rr.ResourceName, code, errMessage(err)
 		resp.Resources = append(resp.Resources, sr)
+	}
+	key := func(rr *kmsg.IncrementalAlterConfigsRequestResource) (kmsg.ConfigResourceType, string) {
+		return rr.ResourceType, rr.ResourceName
+	}
+	if refused, ok := configResources(h, creq, req.Resources, acl.AlterConfigs, &h.adminMu, key, answer); ok {
+		return refused
 	}
 	return reply(resp)
 }

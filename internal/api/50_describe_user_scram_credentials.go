@@ -54,9 +54,11 @@ func (h *Handler) handleDescribeUserScramCredentials(req *kmsg.DescribeUserSCRAM
 		switch {
 		case named[name] > 1:
 			r.ErrorCode = kerr.DuplicateResource.Code
+			//lint:ignore ST1005 Kafka's message, word for word (as the next)
 			r.ErrorMessage = errMessage(errors.New("Cannot describe SCRAM credentials for the same user twice in a single request"))
 		case len(infos) == 0:
 			r.ErrorCode = kerr.ResourceNotFound.Code
+			//lint:ignore ST1005 Kafka's message, word for word
 			r.ErrorMessage = errMessage(errors.New("Attempt to describe a user credential that does not exist"))
 		}
 		if r.ErrorCode == 0 {

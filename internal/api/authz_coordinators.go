@@ -60,11 +60,8 @@ func (h *Handler) authorizeCoordinated(creq *server.Request) (refused kmsg.Respo
 					resp.Groups[i].AuthorizedOperations = h.authorizedOperations(creq, acl.Group, resp.Groups[i].Group)
 				}
 			}
-			for _, id := range out {
-				g := kmsg.NewDescribeGroupsResponseGroup()
-				g.Group, g.ErrorCode = id, kerr.GroupAuthorizationFailed.Code
-				resp.Groups = append(resp.Groups, g)
-			}
+			denied := errresp.For(&kmsg.DescribeGroupsRequest{Version: req.Version, Groups: out}, kerr.GroupAuthorizationFailed.Code)
+			resp.Groups = append(resp.Groups, denied.(*kmsg.DescribeGroupsResponse).Groups...)
 		}
 	case *kmsg.ListGroupsRequest:
 		if h.allowedCluster(creq, acl.Describe) {
@@ -79,9 +76,8 @@ func (h *Handler) authorizeCoordinated(creq *server.Request) (refused kmsg.Respo
 		req.Groups, out = splitDenied(req.Groups, func(id string) bool { return groupDenied(id, acl.Delete) })
 		return nil, func(r kmsg.Response) {
 			resp := r.(*kmsg.DeleteGroupsResponse)
-			for _, id := range out {
-				resp.Groups = append(resp.Groups, kmsg.DeleteGroupsResponseGroup{Group: id, ErrorCode: kerr.GroupAuthorizationFailed.Code})
-			}
+			denied := errresp.For(&kmsg.DeleteGroupsRequest{Version: req.Version, Groups: out}, kerr.GroupAuthorizationFailed.Code)
+			resp.Groups = append(resp.Groups, denied.(*kmsg.DeleteGroupsResponse).Groups...)
 		}
 	case *kmsg.OffsetDeleteRequest:
 		if groupDenied(req.Group, acl.Delete) {
@@ -124,11 +120,8 @@ func (h *Handler) authorizeCoordinated(creq *server.Request) (refused kmsg.Respo
 					resp.Groups[i].AuthorizedOperations = h.authorizedOperations(creq, acl.Group, resp.Groups[i].Group)
 				}
 			}
-			for _, id := range out {
-				g := kmsg.NewConsumerGroupDescribeResponseGroup()
-				g.Group, g.ErrorCode = id, kerr.GroupAuthorizationFailed.Code
-				resp.Groups = append(resp.Groups, g)
-			}
+			denied := errresp.For(&kmsg.ConsumerGroupDescribeRequest{Version: req.Version, Groups: out}, kerr.GroupAuthorizationFailed.Code)
+			resp.Groups = append(resp.Groups, denied.(*kmsg.ConsumerGroupDescribeResponse).Groups...)
 		}
 
 	// The transaction coordinator's keys.

@@ -8,13 +8,16 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/plog"
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // Defaults are the broker-level topic config defaults (Kafka's log.* broker
@@ -245,6 +248,53 @@ func (h *Handler) rejectConfigAlter(resourceType kmsg.ConfigResourceType, name s
 		return kerr.InvalidRequest.Code, err
 	}
 	return kerr.InvalidRequest.Code, fmt.Errorf("broker configs cannot be changed while the broker runs; restart it with new flags")
+}
+
+// configResources is the one walk of a config request's resources
+// (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs) and the checks
+// the three share. A request naming more distinct resources than one
+// request may is refused whole (tooManyPartitions: refused, true).
+// Otherwise each distinct resource is handed to answer once, in the
+// request's order, with the code it gets before it is served: INVALID_REQUEST
+// for one named more than once (Kafka: "each resource must appear at most
+// once"; answered once and not served, so repeats cannot multiply the
+// work), the denial when the principal may not op on it (configDenied), or
+// 0: answer serves it. locked, if not nil, is held while answering.
+func configResources[R any](h *Handler, creq *server.Request, resources []R, op acl.Operation, locked sync.Locker,
+	key func(*R) (kmsg.ConfigResourceType, string), answer func(rr *R, code int16, err error)) (server.Response, bool) {
+	repeated, distinctResources := repeatedResources(resources, func(rr *R) (int8, string) {
+		rt, name := key(rr)
+		return int8(rt), name
+	})
+	if refused, ok := h.tooManyPartitions(creq, distinctResources); ok {
+		return refused, true
+	}
+	if locked != nil {
+		locked.Lock()
+		defer locked.Unlock()
+	}
+	notServed := ""
+	if op == acl.AlterConfigs {
+		notServed = ": not altered"
+	}
+	var answered requestPartitions
+	distinct := int32(0)
+	for i := range resources {
+		rr := &resources[i]
+		rt, name := key(rr)
+		entry, again := answered.partition(answered.topic(resourceKey(int8(rt), name)), 0, distinct)
+		if again {
+			continue // answered with its first entry
+		}
+		distinct++
+		if repeated[entry] {
+			answer(rr, kerr.InvalidRequest.Code, fmt.Errorf("resource %s named more than once in the request%s", name, notServed))
+			continue
+		}
+		code, err := h.configDenied(creq, rt, name, op)
+		answer(rr, code, err)
+	}
+	return server.Response{}, false
 }
 
 // alterTopicConfigsLocked validates and applies a topic's new override set:

@@ -91,7 +91,9 @@ func For(req kmsg.Request, code int16) kmsg.Response {
 	case *kmsg.DescribeGroupsRequest:
 		resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
 		for _, g := range req.Groups {
-			resp.Groups = append(resp.Groups, kmsg.DescribeGroupsResponseGroup{Group: g, ErrorCode: code})
+			d := kmsg.NewDescribeGroupsResponseGroup() // AuthorizedOperations omitted, as Kafka's groupError
+			d.Group, d.ErrorCode = g, code
+			resp.Groups = append(resp.Groups, d)
 		}
 		return resp
 	case *kmsg.DeleteGroupsRequest:
@@ -127,20 +129,14 @@ func For(req kmsg.Request, code int16) kmsg.Response {
 		resp.ErrorCode, resp.ProducerID, resp.ProducerEpoch = code, -1, -1
 		return resp
 	case *kmsg.AddPartitionsToTxnRequest:
-		resp := req.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)
 		if req.Version >= 4 { // Kafka's: the top-level code alone
+			resp := req.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)
 			resp.ErrorCode = code
 			return resp
 		}
-		for _, t := range req.Topics {
-			st := kmsg.NewAddPartitionsToTxnResponseTopic()
-			st.Topic = t.Topic
-			for _, p := range t.Partitions {
-				st.Partitions = append(st.Partitions, kmsg.AddPartitionsToTxnResponseTopicPartition{Partition: p, ErrorCode: code})
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp
+		return AddPartitionsToTxn(req, func(*kmsg.AddPartitionsToTxnRequestTransaction) func(string, int32) int16 {
+			return func(string, int32) int16 { return code }
+		})
 	case *kmsg.AddOffsetsToTxnRequest:
 		resp := req.ResponseKind().(*kmsg.AddOffsetsToTxnResponse)
 		resp.ErrorCode = code
@@ -217,6 +213,54 @@ func WriteTxnMarkers(req *kmsg.WriteTxnMarkersRequest, write func(m *kmsg.WriteT
 			sm.Topics = append(sm.Topics, st)
 		}
 		resp.Markers = append(resp.Markers, sm)
+	}
+	return resp
+}
+
+// AddPartitionsToTxn is the one walk of an AddPartitionsToTxn answer. Each
+// transaction the request names is handed to add once: v4+ each of
+// req.Transactions, v0-3 the request's one (its fields at the top level,
+// VerifyOnly false). The function add returns answers each partition of
+// that transaction (0: added, or verified), in the request's order and
+// shape: per transaction, topic and partition from v4, per topic and
+// partition before.
+func AddPartitionsToTxn(req *kmsg.AddPartitionsToTxnRequest, add func(txn *kmsg.AddPartitionsToTxnRequestTransaction) func(topic string, partition int32) int16) *kmsg.AddPartitionsToTxnResponse {
+	resp := req.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)
+	if req.Version < 4 {
+		txn := kmsg.NewAddPartitionsToTxnRequestTransaction()
+		txn.TransactionalID, txn.ProducerID, txn.ProducerEpoch = req.TransactionalID, req.ProducerID, req.ProducerEpoch
+		for _, t := range req.Topics {
+			txn.Topics = append(txn.Topics, kmsg.AddPartitionsToTxnRequestTransactionTopic{Topic: t.Topic, Partitions: t.Partitions})
+		}
+		codeOf := add(&txn)
+		for _, t := range req.Topics {
+			st := kmsg.NewAddPartitionsToTxnResponseTopic()
+			st.Topic = t.Topic
+			for _, p := range t.Partitions {
+				sp := kmsg.NewAddPartitionsToTxnResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = p, codeOf(t.Topic, p)
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp
+	}
+	for i := range req.Transactions {
+		rt := &req.Transactions[i]
+		codeOf := add(rt)
+		st := kmsg.NewAddPartitionsToTxnResponseTransaction()
+		st.TransactionalID = rt.TransactionalID
+		for _, t := range rt.Topics {
+			stt := kmsg.NewAddPartitionsToTxnResponseTransactionTopic()
+			stt.Topic = t.Topic
+			for _, p := range t.Partitions {
+				sp := kmsg.NewAddPartitionsToTxnResponseTransactionTopicPartition()
+				sp.Partition, sp.ErrorCode = p, codeOf(t.Topic, p)
+				stt.Partitions = append(stt.Partitions, sp)
+			}
+			st.Topics = append(st.Topics, stt)
+		}
+		resp.Transactions = append(resp.Transactions, st)
 	}
 	return resp
 }

@@ -1,6 +1,8 @@
 package errresp
 
 import (
+	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -74,4 +76,66 @@ func TestUnknownTypeIsNil(t *testing.T) {
 			t.Errorf("%T: %T, want nil", req, resp)
 		}
 	}
+}
+
+// TestEntriesKeepKmsgDefaults: a field whose kmsg default is not zero (the
+// protocol's default: AuthorizedOperations -2147483648, Kafka's
+// AUTHORIZED_OPERATIONS_OMITTED; LeaderEpoch -1; Generation -1) keeps a
+// non-zero value in every struct of every entry's answer, at every
+// version, as the coordinators' own answers (kmsg.New…) and Kafka's
+// getErrorResponse have it. A struct built as a literal instead loses the
+// default: DescribeGroups answered AuthorizedOperations 0 (every
+// operation denied) where the coordinator answered it omitted.
+func TestEntriesKeepKmsgDefaults(t *testing.T) {
+	code := kerr.CoordinatorNotAvailable.Code
+	for _, key := range tableKeys {
+		req := kmsg.RequestForKey(key)
+		errresptest.FillOne(req)
+		for v := int16(0); v <= req.MaxVersion(); v++ {
+			req.SetVersion(v)
+			for _, lost := range lostDefaults(reflect.ValueOf(For(req, code)).Elem()) {
+				t.Errorf("%s v%d: %s", kmsg.NameForKey(key), v, lost)
+			}
+		}
+	}
+}
+
+// lostDefaults lists the scalar fields of v and of the structs within it
+// that are zero where their type's kmsg Default() is not.
+func lostDefaults(v reflect.Value) []string {
+	var lost []string
+	switch v.Kind() {
+	case reflect.Struct:
+		def := reflect.New(v.Type())
+		if d, ok := def.Interface().(interface{ Default() }); ok {
+			d.Default()
+		}
+		def = def.Elem()
+		for i := range v.NumField() {
+			f := v.Field(i)
+			if !v.Type().Field(i).IsExported() {
+				continue
+			}
+			switch f.Kind() {
+			case reflect.Struct, reflect.Slice, reflect.Pointer:
+				lost = append(lost, lostDefaults(f)...)
+			case reflect.Map, reflect.Interface:
+			default:
+				if f.IsZero() && !def.Field(i).IsZero() {
+					lost = append(lost, fmt.Sprintf("%s.%s is %v, kmsg's default %v", v.Type().Name(), v.Type().Field(i).Name, f, def.Field(i)))
+				}
+			}
+		}
+	case reflect.Slice:
+		if v.Type().Elem().Kind() != reflect.Uint8 {
+			for i := range v.Len() {
+				lost = append(lost, lostDefaults(v.Index(i))...)
+			}
+		}
+	case reflect.Pointer:
+		if !v.IsNil() {
+			lost = append(lost, lostDefaults(v.Elem())...)
+		}
+	}
+	return lost
 }

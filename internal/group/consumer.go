@@ -348,11 +348,6 @@ func (c *Coordinator) computeTarget(g *group) {
 		}
 	}
 	g.subscriptionSig = c.subscriptionSig(g)
-	type tp struct {
-		topic string
-		id    [16]byte
-		p     int32
-	}
 	subscribers := map[string][]*cmember{}
 	names := c.topicNames(g)
 	for _, m := range g.cmembers {

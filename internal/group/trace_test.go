@@ -490,8 +490,6 @@ func formatAssignment(a map[[16]byte][]int32) string {
 	return "(" + strings.Join(parts, ",") + ")"
 }
 
-func errName(code int16) string { return tracefmt.ErrName(code) }
-
 func sortedPIDs(m map[int64]pendingTxn) []int64 {
 	var ids []int64
 	for id := range m {

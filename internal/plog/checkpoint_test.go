@@ -21,15 +21,23 @@ type ckptFixture struct {
 	cfgs  []Config
 }
 
-func newCkptFixture(fs vfs.FS, n int) *ckptFixture {
-	f := &ckptFixture{fs: fs, clock: clock.NewManual(t0)}
-	for p := range n {
-		cfg := DefaultConfig(fs, fmt.Sprintf("/data/t-%d", p))
+// newFilledFixture is the tests' one setup: partitions partitions on a
+// fresh in-memory filesystem, opened together (OpenAll) and each filled
+// with batches batches of 3 records (acks=all). The logs are returned
+// open: the caller closes them (closeAll, which writes the checkpoints).
+func newFilledFixture(t *testing.T, partitions, batches int) (*vfs.MemFS, *ckptFixture, []*Log) {
+	t.Helper()
+	mem := vfs.NewMem()
+	f := &ckptFixture{fs: mem, clock: clock.NewManual(t0)}
+	for p := range partitions {
+		cfg := DefaultConfig(mem, fmt.Sprintf("/data/t-%d", p))
 		cfg.Clock, cfg.WritePath, cfg.SegmentBytes, cfg.Logger = f.clock, WriteSyscall, 64<<10, quietLogger
 		cfg.FileCache = NewIdleFileCache(64, 0, f.clock)
 		f.cfgs = append(f.cfgs, cfg)
 	}
-	return f
+	logs := f.openAll(t)
+	fill(t, logs, batches)
+	return mem, f, logs
 }
 
 // on returns the fixture's configurations on another filesystem (a
@@ -112,10 +120,7 @@ func damageBatch(t *testing.T, fs vfs.FS, cfg Config, offset int64) {
 func TestCheckpointKillDuringWrite(t *testing.T) {
 	for step := 0; step < 6; step++ { // create, write, sync, close, rename, sync dir
 		t.Run(fmt.Sprintf("kill at step %d", step), func(t *testing.T) {
-			mem := vfs.NewMem()
-			f := newCkptFixture(mem, 3)
-			logs := f.openAll(t)
-			fill(t, logs, 2)
+			mem, f, logs := newFilledFixture(t, 3, 2)
 			closeAll(logs) // checkpoint: every partition at 6
 			old := readCheckpointFile(t, mem, "/data", recoveryPointsFile)
 
@@ -173,10 +178,7 @@ func TestCheckpointTorn(t *testing.T) {
 		{"empty", ""},
 	} {
 		t.Run(torn.name, func(t *testing.T) {
-			mem := vfs.NewMem()
-			f := newCkptFixture(mem, 2)
-			logs := f.openAll(t)
-			fill(t, logs, 2)
+			mem, f, logs := newFilledFixture(t, 2, 2)
 			closeAll(logs)
 			writeFile(t, mem, "/data/"+recoveryPointsFile, []byte(torn.content))
 			logs, errs := OpenAll(f.cfgs, 2)
@@ -205,10 +207,7 @@ func TestCheckpointTorn(t *testing.T) {
 // it can lend it the deleted partition's offsets.
 func TestCheckpointPartitionGone(t *testing.T) {
 	setup := func(t *testing.T) (*vfs.MemFS, *ckptFixture) {
-		mem := vfs.NewMem()
-		f := newCkptFixture(mem, 2)
-		logs := f.openAll(t)
-		fill(t, logs, 2)
+		mem, f, logs := newFilledFixture(t, 2, 2)
 		if _, err := logs[1].DeleteRecordsBefore(3); err != nil {
 			t.Fatal(err)
 		}
@@ -272,10 +271,7 @@ func TestCheckpointPartitionGone(t *testing.T) {
 // recovery point lost durable data: it refuses to open (CorruptionError),
 // the others open.
 func TestCheckpointPastLogEnd(t *testing.T) {
-	mem := vfs.NewMem()
-	f := newCkptFixture(mem, 2)
-	logs := f.openAll(t)
-	fill(t, logs, 2)
+	mem, f, logs := newFilledFixture(t, 2, 2)
 	closeAll(logs)
 	file, err := mem.OpenReadWrite(path.Join(f.cfgs[1].Dir, segmentName(0)))
 	if err != nil {
@@ -304,10 +300,7 @@ func TestCheckpointPastLogEnd(t *testing.T) {
 // the broker-wide checkpoint says) is corruption, refused; past it, the
 // unsynced tail of a crash, truncated.
 func TestCheckpointStrictBelow(t *testing.T) {
-	mem := vfs.NewMem()
-	f := newCkptFixture(mem, 1)
-	logs := f.openAll(t)
-	fill(t, logs, 3)
+	mem, f, logs := newFilledFixture(t, 1, 3)
 	closeAll(logs) // recovery point 9
 	damageBatch(t, mem, f.cfgs[0], 6)
 	_, errs := OpenAll(f.cfgs, 1)
@@ -327,10 +320,7 @@ func TestCheckpointStrictBelow(t *testing.T) {
 // log-start-offset files of an earlier version are read, their values
 // written into the data directory's files, and only then removed.
 func TestCheckpointMigration(t *testing.T) {
-	mem := vfs.NewMem()
-	f := newCkptFixture(mem, 2)
-	logs := f.openAll(t)
-	fill(t, logs, 3)
+	mem, f, logs := newFilledFixture(t, 2, 3)
 	closeAll(logs)
 	// What an earlier version left: its own files per partition, none of
 	// the data directory's.
@@ -388,10 +378,7 @@ func TestCheckpointMigration(t *testing.T) {
 // TestDeleteRecordsDurable: DeleteRecordsBefore returns once the new log
 // start is durable in the data directory's file.
 func TestDeleteRecordsDurable(t *testing.T) {
-	mem := vfs.NewMem()
-	f := newCkptFixture(mem, 2)
-	logs := f.openAll(t)
-	fill(t, logs, 3)
+	mem, f, logs := newFilledFixture(t, 2, 3)
 	if _, err := logs[0].DeleteRecordsBefore(5); err != nil {
 		t.Fatal(err)
 	}
@@ -427,10 +414,7 @@ func opCountingFS(inner vfs.FS) (vfs.FS, *atomic.Int64, *atomic.Int64) {
 // start.
 func TestCloseAndOpenCostPerPartition(t *testing.T) {
 	const n = 200
-	mem := vfs.NewMem()
-	f := newCkptFixture(mem, n)
-	logs := f.openAll(t)
-	fill(t, logs, 1)
+	mem, f, logs := newFilledFixture(t, n, 1)
 	closeAll(logs)
 
 	fs, ops, syncs := opCountingFS(mem)

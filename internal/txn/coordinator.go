@@ -614,33 +614,10 @@ func (c *Coordinator) unknownPartitions(tps []TopicPartition) []TopicPartition {
 }
 
 func (c *Coordinator) addPartitionsToTxn(req *kmsg.AddPartitionsToTxnRequest) *kmsg.AddPartitionsToTxnResponse {
-	resp := req.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)
-	if req.Version < 4 {
-		var tps []TopicPartition
-		for _, t := range req.Topics {
-			for _, p := range t.Partitions {
-				tps = append(tps, TopicPartition{t.Topic, p})
-			}
-		}
-		code, per := c.addPartitions(req.TransactionalID, req.ProducerID, req.ProducerEpoch, tps, false, req.Version, 2)
-		for _, t := range req.Topics {
-			st := kmsg.NewAddPartitionsToTxnResponseTopic()
-			st.Topic = t.Topic
-			for _, p := range t.Partitions {
-				sp := kmsg.NewAddPartitionsToTxnResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = p, code
-				if per != nil {
-					sp.ErrorCode = per[TopicPartition{t.Topic, p}]
-				}
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp
-	}
 	// v4+ (KIP-890 part 1): batched, from brokers (or admin tools), each
-	// transaction on its own and possibly only verified.
-	for _, rt := range req.Transactions {
+	// transaction on its own and possibly only verified; v0-3 the
+	// request's one transaction.
+	return errresp.AddPartitionsToTxn(req, func(rt *kmsg.AddPartitionsToTxnRequestTransaction) func(string, int32) int16 {
 		var tps []TopicPartition
 		for _, t := range rt.Topics {
 			for _, p := range t.Partitions {
@@ -648,24 +625,13 @@ func (c *Coordinator) addPartitionsToTxn(req *kmsg.AddPartitionsToTxnRequest) *k
 			}
 		}
 		code, per := c.addPartitions(rt.TransactionalID, rt.ProducerID, rt.ProducerEpoch, tps, rt.VerifyOnly, req.Version, 2)
-		st := kmsg.NewAddPartitionsToTxnResponseTransaction()
-		st.TransactionalID = rt.TransactionalID
-		for _, t := range rt.Topics {
-			stt := kmsg.NewAddPartitionsToTxnResponseTransactionTopic()
-			stt.Topic = t.Topic
-			for _, p := range t.Partitions {
-				sp := kmsg.NewAddPartitionsToTxnResponseTransactionTopicPartition()
-				sp.Partition, sp.ErrorCode = p, code
-				if per != nil {
-					sp.ErrorCode = per[TopicPartition{t.Topic, p}]
-				}
-				stt.Partitions = append(stt.Partitions, sp)
+		return func(topic string, p int32) int16 {
+			if per != nil {
+				return per[TopicPartition{topic, p}]
 			}
-			st.Topics = append(st.Topics, stt)
+			return code
 		}
-		resp.Transactions = append(resp.Transactions, st)
-	}
-	return resp
+	})
 }
 
 // OffsetsPartition is the __consumer_offsets partition AddOffsetsToTxn

@@ -265,6 +265,7 @@ func (h *Harness) waitFor(cond func() bool) error {
 			if ok {
 				return nil
 			}
+			//lint:ignore ST1005 Run is the method's name
 			return fmt.Errorf("Run returned: %w", errors.Join(h.runErr, errors.New("stopped")))
 		case <-deadline.C:
 			return fmt.Errorf("timed out after %v", h.timeout)

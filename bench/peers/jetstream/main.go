@@ -26,7 +26,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -90,16 +89,11 @@ func serve(args []string) {
 	}
 	doc := bench.PeerRuntime("nats-server "+server.VERSION+" JetStream", *storeDir, durability)
 	if *admin != "" {
-		mux := http.NewServeMux()
-		mux.HandleFunc("/v1/runtime", func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(doc)
-		})
 		l, err := net.Listen("tcp", *admin)
 		if err != nil {
 			fail(err)
 		}
-		go http.Serve(l, mux)
+		go bench.ServeRuntime(l, doc)
 	}
 	fmt.Fprintf(os.Stderr, "nats-server %s pid %d on %s; %s; storage %s\n", server.VERSION, os.Getpid(), *listen, durability, doc.Storage)
 	sig := make(chan os.Signal, 1)

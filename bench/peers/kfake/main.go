@@ -8,11 +8,9 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -58,16 +56,11 @@ func main() {
 	defer c.Close()
 	doc := bench.PeerRuntime("kfake (franz-go pkg/kfake)", *dataDir, durability)
 	if *admin != "" {
-		mux := http.NewServeMux()
-		mux.HandleFunc("/v1/runtime", func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(doc)
-		})
 		l, err := net.Listen("tcp", *admin)
 		if err != nil {
 			fail(err)
 		}
-		go http.Serve(l, mux)
+		go bench.ServeRuntime(l, doc)
 	}
 	fmt.Fprintf(os.Stderr, "kfake pid %d listening on %v; %s; storage %s\n", os.Getpid(), c.ListenAddrs(), durability, doc.Storage)
 	sig := make(chan os.Signal, 1)
