@@ -31,7 +31,7 @@
 // The test's own clients (franz-go, net.Dial) reach the nodes from a node of
 // their own: Node.DialContext creates the socket inside that node's
 // namespace (setns on a locked OS thread), so a client node is partitioned,
-// delayed and isolated like any other. kgo.Dialer(client.DialContext) is all
+// delayed and isolated like any other. kgo.Dialer(client.Dialer(timeout)) is all
 // a franz-go client needs. Node.Listen and Node.ListenPacket serve from the
 // test process inside a namespace.
 //

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -55,6 +56,17 @@ func (n *Node) DialContext(ctx context.Context, network, address string) (net.Co
 		return err
 	})
 	return conn, err
+}
+
+// Dialer returns DialContext with each dial bounded by timeout, for
+// kgo.Dialer (kgo's DialTimeout bounds only kgo's own dialer: a dial into
+// a partition otherwise waits for TCP to give up, minutes).
+func (n *Node) Dialer(timeout time.Duration) func(ctx context.Context, network, address string) (net.Conn, error) {
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return n.DialContext(ctx, network, address)
+	}
 }
 
 // Listen listens on address inside the node (net.Listen's arguments).

@@ -3,6 +3,7 @@ package netns
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sushka-io/sushka/test/testbroker"
 )
@@ -383,6 +388,7 @@ func datagrams(t *testing.T, from *Node, pc net.PacketConn, addr string, count i
 	}
 	arrivals := make(chan arrival, count)
 	readerDone := make(chan struct{})
+	_ = pc.SetReadDeadline(time.Time{}) // the last call's deadline is past
 	go func() {
 		defer close(readerDone)
 		buf := make([]byte, 64)
@@ -396,7 +402,6 @@ func datagrams(t *testing.T, from *Node, pc net.PacketConn, addr string, count i
 			}
 		}
 	}()
-	_ = pc.SetReadDeadline(time.Time{})
 	for i := range count {
 		sent[i] = time.Now()
 		if _, err := conn.Write([]byte(strconv.Itoa(i))); err != nil {
@@ -567,4 +572,119 @@ func TestBandwidthLimit(t *testing.T) {
 	if free := send(size); free > limited/4 {
 		t.Errorf("without the limit, %d bytes took %v (limited: %v)", size, free, limited)
 	}
+}
+
+// TestBrokerThroughPartition: a broker in one namespace and a franz-go
+// client in another. Produced records are consumed; under a partition a
+// produce fails within the client's timeouts; healed, the same client
+// goes on; after kill -9 and a restart every acknowledged record is there,
+// at its offset.
+func TestBrokerThroughPartition(t *testing.T) {
+	n := New(t, "broker", "client")
+	brokerNode, clientNode := n.Node("broker"), n.Node("client")
+	b := brokerNode.StartBroker(t, testbroker.Binary(t))
+
+	const topic = "netns"
+	const deliveryTimeout = 4 * time.Second
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(b.Addr),
+		kgo.Dialer(clientNode.Dialer(time.Second)),
+		kgo.DefaultProduceTopic(topic),
+		kgo.ProduceRequestTimeout(time.Second),
+		kgo.RequestTimeoutOverhead(time.Second),
+		kgo.RecordDeliveryTimeout(deliveryTimeout),
+		kgo.RetryTimeout(deliveryTimeout),
+		// kgo's idempotent producer never fails a batch it may have
+		// written (it retries until the link returns): a produce that
+		// fails within the client's timeout needs the plain producer.
+		kgo.DisableIdempotentWrite(),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+
+	acked := map[int64]string{} // offset → value, of every acknowledged record
+	produce := func(what string, count int) {
+		t.Helper()
+		for i := range count {
+			value := fmt.Sprintf("%s-%d", what, i)
+			r, err := cl.ProduceSync(ctx, kgo.StringRecord(value)).First()
+			if err != nil {
+				t.Fatalf("%s: producing %s: %v", what, value, err)
+			}
+			acked[r.Offset] = value
+		}
+	}
+	produce("before", 20)
+
+	n.Partition([]*Node{clientNode}, []*Node{brokerNode})
+	start := time.Now()
+	_, err = cl.ProduceSync(ctx, kgo.StringRecord("during")).First()
+	took := time.Since(start)
+	t.Logf("produce under the partition: %v after %v", err, took)
+	if err == nil {
+		t.Fatal("a produce across a partition succeeded")
+	}
+	if !errors.Is(err, kgo.ErrRecordTimeout) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, kerr.RequestTimedOut) {
+		t.Errorf("produce across a partition: %v, want a timeout", err)
+	}
+	if took > deliveryTimeout+3*time.Second {
+		t.Errorf("produce across a partition failed after %v, want within the delivery timeout %v (+3 s)", took, deliveryTimeout)
+	}
+	if n.Counters().Blocked == 0 {
+		t.Error("the partition blocked no packet")
+	}
+
+	n.Heal()
+	produce("healed", 20)
+
+	b.Kill()
+	b.Restart()
+	produce("restarted", 20)
+
+	consumer, err := kgo.NewClient(
+		kgo.SeedBrokers(b.Addr),
+		kgo.Dialer(clientNode.Dialer(time.Second)),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(100*time.Millisecond),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	end := maxKey(acked)
+	seen := map[int64]string{}
+	for len(seen) == 0 || maxKey(seen) < end {
+		fetches := consumer.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("consumed up to %d of %d: %v", maxKey(seen), end, err)
+		}
+		fetches.EachRecord(func(r *kgo.Record) { seen[r.Offset] = string(r.Value) })
+	}
+	for o, v := range acked {
+		if seen[o] != v {
+			t.Errorf("offset %d: acknowledged %q, read %q", o, v, seen[o])
+		}
+	}
+	for o, v := range seen {
+		if _, ok := acked[o]; !ok && v != "during" {
+			t.Errorf("offset %d: read %q, never produced", o, v)
+		}
+	}
+	t.Logf("%d acknowledged records read back at their offsets, %d records in all", len(acked), len(seen))
+}
+
+func maxKey(m map[int64]string) int64 {
+	end := int64(-1)
+	for k := range m {
+		end = max(end, k)
+	}
+	return end
 }
