@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"slices"
@@ -583,6 +584,17 @@ func TestBrokerThroughPartition(t *testing.T) {
 	n := New(t, "broker", "client")
 	brokerNode, clientNode := n.Node("broker"), n.Node("client")
 	b := brokerNode.StartBroker(t, testbroker.Binary(t))
+
+	// The admin listener is on the broker node's loopback.
+	admin := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: brokerNode.DialContext}}
+	resp, err := admin.Get("http://" + AdminAddr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /healthz on the broker's node: %s", resp.Status)
+	}
 
 	const topic = "netns"
 	const deliveryTimeout = 4 * time.Second

@@ -80,9 +80,13 @@ const BrokerPort = 9092
 // brokerReadyTimeout bounds a broker's start until it answers ApiVersions.
 const brokerReadyTimeout = 30 * time.Second
 
+// AdminAddr is a Broker's admin listener (/metrics, /healthz), on its
+// node's loopback: reached with the node's own DialContext, never across
+// the Net.
+const AdminAddr = "127.0.0.1:9644"
+
 // Broker is `sushka serve` running in a node: its Kafka listener on the
-// node's address, port BrokerPort; its admin listener on the node's
-// loopback (127.0.0.1:9644, reachable with the node's DialContext).
+// node's address, port BrokerPort; its admin listener at AdminAddr.
 type Broker struct {
 	Node    *Node
 	Addr    string // host:port of the Kafka listener (advertised as is)
@@ -100,28 +104,48 @@ type Broker struct {
 
 // StartBroker runs `sushka serve` (the binary at bin, testbroker.Binary's)
 // in the node with a data directory in t.TempDir() and extraArgs after the
-// harness's own, waits until it answers ApiVersions, and stops it when the
-// test ends. It fails the test if the broker does not start.
+// harness's own (--data-dir, --listen, --admin-listen), waits until it
+// answers ApiVersions, and stops it when the test ends. It fails the test
+// if the broker does not start.
 func (n *Node) StartBroker(t testing.TB, bin string, extraArgs ...string) *Broker {
 	t.Helper()
-	b := &Broker{
-		Node:    n,
-		Addr:    n.HostPort(BrokerPort),
-		DataDir: filepath.Join(t.TempDir(), "data-"+n.name),
-		t:       t,
-		bin:     bin,
-	}
-	b.args = append([]string{"serve", "--data-dir", b.DataDir, "--listen", b.Addr,
-		"--admin-listen", "127.0.0.1:9644"}, extraArgs...)
-	t.Cleanup(b.Stop)
-	if err := b.start(); err != nil {
-		t.Fatalf("netns: broker on %s: %v", n, err)
-	}
-	return b
+	return StartBrokers(t, bin, []*Node{n}, func(*Node) []string { return extraArgs })[0]
 }
 
-// start runs the broker and waits until it is ready.
-func (b *Broker) start() error {
+// StartBrokers is StartBroker on each node, with argsFor(node) as its
+// extra arguments (a cluster's node id, peer listener, voters: every
+// node's address is known before any starts, Node.HostPort). All are
+// started before any is waited for, so brokers that need each other to
+// answer can start together.
+func StartBrokers(t testing.TB, bin string, nodes []*Node, argsFor func(*Node) []string) []*Broker {
+	t.Helper()
+	brokers := make([]*Broker, len(nodes))
+	for i, node := range nodes {
+		b := &Broker{
+			Node:    node,
+			Addr:    node.HostPort(BrokerPort),
+			DataDir: filepath.Join(t.TempDir(), "data-"+node.name),
+			t:       t,
+			bin:     bin,
+		}
+		b.args = append([]string{"serve", "--data-dir", b.DataDir, "--listen", b.Addr,
+			"--admin-listen", AdminAddr}, argsFor(node)...)
+		t.Cleanup(b.Stop)
+		if err := b.launch(); err != nil {
+			t.Fatalf("netns: broker on %s: %v", node, err)
+		}
+		brokers[i] = b
+	}
+	for _, b := range brokers {
+		if err := b.WaitReady(brokerReadyTimeout); err != nil {
+			t.Fatalf("netns: broker on %s: %v", b.Node, err)
+		}
+	}
+	return brokers
+}
+
+// launch starts the broker process.
+func (b *Broker) launch() error {
 	cmd := b.Node.Command(context.Background(), b.bin, b.args...)
 	log := cmd.Stdout.(*lineLog)
 	if err := os.MkdirAll(b.DataDir, 0o755); err != nil {
@@ -135,7 +159,7 @@ func (b *Broker) start() error {
 	b.mu.Lock()
 	b.cmd, b.done, b.log = cmd, done, log
 	b.mu.Unlock()
-	return b.WaitReady(brokerReadyTimeout)
+	return nil
 }
 
 // Restart starts the broker again on the same data directory and
@@ -145,7 +169,11 @@ func (b *Broker) start() error {
 func (b *Broker) Restart() {
 	b.t.Helper()
 	b.Kill()
-	if err := b.start(); err != nil {
+	err := b.launch()
+	if err == nil {
+		err = b.WaitReady(brokerReadyTimeout)
+	}
+	if err != nil {
 		b.t.Fatalf("netns: restarting the broker on %s: %v", b.Node, err)
 	}
 }
