@@ -1,6 +1,7 @@
 package netns
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"sync"
@@ -210,6 +211,11 @@ func (f *fabric) counters() Counters {
 // setBlocked sets blocked[from][to] for every pair of the two sets (a node
 // is never blocked from itself: its own traffic stays in its namespace).
 func (f *fabric) setBlocked(from, to []*Node, value bool) {
+	for _, node := range append(from[:len(from):len(from)], to...) {
+		if node.net.sw != f {
+			panic(fmt.Sprintf("netns: %s is a node of another Net", node))
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, a := range from {
