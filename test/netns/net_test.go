@@ -577,9 +577,10 @@ func TestBandwidthLimit(t *testing.T) {
 
 // TestBrokerThroughPartition: a broker in one namespace and a franz-go
 // client in another. Produced records are consumed; under a partition a
-// produce fails within the client's timeouts; healed, the same client
-// goes on; after kill -9 and a restart every acknowledged record is there,
-// at its offset.
+// plain producer's produce fails within its delivery timeout and the
+// idempotent producer's waits; healed, the same clients go on (the
+// waiting record acknowledged once); after kill -9 and a restart every
+// acknowledged record is there, at its offset.
 func TestBrokerThroughPartition(t *testing.T) {
 	n := New(t, "broker", "client")
 	brokerNode, clientNode := n.Node("broker"), n.Node("client")
@@ -635,7 +636,36 @@ func TestBrokerThroughPartition(t *testing.T) {
 	}
 	produce("before", 20)
 
+	// The same through franz-go's default, idempotent producer: it never
+	// fails a batch it may have written, so its produce waits out the
+	// partition and is acknowledged once after the heal.
+	idempotent, err := kgo.NewClient(
+		kgo.SeedBrokers(b.Addr),
+		kgo.Dialer(clientNode.Dialer(time.Second)),
+		kgo.DefaultProduceTopic(topic),
+		kgo.ProduceRequestTimeout(time.Second),
+		kgo.RequestTimeoutOverhead(time.Second),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idempotent.Close()
+	r, err := idempotent.ProduceSync(ctx, kgo.StringRecord("idempotent-before")).First()
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked[r.Offset] = "idempotent-before"
+
 	n.Partition([]*Node{clientNode}, []*Node{brokerNode})
+	type produced struct {
+		r   *kgo.Record
+		err error
+	}
+	waiting := make(chan produced, 1)
+	go func() {
+		r, err := idempotent.ProduceSync(ctx, kgo.StringRecord("idempotent-during")).First()
+		waiting <- produced{r, err}
+	}()
 	start := time.Now()
 	_, err = cl.ProduceSync(ctx, kgo.StringRecord("during")).First()
 	took := time.Since(start)
@@ -653,8 +683,23 @@ func TestBrokerThroughPartition(t *testing.T) {
 		t.Error("the partition blocked no packet")
 	}
 
+	select {
+	case p := <-waiting:
+		t.Fatalf("the idempotent produce across the partition ended: %v", p.err)
+	default:
+	}
+
 	n.Heal()
 	produce("healed", 20)
+	select {
+	case p := <-waiting:
+		if p.err != nil {
+			t.Fatalf("the idempotent produce across the partition, after the heal: %v", p.err)
+		}
+		acked[p.r.Offset] = "idempotent-during"
+	case <-time.After(15 * time.Second):
+		t.Fatal("the idempotent produce across the partition was not acknowledged within 15 s of the heal")
+	}
 
 	b.Kill()
 	b.Restart()
@@ -685,9 +730,16 @@ func TestBrokerThroughPartition(t *testing.T) {
 			t.Errorf("offset %d: acknowledged %q, read %q", o, v, seen[o])
 		}
 	}
+	counts := map[string]int{}
 	for o, v := range seen {
+		counts[v]++
 		if _, ok := acked[o]; !ok && v != "during" {
-			t.Errorf("offset %d: read %q, never produced", o, v)
+			t.Errorf("offset %d: read %q, not acknowledged (only the plain producer's failed \"during\" may be there)", o, v)
+		}
+	}
+	for _, v := range []string{"idempotent-before", "idempotent-during"} {
+		if counts[v] != 1 {
+			t.Errorf("%q read %d times, want once (idempotent producer)", v, counts[v])
 		}
 	}
 	t.Logf("%d acknowledged records read back at their offsets, %d records in all", len(acked), len(seen))
