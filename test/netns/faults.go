@@ -1,8 +1,10 @@
 package netns
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -90,5 +92,12 @@ func (n *Node) LimitBandwidth(bytesPerSecond int64) error {
 		"rate", strconv.FormatInt(bytesPerSecond*8, 10)+"bit",
 		"burst", strconv.FormatInt(burst, 10),
 		"latency", strconv.FormatInt(tbfLatency.Milliseconds(), 10)+"ms")
+	if err != nil && strings.Contains(err.Error(), "qdisc kind is unknown") {
+		return fmt.Errorf("%w: %v", ErrNoTBF, err)
+	}
 	return err
 }
+
+// ErrNoTBF is LimitBandwidth's error on a kernel without tbf
+// (CONFIG_NET_SCH_TBF): a test may pass it to Unavailable.
+var ErrNoTBF = errors.New("netns: this kernel has no tbf qdisc (CONFIG_NET_SCH_TBF)")

@@ -447,12 +447,18 @@ func TestJitterAndLoss(t *testing.T) {
 	if len(got) != 100 || !slices.IsSorted(got) {
 		t.Fatalf("with jitter, arrived %d of 100 in the order %v: want all, in order", len(got), got)
 	}
-	minimum, maximum := slices.Min(oneWay), slices.Max(oneWay)
-	t.Logf("delay 30 ms jitter 20 ms: one way min %v max %v", minimum, maximum)
-	// Clamping to the previous packet's time may raise a delay, never
-	// lower it; 40 ms of slack above for the machine.
-	if minimum < 10*time.Millisecond || maximum > 90*time.Millisecond {
-		t.Errorf("one-way times from %v to %v: want within 10 ms and 50 ms (+40 ms slack)", minimum, maximum)
+	slices.Sort(oneWay)
+	minimum, median, maximum := oneWay[0], oneWay[len(oneWay)/2], oneWay[len(oneWay)-1]
+	t.Logf("delay 30 ms jitter 20 ms: one way min %v median %v max %v", minimum, median, maximum)
+	// Every packet waits at least delay-jitter (clamping to the packet
+	// before may raise a delay, never lower it) and the delays vary; the
+	// median and the maximum get 20 and 100 ms of slack for a loaded
+	// machine.
+	if minimum < 10*time.Millisecond || median > 70*time.Millisecond || maximum > 150*time.Millisecond {
+		t.Errorf("one-way times min %v median %v max %v: want at least 10 ms, the median under 50 ms (+20 ms) and none over 50 ms (+100 ms)", minimum, median, maximum)
+	}
+	if maximum-minimum < 10*time.Millisecond {
+		t.Errorf("one-way times from %v to %v: a jitter of ±20 ms made them vary by less than 10 ms", minimum, maximum)
 	}
 
 	if err := a.Shape(Shaping{Loss: 0.5}); err != nil {
@@ -558,7 +564,9 @@ func TestBandwidthLimit(t *testing.T) {
 	}
 	const rate = 256 << 10 // bytes per second
 	const size = 512 << 10
-	if err := a.LimitBandwidth(rate); err != nil {
+	if err := a.LimitBandwidth(rate); errors.Is(err, ErrNoTBF) {
+		Unavailable(t, err.Error())
+	} else if err != nil {
 		t.Fatal(err)
 	}
 	limited := send(size)

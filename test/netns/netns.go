@@ -415,11 +415,18 @@ func runTool(stdin *strings.Reader, name string, args ...string) (string, error)
 func Require(t testing.TB) {
 	t.Helper()
 	if reason := requirement(); reason != "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("netns: %s (CI is set: these tests must run)", reason)
-		}
-		t.Skipf("netns: %s", reason)
+		Unavailable(t, reason)
 	}
+}
+
+// Unavailable skips the test because the machine lacks what reason names,
+// or fails it when CI is set (CI must run every test of this package).
+func Unavailable(t testing.TB, reason string) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("netns: %s (CI is set: these tests must run)", reason)
+	}
+	t.Skipf("netns: %s", reason)
 }
 
 var requirement = sync.OnceValue(func() string {
