@@ -52,6 +52,9 @@ type Net struct {
 	nodes  []*Node
 	sw     *fabric
 	logs   *logGate
+
+	cmdsMu sync.Mutex
+	cmds   []*exec.Cmd // every Node.Command, killed by remove if still running
 }
 
 // Node is one namespace of a Net: loopback up, eth0 at Addr in the Net's
@@ -197,8 +200,19 @@ func (n *Net) addNode(index int, name string) error {
 // switch stopped (closing the TUN descriptors removes the devices), and the
 // namespaces deleted. A namespace that cannot be deleted fails the test.
 func (n *Net) remove() {
+	// The commands first, by process: one that `ip netns exec` has not
+	// yet moved into its namespace is not found there.
+	n.cmdsMu.Lock()
+	for _, cmd := range n.cmds {
+		if cmd.Process != nil {
+			_ = cmd.Process.Signal(syscall.SIGKILL) // an exited one answers "already finished"
+		}
+	}
+	n.cmdsMu.Unlock()
 	for _, node := range n.nodes {
-		killAll(node.ns)
+		if err := killAll(node.ns); err != nil {
+			n.t.Errorf("netns: %v", err)
+		}
 	}
 	if n.sw != nil {
 		n.sw.stop()
@@ -218,14 +232,18 @@ func (n *Net) remove() {
 	n.logs.close()
 }
 
-// killAll sends SIGKILL to every process in namespace ns and waits (a
-// second at most) until none is left, so the namespace dies with its name.
-func killAll(ns string) {
-	deadline := time.Now().Add(time.Second)
+// killAll sends SIGKILL to every process in namespace ns and waits (5 s
+// at most) until none is left, so the namespace dies with its name. It
+// returns an error if some still run.
+func killAll(ns string) error {
+	deadline := time.Now().Add(5 * time.Second)
 	for {
 		pids := nsPids(ns)
-		if len(pids) == 0 || time.Now().After(deadline) {
-			return
+		if len(pids) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes %v still run in %s", pids, ns)
 		}
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -234,15 +252,26 @@ func killAll(ns string) {
 	}
 }
 
-// nsPids lists the processes in namespace ns (`ip netns pids`).
+// nsPids lists the processes in namespace ns, as `ip netns pids` does:
+// those whose /proc/PID/ns/net is the namespace's file (same device and
+// inode). Zombies have no namespace and are not listed.
 func nsPids(ns string) []int {
-	out, err := ipOutput("netns", "pids", ns)
+	var target unix.Stat_t
+	if err := unix.Stat(netnsDir+"/"+ns, &target); err != nil {
+		return nil
+	}
+	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
 	var pids []int
-	for _, f := range strings.Fields(out) {
-		if pid, err := strconv.Atoi(f); err == nil {
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat("/proc/"+e.Name()+"/ns/net", &st) == nil && st.Dev == target.Dev && st.Ino == target.Ino {
 			pids = append(pids, pid)
 		}
 	}
@@ -253,7 +282,9 @@ func nsPids(ns string) []int {
 // named with Prefix whose creating process (PID and start time in the
 // name) no longer runs. Processes still in them are killed first.
 // Namespaces without the prefix, and those of live processes (parallel
-// test packages), are left alone. New calls it once per process.
+// test packages), are left alone; one that another process's sweep
+// removes first is neither an error nor reported. New calls it once per
+// process.
 func Sweep() (removed []string, err error) {
 	entries, err := os.ReadDir(netnsDir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -269,8 +300,14 @@ func Sweep() (removed []string, err error) {
 		if !ok || processAlive(pid, start) {
 			continue
 		}
-		killAll(name)
+		if err := killAll(name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		if err := ipCommand("netns", "del", name); err != nil {
+			if _, statErr := os.Stat(netnsDir + "/" + name); errors.Is(statErr, os.ErrNotExist) {
+				continue // another process's sweep removed it meanwhile
+			}
 			errs = append(errs, err)
 			continue
 		}

@@ -71,6 +71,9 @@ func (n *Node) Command(ctx context.Context, name string, args ...string) *exec.C
 	out := &lineLog{gate: n.net.logs, prefix: n.name}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	n.net.cmdsMu.Lock()
+	n.net.cmds = append(n.net.cmds, cmd)
+	n.net.cmdsMu.Unlock()
 	return cmd
 }
 
