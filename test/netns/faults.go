@@ -21,8 +21,7 @@ import (
 // Partition cuts every node of side from every node of other, both
 // directions. Nodes on the same side still reach each other.
 func (n *Net) Partition(side, other []*Node) {
-	n.sw.setBlocked(side, other, true)
-	n.sw.setBlocked(other, side, true)
+	n.sw.block(side, other, true)
 }
 
 // Block drops what any node of from sends to any node of to, one
@@ -30,7 +29,7 @@ func (n *Net) Partition(side, other []*Node) {
 // both directions, so it stalls either way; one-way cuts matter to what
 // uses datagrams, or to which side notices first.)
 func (n *Net) Block(from, to []*Node) {
-	n.sw.setBlocked(from, to, true)
+	n.sw.block(from, to, false)
 }
 
 // Isolate cuts node from every other node, both directions.

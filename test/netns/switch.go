@@ -208,9 +208,10 @@ func (f *fabric) counters() Counters {
 	}
 }
 
-// setBlocked sets blocked[from][to] for every pair of the two sets (a node
-// is never blocked from itself: its own traffic stays in its namespace).
-func (f *fabric) setBlocked(from, to []*Node, value bool) {
+// block drops packets from every node of from to every node of to, and
+// the other way too when both is set, in one change (a node is never
+// blocked from itself: its own traffic stays in its namespace).
+func (f *fabric) block(from, to []*Node, both bool) {
 	for _, node := range append(from[:len(from):len(from)], to...) {
 		if node.net.sw != f {
 			panic(fmt.Sprintf("netns: %s is a node of another Net", node))
@@ -221,7 +222,10 @@ func (f *fabric) setBlocked(from, to []*Node, value bool) {
 	for _, a := range from {
 		for _, b := range to {
 			if a.index != b.index {
-				f.blocked[a.index][b.index] = value
+				f.blocked[a.index][b.index] = true
+				if both {
+					f.blocked[b.index][a.index] = true
+				}
 			}
 		}
 	}
