@@ -763,3 +763,40 @@ func maxKey(m map[int64]string) int64 {
 	}
 	return end
 }
+
+// TestClientReachesEveryBroker: brokers started together in three nodes
+// (StartBrokers, as a cluster's are), a client node that reaches each, and
+// a partition that cuts the client from one only.
+func TestClientReachesEveryBroker(t *testing.T) {
+	n := New(t, "b0", "b1", "b2", "client")
+	nodes := []*Node{n.Node("b0"), n.Node("b1"), n.Node("b2")}
+	client := n.Node("client")
+	var argsSeen []string
+	brokers := StartBrokers(t, testbroker.Binary(t), nodes, func(node *Node) []string {
+		argsSeen = append(argsSeen, node.Name())
+		return []string{"--advertised-addr", node.HostPort(BrokerPort)}
+	})
+	if !slices.Equal(argsSeen, []string{"b0", "b1", "b2"}) {
+		t.Errorf("argsFor called for %q", argsSeen)
+	}
+	reachable := func() []bool {
+		out := make([]bool, len(brokers))
+		for i, b := range brokers {
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			out[i] = apiVersions(ctx, client, b.Addr) == nil
+			cancel()
+		}
+		return out
+	}
+	if got := reachable(); !slices.Equal(got, []bool{true, true, true}) {
+		t.Fatalf("from the client, brokers answer %v", got)
+	}
+	n.Partition([]*Node{client}, []*Node{nodes[1]})
+	if got := reachable(); !slices.Equal(got, []bool{true, false, true}) {
+		t.Errorf("client | b1: brokers answer %v, want b1 only cut", got)
+	}
+	n.Heal()
+	if got := reachable(); !slices.Equal(got, []bool{true, true, true}) {
+		t.Errorf("healed: brokers answer %v", got)
+	}
+}
