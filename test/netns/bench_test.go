@@ -1,11 +1,9 @@
 package netns
 
 import (
-	"context"
 	"io"
 	"net"
 	"testing"
-	"time"
 )
 
 // benchPaths runs bench once through the switch (node a to node b) and once
@@ -32,14 +30,7 @@ func benchPaths(b *testing.B, serve func(net.Conn), bench func(b *testing.B, con
 					conn.Close()
 				}
 			}()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			conn, err := c.from.DialContext(ctx, "tcp", l.Addr().String())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer conn.Close()
-			bench(b, conn)
+			bench(b, mustDial(b, c.from, "tcp", l.Addr().String()))
 		})
 	}
 }

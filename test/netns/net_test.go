@@ -277,6 +277,20 @@ func TestNamespacesRemoved(t *testing.T) {
 	}
 }
 
+// mustDial dials address from node within 5 s, or fails the test; the
+// connection is closed when the test ends, if not before.
+func mustDial(tb testing.TB, node *Node, network, address string) net.Conn {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := node.DialContext(ctx, network, address)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 // echoServer serves an echo of every byte on node's port, until the test
 // ends.
 func echoServer(t *testing.T, node *Node, port int) string {
@@ -323,14 +337,7 @@ func roundTrips(t *testing.T, conn net.Conn, count int) []time.Duration {
 func TestDelayRoundTrip(t *testing.T) {
 	n := New(t, "a", "b")
 	a, b := n.Node("a"), n.Node("b")
-	addr := echoServer(t, a, 7000)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := b.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := mustDial(t, b, "tcp", echoServer(t, a, 7000))
 	const samples = 15
 	base := roundTrips(t, conn, samples)
 	t.Logf("no delay: round trip min %v median %v max %v", base[0], base[samples/2], base[samples-1])
@@ -378,12 +385,7 @@ func TestDelayRoundTrip(t *testing.T) {
 // each one's one-way time.
 func datagrams(t *testing.T, from *Node, pc net.PacketConn, addr string, count int, wait time.Duration) (got []int, oneWay []time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := from.DialContext(ctx, "udp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := mustDial(t, from, "udp", addr)
 	defer conn.Close()
 	sent := make([]time.Time, count)
 	type arrival struct {
@@ -548,12 +550,7 @@ func TestBandwidthLimit(t *testing.T) {
 	}()
 	send := func(size int) time.Duration {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn, err := a.DialContext(ctx, "tcp", b.HostPort(7003))
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := mustDial(t, a, "tcp", b.HostPort(7003))
 		_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
 		start := time.Now()
 		if _, err := conn.Write(make([]byte, size)); err != nil {
