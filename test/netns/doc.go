@@ -30,10 +30,19 @@
 //
 // The test's own clients (franz-go, net.Dial) reach the nodes from a node of
 // their own: Node.DialContext creates the socket inside that node's
-// namespace (setns on a locked OS thread), so a client node is partitioned,
-// delayed and isolated like any other. kgo.Dialer(client.Dialer(timeout)) is all
-// a franz-go client needs. Node.Listen and Node.ListenPacket serve from the
-// test process inside a namespace.
+// namespace (setns on a locked OS thread), so a client node is
+// partitioned, delayed and isolated like any other.
+// kgo.Dialer(client.Dialer(timeout)) is all a franz-go client needs.
+// Node.Listen and Node.ListenPacket serve from the test process inside a
+// namespace.
+//
+// # Brokers
+//
+// StartBroker runs `sushka serve` in a node (listening on the node's
+// address, port BrokerPort; admin at AdminAddr on the node's loopback);
+// StartBrokers starts several before waiting for any, with per-node
+// arguments (a cluster's node id, peers, voters). Kill is kill -9,
+// Restart starts it again on the same data directory.
 //
 // # Lifetime
 //
