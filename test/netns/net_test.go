@@ -709,8 +709,15 @@ func TestBrokerThroughPartition(t *testing.T) {
 		t.Fatal("the idempotent produce across the partition was not acknowledged within 15 s of the heal")
 	}
 
+	pid := b.Pid()
 	b.Kill()
+	if b.Running() || !exited(pid) {
+		t.Fatalf("after Kill, the broker (pid %d) still runs", pid)
+	}
 	b.Restart()
+	if !b.Running() || b.Pid() == pid {
+		t.Fatalf("after Restart: running %v, pid %d (was %d)", b.Running(), b.Pid(), pid)
+	}
 	produce("restarted", 20)
 
 	consumer, err := kgo.NewClient(
