@@ -187,8 +187,12 @@ func (l *Log) WriteTxnMarker(ctx context.Context, m TxnMarker) (offset int64, er
 	if m.ProducerID < 0 {
 		return -1, ErrUnknownProducerID
 	}
+	records := batch.BuildControl(m.ProducerID, m.ProducerEpoch, m.Commit, m.CoordinatorEpoch, l.config().Clock.Now().UnixMilli())
+	if l.raft != nil {
+		return l.raft.writeMarker(records, &m)
+	}
 	req := getReq()
-	req.records = batch.BuildControl(m.ProducerID, m.ProducerEpoch, m.Commit, m.CoordinatorEpoch, l.config().Clock.Now().UnixMilli())
+	req.records = records
 	req.ack, req.kind, req.marker = AckForced, reqMarker, m
 	p, err := l.enqueueReq(req)
 	if err != nil {
@@ -204,6 +208,9 @@ func (l *Log) WriteTxnMarker(ctx context.Context, m TxnMarker) (offset int64, er
 // Producers lists the partition's active producers (DescribeProducers):
 // the writer's producer table, as of the appends queued before the call.
 func (l *Log) Producers() ([]ProducerInfo, error) {
+	if l.raft != nil {
+		return l.raft.producers(), nil
+	}
 	req := getReq()
 	req.ack, req.kind = AckWritten, reqDescribe
 	if _, err := l.enqueueReq(req); err != nil {
