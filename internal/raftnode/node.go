@@ -217,6 +217,17 @@ func (n *Node) ask(groupID uint64, set func(*group)) error {
 	return nil
 }
 
+// CutPeer drops every frame to and from peer id while cut is set, as a
+// network partition between the two nodes would (the peer is taken for
+// down after an election timeout): fault injection for tests of what runs
+// on raftnode, outside this package. Cut both nodes' sides for a clean
+// partition.
+func (n *Node) CutPeer(id uint64, cut bool) {
+	if p := n.transport.peer(id); p != nil {
+		p.cut.Store(cut)
+	}
+}
+
 // Leader is the leader this replica of the group knows (0: none), and the
 // term it last persisted.
 func (n *Node) Leader(groupID uint64) (leader, term uint64) {

@@ -1,0 +1,115 @@
+package plog_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/sushka-io/sushka/internal/plog"
+	"github.com/sushka-io/sushka/internal/plog/batch"
+	"github.com/sushka-io/sushka/internal/vfs"
+)
+
+// idempotentEnts are entries index, index+1, … of term term, each a batch
+// of one record from idempotent producer 7, sequences seq, seq+1, ….
+func idempotentEnts(index, term uint64, seq int32, n int) []*pb.Entry {
+	var out []*pb.Entry
+	for i := range n {
+		b := batch.Build(batch.BuildOptions{ValueSize: 16, ProducerID: 7, BaseSequence: seq + int32(i), BaseTimestamp: time.Now().UnixMilli()})
+		out = append(out, &pb.Entry{Index: new(index + uint64(i)), Term: new(term), Type: pb.EntryType_EntryNormal.Enum(), Data: b})
+	}
+	return out
+}
+
+// TestRaftReadNeverPastHighWatermark: a raft log's active segment holds
+// five entries of which three are committed and applied: Read and
+// ReadCommitted return the three, never a byte of the two others (step 2's
+// Read returned the segment's whole chunk), the high watermark is their
+// end, a long poll is woken only by the next applied entry; reopened, the
+// producer table holds the applied entries' sequences only.
+func TestRaftReadNeverPastHighWatermark(t *testing.T) {
+	mem := vfs.NewMem()
+	cfg := raftTestConfig(mem, 1<<20)
+	rs := bootstrapped(t, cfg)
+	es := idempotentEnts(2, 2, 0, 5)
+	if err := rs.Save(&pb.HardState{Term: new(uint64(2)), Vote: new(uint64(1)), Commit: new(uint64(4))}, es, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	l := rs.Log()
+	if hwm := l.HighWatermark(); hwm != 0 {
+		t.Fatalf("high watermark %d before anything is applied, want 0", hwm)
+	}
+	wait := l.Wait()
+	rs.Apply(es[:3])
+	select {
+	case <-wait:
+	default:
+		t.Fatal("a long poll not woken by the applied entries")
+	}
+	if hwm := l.HighWatermark(); hwm != 3 {
+		t.Fatalf("high watermark %d after applying entries 2-4, want 3", hwm)
+	}
+	for _, committed := range []bool{false, true} {
+		for from := int64(0); from <= 3; from++ {
+			read := l.Read
+			if committed {
+				read = l.ReadCommitted
+			}
+			res, err := read(from, 1<<20, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var last int64 = from - 1
+			for _, c := range res.Chunks {
+				buf := make([]byte, c.Len)
+				if _, err := c.File.ReadAt(buf, c.Pos); err != nil {
+					t.Fatal(err)
+				}
+				for len(buf) > 0 {
+					h, err := batch.ParseHeader(buf)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if h.LastOffset() >= 3 {
+						t.Fatalf("read(committed %v) from %d returned offset %d, past the high watermark 3", committed, from, h.LastOffset())
+					}
+					last = h.LastOffset()
+					buf = buf[h.Size():]
+				}
+			}
+			res.Release()
+			if last != 2 {
+				t.Fatalf("read(committed %v) from %d ended at offset %d, want 2", committed, from, last)
+			}
+		}
+	}
+	wait = l.Wait()
+	rs.Apply(es[3:4])
+	select {
+	case <-wait:
+	default:
+		t.Fatal("a long poll not woken by the next applied entry")
+	}
+	if hwm := l.HighWatermark(); hwm != 4 {
+		t.Fatalf("high watermark %d, want 4", hwm)
+	}
+	// Entry 6 is not committed: the table reopened holds sequences 0-2 of
+	// the committed entries 2-4 (the hard state on disk says 4).
+	if err := rs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rs = openRaft(t, cfg)
+	if got := rs.Applied(); got != 4 {
+		t.Fatalf("Applied %d after reopening, want 4", got)
+	}
+	ps, err := rs.Log().Producers()
+	if err != nil || len(ps) != 1 || ps[0].LastSequence != 2 {
+		t.Fatalf("producers after reopening: %+v, %v; want producer 7 at sequence 2", ps, err)
+	}
+	// And it takes no append: it does not lead.
+	if _, err := rs.Log().Append(batch.BuildRecords([]batch.KeyValue{{Value: []byte("x")}}, 0, 0), plog.AckForced); !errors.Is(err, plog.ErrNotLeader) {
+		t.Fatalf("append to a raft log that does not lead: %v, want ErrNotLeader", err)
+	}
+}
