@@ -86,6 +86,7 @@ type RaftStorage struct {
 	// (rmu)
 	inflight   []*raftProposal
 	byProducer map[int64][]*raftProposal
+	decided    []decision // (rmu) Apply's, reused
 }
 
 // ErrRaftEntry is an entry Save cannot store: a normal entry whose data is

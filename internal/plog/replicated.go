@@ -350,6 +350,16 @@ func (rs *RaftStorage) Apply(entries []*pb.Entry) {
 	l := rs.l
 	nowMs := l.clock.Now().UnixMilli()
 	applied := false
+	// The proposals decided are answered once the high watermark is past
+	// them: an acks=all producer that reads it sees its batch committed.
+	decided := rs.decided[:0]
+	defer func() {
+		for _, d := range decided {
+			rs.answerLocked(d.p, d.res, d.err)
+		}
+		clear(decided)
+		rs.decided = decided[:0]
+	}()
 	for _, e := range entries {
 		i := e.GetIndex()
 		if i <= rs.applied {
@@ -368,7 +378,7 @@ func (rs *RaftStorage) Apply(entries []*pb.Entry) {
 		rs.applied, rs.appliedTerm = i, e.GetTerm()
 		l.mu.Unlock()
 		applied = true
-		rs.answerAppliedLocked(i, e)
+		decided = rs.decideLocked(decided, i, e)
 	}
 	if !applied {
 		return
@@ -419,24 +429,45 @@ func (rs *RaftStorage) applyEntryLocked(e *pb.Entry, nowMs int64) error {
 	return nil
 }
 
-// answerAppliedLocked answers the proposals in flight that entry e, just
-// applied at index i, decides: its own (success) and any proposed at or
-// below i that e is not (replaced by another leader's entry: an error).
-func (rs *RaftStorage) answerAppliedLocked(i uint64, e *pb.Entry) {
+// decision is a proposal's answer, decided by an applied entry.
+type decision struct {
+	p   *raftProposal
+	res AppendResult
+	err error
+}
+
+// decideLocked appends to dst the answers of the proposals in flight that
+// entry e, just applied at index i, decides: its own (success) and any
+// proposed at or below i that e is not (replaced by another leader's
+// entry: an error). They leave the proposals in flight.
+func (rs *RaftStorage) decideLocked(dst []decision, i uint64, e *pb.Entry) []decision {
 	for len(rs.inflight) > 0 {
 		p := rs.inflight[0]
 		if p.index == 0 || p.index > i {
-			return
+			break
 		}
 		rs.removeLocked(0)
 		if p.index != i || p.term != e.GetTerm() {
-			rs.answerLocked(p, AppendResult{}, fmt.Errorf("%w: entry %d of term %d replaced by a new leader's", ErrNotLeader, p.index, p.term))
+			dst = append(dst, decision{p: p, err: fmt.Errorf("%w: entry %d of term %d replaced by a new leader's", ErrNotLeader, p.index, p.term)})
 			continue
 		}
 		res := AppendResult{BaseOffset: p.base, LogAppendTime: -1}
 		if h, err := batch.ParseHeader(e.Data); err == nil && h.LogAppendTime() {
 			res.LogAppendTime = h.MaxTimestamp
 		}
-		rs.answerLocked(p, res, nil)
+		dst = append(dst, decision{p: p, res: res})
 	}
+	return dst
+}
+
+// EndOffset is the offset after entry i: the offset the next entry takes
+// (-1 for an index the log no longer holds).
+func (rs *RaftStorage) EndOffset(i uint64) int64 {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	_, offset, _, err := rs.entryStartLocked(i + 1)
+	if err != nil {
+		return -1
+	}
+	return offset
 }
