@@ -113,3 +113,58 @@ func TestRaftReadNeverPastHighWatermark(t *testing.T) {
 		t.Fatalf("append to a raft log that does not lead: %v, want ErrNotLeader", err)
 	}
 }
+
+// TestRaftProposalReplaced: a leader's acks=all batch saved at index 3 in
+// term 2, then replaced at that index by a new leader's entry of term 3,
+// committed and applied, without this replica having been told it lost
+// leadership: the batch is answered ErrNotLeader, never success. The test
+// plays raft's part (Save, then Apply), as the storage tests do.
+func TestRaftProposalReplaced(t *testing.T) {
+	rs := bootstrapped(t, raftTestConfig(vfs.NewMem(), 1<<20))
+	type proposal struct {
+		data []byte
+		done func(index, term uint64, err error)
+	}
+	props := make(chan proposal, 1)
+	rs.SetProposer(func(data []byte, done func(index, term uint64, err error)) { props <- proposal{data, done} })
+	rs.LeaderChanged(true, 2)
+	if rs.Leading() {
+		t.Fatal("leading before an entry of its term is applied")
+	}
+	// raft's empty entry of the new leader, committed and applied.
+	empty := &pb.Entry{Index: new(uint64(2)), Term: new(uint64(2)), Type: pb.EntryType_EntryNormal.Enum()}
+	if err := rs.Save(&pb.HardState{Term: new(uint64(2)), Vote: new(uint64(1)), Commit: new(uint64(2))}, []*pb.Entry{empty}, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	rs.Apply([]*pb.Entry{empty})
+	if !rs.Leading() {
+		t.Fatal("not leading after its term's entry applied")
+	}
+	answers := make(chan error, 1)
+	go func() {
+		_, err := rs.Log().Append(batch.BuildRecords([]batch.KeyValue{{Value: []byte("mine")}}, 0, 0), plog.AckForced)
+		answers <- err
+	}()
+	p := <-props
+	mine := &pb.Entry{Index: new(uint64(3)), Term: new(uint64(2)), Type: pb.EntryType_EntryNormal.Enum(), Data: p.data}
+	if err := rs.Save(nil, []*pb.Entry{mine}, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	p.done(3, 2, nil)
+	theirs := recordEntry(3, 3)
+	if err := rs.Save(&pb.HardState{Term: new(uint64(3)), Vote: new(uint64(2)), Commit: new(uint64(3))}, []*pb.Entry{theirs}, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	rs.Apply([]*pb.Entry{theirs})
+	select {
+	case err := <-answers:
+		if !errors.Is(err, plog.ErrNotLeader) {
+			t.Fatalf("a batch whose entry was replaced answered %v, want ErrNotLeader", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a batch whose entry was replaced is not answered")
+	}
+	if rs.Leading() {
+		t.Fatal("still taking appends after applying a later term's entry")
+	}
+}

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -245,6 +246,33 @@ func readAll(t testing.TB, l *plog.Log) []record {
 		res.Release()
 	}
 	return out
+}
+
+// errHung is an append not answered within appendTimeout.
+var errHung = errors.New("append not answered within the timeout")
+
+// appendTimeout stands for the broker's request timeout in these tests:
+// an append is always answered well within it.
+const appendTimeout = 10 * time.Second
+
+// appendWithin is l.Append, bounded by appendTimeout (errHung: the append
+// goroutine is left waiting).
+func appendWithin(l *plog.Log, b []byte, ack plog.AckPolicy) (plog.AppendResult, error) {
+	type answer struct {
+		res plog.AppendResult
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		res, err := l.Append(b, ack)
+		ch <- answer{res, err}
+	}()
+	select {
+	case a := <-ch:
+		return a.res, a.err
+	case <-time.After(appendTimeout):
+		return plog.AppendResult{BaseOffset: -1}, errHung
+	}
 }
 
 // value is a batch of one record holding v (not idempotent).

@@ -58,7 +58,7 @@ func TestProduceVisibleEverywhere(t *testing.T) {
 	for i := range 60 {
 		v := fmt.Sprintf("v%d", i)
 		ack := []plog.AckPolicy{plog.AckForced, plog.AckWritten, plog.AckNone}[i%3]
-		res, err := l.Append(value(v), ack)
+		res, err := appendWithin(l, value(v), ack)
 		if err != nil {
 			t.Fatalf("append %d (ack %d): %v", i, ack, err)
 		}
@@ -75,7 +75,7 @@ func TestProduceVisibleEverywhere(t *testing.T) {
 		}
 	}
 	for _, follower := range []uint64{2, 3} {
-		if _, err := c.part(follower).Log().Append(value("refused"), plog.AckForced); !errors.Is(err, plog.ErrNotLeader) {
+		if _, err := appendWithin(c.part(follower).Log(), value("refused"), plog.AckForced); !errors.Is(err, plog.ErrNotLeader) {
 			t.Fatalf("append on follower %d: %v, want ErrNotLeader", follower, err)
 		}
 	}
@@ -141,7 +141,7 @@ func TestLeaderStoppedDuringAcksAll(t *testing.T) {
 				mu.Lock()
 				tried++
 				mu.Unlock()
-				res, err := c.part(leader).Log().Append(value(v), plog.AckForced)
+				res, err := appendWithin(c.part(leader).Log(), value(v), plog.AckForced)
 				if err != nil {
 					if !errors.Is(err, plog.ErrNotLeader) {
 						t.Errorf("append on node %d: %v, want ErrNotLeader", leader, err)
@@ -216,7 +216,7 @@ func TestIdempotentRetryAfterFailover(t *testing.T) {
 	const producer = 9
 	var offsets []int64
 	for seq := int32(0); seq < 6; seq++ {
-		res, err := c.part(1).Log().Append(idempotent(producer, seq), plog.AckForced)
+		res, err := appendWithin(c.part(1).Log(), idempotent(producer, seq), plog.AckForced)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -227,16 +227,16 @@ func TestIdempotentRetryAfterFailover(t *testing.T) {
 	leader := c.awaitLeader(200)
 	l := c.part(leader).Log()
 	for _, seq := range []int32{5, 4} {
-		res, err := l.Append(idempotent(producer, seq), plog.AckForced)
+		res, err := appendWithin(l, idempotent(producer, seq), plog.AckForced)
 		if err != nil || res.BaseOffset != offsets[seq] {
 			t.Fatalf("retry of sequence %d on the new leader: offset %d, %v; want the original %d", seq, res.BaseOffset, err, offsets[seq])
 		}
 	}
-	next, err := l.Append(idempotent(producer, 6), plog.AckForced)
+	next, err := appendWithin(l, idempotent(producer, 6), plog.AckForced)
 	if err != nil || next.BaseOffset <= offsets[5] {
 		t.Fatalf("sequence 6: offset %d, %v", next.BaseOffset, err)
 	}
-	if _, err := l.Append(idempotent(producer, 8), plog.AckForced); !errors.Is(err, plog.ErrOutOfOrderSequence) {
+	if _, err := appendWithin(l, idempotent(producer, 8), plog.AckForced); !errors.Is(err, plog.ErrOutOfOrderSequence) {
 		t.Fatalf("sequence 8 after 6: %v, want ErrOutOfOrderSequence", err)
 	}
 	c.awaitHWM(next.BaseOffset + 1)
@@ -264,7 +264,7 @@ func TestIdempotentRetryAfterFailover(t *testing.T) {
 func TestPartitionedLeaderTruncated(t *testing.T) {
 	c := newCluster(t, 3)
 	c.elect(1)
-	if _, err := c.part(1).Log().Append(value("committed"), plog.AckForced); err != nil {
+	if _, err := appendWithin(c.part(1).Log(), value("committed"), plog.AckForced); err != nil {
 		t.Fatal(err)
 	}
 	c.cut(1, true)
@@ -272,7 +272,7 @@ func TestPartitionedLeaderTruncated(t *testing.T) {
 	answers := make(chan error, lost)
 	for i := range lost {
 		go func() {
-			_, err := c.part(1).Log().Append(value(fmt.Sprintf("lost-%d", i)), plog.AckForced)
+			_, err := appendWithin(c.part(1).Log(), value(fmt.Sprintf("lost-%d", i)), plog.AckForced)
 			answers <- err
 		}()
 	}
@@ -296,7 +296,7 @@ func TestPartitionedLeaderTruncated(t *testing.T) {
 			t.Fatalf("a batch of the cut-off leader answered %v, want ErrNotLeader", err)
 		}
 	}
-	res, err := c.part(newLeader).Log().Append(value("after"), plog.AckForced)
+	res, err := appendWithin(c.part(newLeader).Log(), value("after"), plog.AckForced)
 	if err != nil {
 		t.Fatal(err)
 	}
