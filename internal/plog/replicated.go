@@ -139,22 +139,9 @@ func (rs *RaftStorage) enqueue(records []byte, ack AckPolicy) (Pending, error) {
 	return rs.propose(records, ack, nil)
 }
 
-// writeMarker proposes the control batch records of marker m
-// (WriteTxnMarker) and waits for it to be applied.
-func (rs *RaftStorage) writeMarker(records []byte, m *TxnMarker) (int64, error) {
-	p, err := rs.propose(records, AckForced, m)
-	if err != nil {
-		return -1, err
-	}
-	res, err := p.Wait()
-	if err != nil {
-		return -1, err
-	}
-	return res.BaseOffset, nil
-}
-
-// propose checks records (one batch, or marker m's control batch) against
-// the producer's state at this leader's log end and proposes it.
+// propose checks records (one batch, or marker m's control batch, which
+// WriteTxnMarker waits for as AckForced) against the producer's state at
+// this leader's log end and proposes it.
 func (rs *RaftStorage) propose(records []byte, ack AckPolicy, m *TxnMarker) (Pending, error) {
 	h, _ := batch.ParseHeader(records)
 	l := rs.l

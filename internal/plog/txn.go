@@ -188,13 +188,15 @@ func (l *Log) WriteTxnMarker(ctx context.Context, m TxnMarker) (offset int64, er
 		return -1, ErrUnknownProducerID
 	}
 	records := batch.BuildControl(m.ProducerID, m.ProducerEpoch, m.Commit, m.CoordinatorEpoch, l.config().Clock.Now().UnixMilli())
+	var p Pending
 	if l.raft != nil {
-		return l.raft.writeMarker(records, &m)
+		p, err = l.raft.propose(records, AckForced, &m)
+	} else {
+		req := getReq()
+		req.records = records
+		req.ack, req.kind, req.marker = AckForced, reqMarker, m
+		p, err = l.enqueueReq(req)
 	}
-	req := getReq()
-	req.records = records
-	req.ack, req.kind, req.marker = AckForced, reqMarker, m
-	p, err := l.enqueueReq(req)
 	if err != nil {
 		return -1, err
 	}

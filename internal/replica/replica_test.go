@@ -2,13 +2,16 @@ package replica
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sushka-io/sushka/internal/plog"
+	"github.com/sushka-io/sushka/internal/plog/batch"
 )
 
 // sameLogs fails unless every live replica holds the same data batches, at
@@ -320,4 +323,92 @@ func (c *testCluster) writtenEnd(id uint64) int64 {
 		c.t.Fatal(err)
 	}
 	return rs.EndOffset(last)
+}
+
+// transactional is a batch of one record of producer id's transaction,
+// epoch 0, at sequence seq.
+func transactional(id int64, seq int32) []byte {
+	return batch.Build(batch.BuildOptions{ProducerID: id, BaseSequence: seq, ValueSize: 8,
+		BaseTimestamp: time.Now().UnixMilli(), Attributes: batch.AttrTransactional})
+}
+
+// TestTransactionsOnEveryReplica: a transaction's batches and its markers
+// go through raft and every replica applies them: while it is open, every
+// replica's last stable offset stays at its first batch; committed, the
+// LSO reaches the high watermark everywhere; an aborted one is in every
+// replica's aborted index (ReadCommitted), and the state survives a
+// failover: the new leader still has the next transaction open and fences
+// a marker of an older coordinator epoch.
+func TestTransactionsOnEveryReplica(t *testing.T) {
+	c := newCluster(t, 3)
+	c.elect(1)
+	l := c.part(1).Log()
+	ctx := context.Background()
+	first, err := appendWithin(l, transactional(11, 0), plog.AckForced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := appendWithin(l, transactional(11, 1), plog.AckForced); err != nil {
+		t.Fatal(err)
+	}
+	c.awaitHWM(first.BaseOffset + 2)
+	for i, p := range c.parts {
+		if lso := p.Log().LastStableOffset(); lso != first.BaseOffset {
+			t.Fatalf("node %d: LSO %d with the transaction open from %d", i+1, lso, first.BaseOffset)
+		}
+	}
+	commit, err := l.WriteTxnMarker(ctx, plog.TxnMarker{ProducerID: 11, Commit: true, CoordinatorEpoch: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.awaitHWM(commit + 1)
+	for i, p := range c.parts {
+		if lso, hwm := p.Log().LastStableOffset(), p.Log().HighWatermark(); lso != hwm {
+			t.Fatalf("node %d: LSO %d, high watermark %d after the commit", i+1, lso, hwm)
+		}
+	}
+	// An aborted transaction, then one left open.
+	aborted, err := appendWithin(l, transactional(11, 2), plog.AckForced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	abort, err := l.WriteTxnMarker(ctx, plog.TxnMarker{ProducerID: 11, CoordinatorEpoch: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	open, err := appendWithin(l, transactional(11, 3), plog.AckForced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.awaitHWM(open.BaseOffset + 1)
+	for i, p := range c.parts {
+		res, err := p.Log().ReadCommitted(aborted.BaseOffset, 1<<20, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := slices.ContainsFunc(res.Aborted, func(a plog.AbortedTxn) bool {
+			return a.ProducerID == 11 && a.FirstOffset == aborted.BaseOffset && a.LastOffset == abort
+		})
+		res.Release()
+		if !found {
+			t.Fatalf("node %d: the transaction aborted at %d not in its aborted index", i+1, abort)
+		}
+	}
+	c.stop(1)
+	leader := c.awaitLeader(200)
+	nl := c.part(leader).Log()
+	if lso := nl.LastStableOffset(); lso != open.BaseOffset {
+		t.Fatalf("new leader: LSO %d, the open transaction begins at %d", lso, open.BaseOffset)
+	}
+	if _, err := nl.WriteTxnMarker(ctx, plog.TxnMarker{ProducerID: 11, Commit: true, CoordinatorEpoch: 2}); !errors.Is(err, plog.ErrCoordinatorFenced) {
+		t.Fatalf("a marker of an older coordinator epoch on the new leader: %v, want ErrCoordinatorFenced", err)
+	}
+	end, err := nl.WriteTxnMarker(ctx, plog.TxnMarker{ProducerID: 11, Commit: true, CoordinatorEpoch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.awaitHWM(end + 1)
+	if lso, hwm := nl.LastStableOffset(), nl.HighWatermark(); lso != hwm {
+		t.Fatalf("new leader: LSO %d, high watermark %d after the commit", lso, hwm)
+	}
 }
