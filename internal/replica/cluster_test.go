@@ -165,13 +165,25 @@ func (c *testCluster) leader() uint64 {
 	return 0
 }
 
-// elect makes node id campaign and waits until it takes appends.
+// elect makes node id the leader (it campaigns; a leader elected before it
+// hands over) and waits until it takes appends.
 func (c *testCluster) elect(id uint64) {
 	c.t.Helper()
-	if err := c.nodes[id-1].Campaign(group); err != nil {
-		c.t.Fatal(err)
-	}
-	c.tickUntil(100, fmt.Sprintf("node %d leading", id), func() bool { return c.part(id).Leading() })
+	i := 0
+	c.tickUntil(200, fmt.Sprintf("node %d leading", id), func() bool {
+		if c.part(id).Leading() {
+			return true
+		}
+		if i%20 == 0 {
+			if l := c.leader(); l != 0 {
+				_ = c.nodes[l-1].TransferLeadership(group, id)
+			} else if err := c.nodes[id-1].Campaign(group); err != nil {
+				c.t.Fatal(err)
+			}
+		}
+		i++
+		return false
+	})
 }
 
 // awaitLeader waits until some live replica takes appends.

@@ -412,3 +412,101 @@ func TestTransactionsOnEveryReplica(t *testing.T) {
 		t.Fatalf("new leader: LSO %d, high watermark %d after the commit", lso, hwm)
 	}
 }
+
+// TestRetryOfUncommittedBatchAfterFailover: five replicas; the leader takes
+// an idempotent batch (acks=1) that reaches one follower only (the others
+// are cut off from it), then hands leadership to that follower, which
+// leads with the batch in its log uncommitted. The producer's retry on it is refused until it has
+// applied its own term's first entry (which commits the batch), then
+// answered with the batch's offset: the batch is in the log once.
+func TestRetryOfUncommittedBatchAfterFailover(t *testing.T) {
+	// The window it probes (between winning and applying the term's first
+	// entry) is a few hundred microseconds: rounds in fresh clusters.
+	for round := range 8 {
+		t.Run(fmt.Sprint(round), testRetryOfUncommittedBatch)
+	}
+}
+
+func testRetryOfUncommittedBatch(t *testing.T) {
+	c := newCluster(t, 5)
+	c.elect(1)
+	const producer = 21
+	for seq := int32(0); seq < 5; seq++ {
+		if _, err := appendWithin(c.part(1).Log(), idempotent(producer, seq), plog.AckForced); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.awaitHWM(c.part(1).Log().HighWatermark())
+	for _, id := range []uint64{3, 4, 5} {
+		c.nodes[0].CutPeer(id, true)
+		c.nodes[id-1].CutPeer(1, true)
+	}
+	res, err := appendWithin(c.part(1).Log(), idempotent(producer, 5), plog.AckWritten)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, _ := c.part(1).Storage().LastIndex()
+	// No tick while the others are cut off (they would elect among
+	// themselves): replication needs none.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if l2, _ := c.part(2).Storage().LastIndex(); l2 == last {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the batch did not reach node 2")
+		}
+	}
+	if hwm := c.part(2).Log().HighWatermark(); hwm > res.BaseOffset {
+		t.Fatalf("node 2's high watermark %d: the batch at %d is committed already", hwm, res.BaseOffset)
+	}
+	// The producer retries on node 2 as fast as it can from before node 2
+	// leads: a leader that took appends before applying its term's first
+	// entry would take the retry for a new batch.
+	type answer struct {
+		res plog.AppendResult
+		err error
+	}
+	retried := make(chan answer, 1)
+	go func() {
+		for deadline := time.Now().Add(appendTimeout); ; {
+			res, err := appendWithin(c.part(2).Log(), idempotent(producer, 5), plog.AckForced)
+			if !errors.Is(err, plog.ErrNotLeader) || time.Now().After(deadline) {
+				retried <- answer{res, err}
+				return
+			}
+		}
+	}()
+	// Leadership handed to node 2 (raft's transfer: it campaigns at once,
+	// and the others, cut off from node 1 but not from it, vote for it; an
+	// election after node 1 stopped could as well elect one of them, whose
+	// shorter logs would replace the batch).
+	if err := c.nodes[0].TransferLeadership(group, 2); err != nil {
+		t.Fatal(err)
+	}
+	var retry answer
+	for i := 0; ; i++ {
+		select {
+		case retry = <-retried:
+		default:
+			if i == 200 {
+				t.Fatal("no answer to the retry on node 2 after 200 ticks")
+			}
+			c.tick()
+			continue
+		}
+		break
+	}
+	if retry.err != nil || retry.res.BaseOffset != res.BaseOffset {
+		t.Fatalf("retry on the new leader: offset %d, %v; want the original %d", retry.res.BaseOffset, retry.err, res.BaseOffset)
+	}
+	c.awaitHWM(res.BaseOffset + 1)
+	n := 0
+	for _, r := range readAll(t, c.part(2).Log()) {
+		if r.producer == producer && r.seq == 5 {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("sequence 5 is in the log %d times", n)
+	}
+}
