@@ -40,12 +40,13 @@ import (
 //
 // The storage is the log's only writer: it writes in the caller's goroutine
 // (Save is called by the group's one worker at a time) and the Log's writer
-// goroutine never starts (Append and WriteTxnMarker must not be used on it:
-// produce goes through raft proposals, a later step). The high watermark
-// is the end of the committed entries the storage was told of: raft never
-// removes a committed entry, so visible means committed.
+// goroutine never starts: the Log's Append, Enqueue and WriteTxnMarker go
+// through raft proposals (replicated.go, SetProposer). The high watermark
+// is the end of the entries applied (Apply: committed, then applied to the
+// producer table and the transactions): raft never removes a committed
+// entry, so visible means committed.
 //
-// Lock order: RaftStorage.mu before Log.mu (and the FileCache's lock). raft
+// Lock order: proposeMu → rmu → mu → Log.mu (and the FileCache's lock). raft
 // calls the read methods from the worker running the group, as Save is;
 // the lock makes them safe from any other goroutine too.
 type RaftStorage struct {
@@ -225,7 +226,7 @@ func (rs *RaftStorage) afterScan() error {
 func (rs *RaftStorage) scanApplies() bool { return rs.last+1 <= rs.hs.commit }
 
 // Log is the partition log the storage writes: for reading (Read, Wait,
-// HighWatermark), never for Append.
+// HighWatermark) and, on the group's leader, appending (replicated.go).
 func (rs *RaftStorage) Log() *Log { return rs.l }
 
 // Close syncs and closes the log, recording the latest commit index.

@@ -312,10 +312,12 @@ func (rs *RaftStorage) answerLocked(p *raftProposal, res AppendResult, err error
 	p.dups = nil
 }
 
+// answerReq hands r back to its appender (its done channel has room for
+// the one answer): err, or r.result.
 func (rs *RaftStorage) answerReq(r *appendReq, err error) {
 	r.err = err
-	if r.result.BaseOffset == 0 && err != nil {
-		r.result.BaseOffset = -1
+	if err != nil {
+		r.result = AppendResult{BaseOffset: -1, LogAppendTime: -1}
 	}
 	r.result.LogStartOffset = rs.l.LogStartOffset()
 	r.done <- struct{}{}
