@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -88,6 +89,8 @@ type RaftStorage struct {
 	inflight   []*raftProposal
 	byProducer map[int64][]*raftProposal
 	decided    []decision // (rmu) Apply's, reused
+	// producersCheckedAt is Apply's last look for expired producers. (rmu)
+	producersCheckedAt time.Time
 }
 
 // ErrRaftEntry is an entry Save cannot store: a normal entry whose data is

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 
@@ -337,7 +338,9 @@ func (rs *RaftStorage) Apply(entries []*pb.Entry) {
 		return
 	}
 	l := rs.l
-	nowMs := l.clock.Now().UnixMilli()
+	now := l.clock.Now()
+	nowMs := now.UnixMilli()
+	rs.expireProducersLocked(now)
 	applied := false
 	// The proposals decided are answered once the high watermark is past
 	// them: an acks=all producer that reads it sees its batch committed.
@@ -375,6 +378,26 @@ func (rs *RaftStorage) Apply(entries []*pb.Entry) {
 	if err := rs.publishAppliedLocked(false); err != nil {
 		rs.err = err
 		l.fail(err)
+	}
+}
+
+// expireProducersLocked forgets the producers idle for
+// producer.id.expiration.ms, checked every
+// producer.id.expiration.check.interval.ms as the plain log's writer does:
+// each replica by its own clock, as each Kafka replica does. A leader's
+// proposals in flight keep their producer's view (producerViewLocked).
+func (rs *RaftStorage) expireProducersLocked(now time.Time) {
+	if rs.producersCheckedAt.IsZero() {
+		rs.producersCheckedAt = now // recovery has just expired them
+		return
+	}
+	if now.Sub(rs.producersCheckedAt) < producerExpiryCheckInterval {
+		return
+	}
+	rs.producersCheckedAt = now
+	expiration := rs.l.config().ProducerIDExpiration
+	if n := rs.l.w.producers.expire(now.UnixMilli(), expiration); n > 0 {
+		rs.l.logger().Info("forgot idle idempotent producers", "producers", n, "idle_for", expiration)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"github.com/sushka-io/sushka/internal/clock"
 	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/plog/batch"
 	"github.com/sushka-io/sushka/internal/vfs"
@@ -166,5 +167,46 @@ func TestRaftProposalReplaced(t *testing.T) {
 	}
 	if rs.Leading() {
 		t.Fatal("still taking appends after applying a later term's entry")
+	}
+}
+
+// TestRaftProducersExpire: an idempotent producer idle for
+// producer.id.expiration.ms is forgotten by a raft log's Apply at its next
+// check (every producer.id.expiration.check.interval.ms), as by the plain
+// log's writer; an active one is kept.
+func TestRaftProducersExpire(t *testing.T) {
+	start := time.Now()
+	clk := clock.NewManual(start)
+	cfg := raftTestConfig(vfs.NewMem(), 1<<20)
+	cfg.Clock = clk
+	cfg.ProducerIDExpiration = time.Hour
+	rs := bootstrapped(t, cfg)
+	save := func(es []*pb.Entry) {
+		t.Helper()
+		last := es[len(es)-1].GetIndex()
+		if err := rs.Save(&pb.HardState{Term: new(uint64(2)), Vote: new(uint64(1)), Commit: new(last)}, es, nil, true); err != nil {
+			t.Fatal(err)
+		}
+		rs.Apply(es)
+	}
+	build := func(index uint64, producer int64, seq int32) *pb.Entry {
+		b := batch.Build(batch.BuildOptions{ValueSize: 8, ProducerID: producer, BaseSequence: seq, BaseTimestamp: clk.Now().UnixMilli()})
+		return &pb.Entry{Index: new(index), Term: new(uint64(2)), Type: pb.EntryType_EntryNormal.Enum(), Data: b}
+	}
+	save([]*pb.Entry{build(2, 7, 0), build(3, 8, 0)})
+	clk.Advance(59 * time.Minute)
+	save([]*pb.Entry{build(4, 8, 1)}) // producer 8 active
+	clk.Advance(11 * time.Minute)     // 7 idle for 70 min, 8 for 11; the check is due
+	save([]*pb.Entry{build(5, 9, 0)})
+	ps, err := rs.Log().Producers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, p := range ps {
+		ids = append(ids, p.ProducerID)
+	}
+	if len(ids) != 2 || ids[0] != 8 || ids[1] != 9 {
+		t.Fatalf("producers %v after producer 7 idled for 70 minutes, want [8 9]", ids)
 	}
 }
