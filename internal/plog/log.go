@@ -448,12 +448,7 @@ func (l *Log) read(offset, maxBytes int64, atLeastOne, committed bool) (ReadResu
 	}
 	s := l.segments[i]
 	startHint := s.floorIndexEntryLocked(offset)
-	end := s.size
-	upper := s.nextOffset // the offset after what this read may return
-	if s == l.hwmSeg {
-		// A raft log's segment holding entries past the committed ones.
-		end, upper = l.hwmPos, l.hwm
-	}
+	end, upper := l.visibleLocked(s) // upper: the offset after what this read may return
 	if committed && l.firstTxn.seg == s && l.firstTxn.offset == lso {
 		// The earliest transaction in progress begins in this segment:
 		// stop before its first batch. (One beginning in an earlier
@@ -528,6 +523,17 @@ func (l *Log) read(offset, maxBytes int64, atLeastOne, committed bool) (ReadResu
 		l.mu.RUnlock()
 	}
 	return res, nil
+}
+
+// visibleLocked is where what readers may see of segment s ends (mu held):
+// its size and next offset, or on a raft log, for the segment holding
+// the high watermark, the position and offset of the batch at it (the
+// segment's bytes past it are entries not yet committed).
+func (l *Log) visibleLocked(s *segment) (end, upper int64) {
+	if s == l.hwmSeg {
+		return l.hwmPos, l.hwm
+	}
+	return s.size, s.nextOffset
 }
 
 // Release unpins the segment file of r's chunks: it may be closed (by the

@@ -13,12 +13,16 @@ import (
 	"github.com/sushka-io/sushka/internal/vfs"
 )
 
+// idempotentEpoch is the timestamp of idempotentEnts' first batch; each
+// next one is a second later.
+var idempotentEpoch = time.Now().UnixMilli()
+
 // idempotentEnts are entries index, index+1, … of term term, each a batch
 // of one record from idempotent producer 7, sequences seq, seq+1, ….
 func idempotentEnts(index, term uint64, seq int32, n int) []*pb.Entry {
 	var out []*pb.Entry
 	for i := range n {
-		b := batch.Build(batch.BuildOptions{ValueSize: 16, ProducerID: 7, BaseSequence: seq + int32(i), BaseTimestamp: time.Now().UnixMilli()})
+		b := batch.Build(batch.BuildOptions{ValueSize: 16, ProducerID: 7, BaseSequence: seq + int32(i), BaseTimestamp: idempotentEpoch + int64(i)*1000})
 		out = append(out, &pb.Entry{Index: new(index + uint64(i)), Term: new(term), Type: pb.EntryType_EntryNormal.Enum(), Data: b})
 	}
 	return out
@@ -85,6 +89,14 @@ func TestRaftReadNeverPastHighWatermark(t *testing.T) {
 				t.Fatalf("read(committed %v) from %d ended at offset %d, want 2", committed, from, last)
 			}
 		}
+	}
+	// ListOffsets by time sees no uncommitted batch either (entry 5, offset
+	// 3, is a second later than entry 4).
+	if off, _, found, err := l.OffsetForTimestamp(idempotentEpoch + 3000); err != nil || found {
+		t.Fatalf("offset for the timestamp of the uncommitted entry 5: %d, found %v, %v; want none", off, found, err)
+	}
+	if off, _, found, err := l.OffsetForTimestamp(idempotentEpoch + 2000); err != nil || !found || off != 2 {
+		t.Fatalf("offset for the timestamp of entry 4: %d, found %v, %v; want 2", off, found, err)
 	}
 	wait = l.Wait()
 	rs.Apply(es[3:4])
