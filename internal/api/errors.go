@@ -54,6 +54,9 @@ var errorCodes = []struct {
 	// A closed log is a partition this node no longer leads (deleted, or
 	// the broker is shutting down): the client refreshes its metadata.
 	{plog.ErrClosed, kerr.NotLeaderForPartition.Code},
+	// A replicated partition's replica that does not lead it (or stopped
+	// leading with the batch in flight): retriable, as a closed log.
+	{plog.ErrNotLeader, kerr.NotLeaderForPartition.Code},
 }
 
 // errorCode maps an error to the Kafka error code of the response (0 for

@@ -96,6 +96,18 @@ type Log struct {
 	// the recovery scan keeps, in log order; such a log also keeps control
 	// batches that are not transaction markers (raft's, batch/raftcontrol.go).
 	scanHook scanHook
+	// scanApplies, when set (a raft log), tells the scan whether the batch
+	// it is at is applied (committed): only those enter the producer table
+	// and the transactions.
+	scanApplies func() bool
+	// raft is the storage of a raft log (raftlog.go), nil for a plain one:
+	// Append and Enqueue go through its proposals (replicated.go).
+	raft *RaftStorage
+	// hwmSeg and hwmPos (mu), on a raft log, are where the batch at the
+	// high watermark begins: its segments hold the bytes of entries not
+	// yet committed, which Read never returns.
+	hwmSeg *segment
+	hwmPos int64
 
 	// broken is set, for its whole life, on a Log made by Failed: it has no
 	// segments and no writer, and refuses appends and reads with failed.
@@ -138,11 +150,11 @@ func Open(cfg Config) (*Log, error) {
 }
 
 // open is Open with the read buffers of a recovery thread.
-func open(cfg Config, bufs *scanBuffers) (*Log, error) { return openWith(cfg, bufs, nil) }
+func open(cfg Config, bufs *scanBuffers) (*Log, error) { return openWith(cfg, bufs, nil, nil) }
 
 // openWith is open with a scan hook (Log.scanHook): the raft storage's
 // (raftlog.go).
-func openWith(cfg Config, bufs *scanBuffers, hook scanHook) (*Log, error) {
+func openWith(cfg Config, bufs *scanBuffers, hook scanHook, applies func() bool) (*Log, error) {
 	cfg.setNilDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -156,8 +168,9 @@ func openWith(cfg Config, bufs *scanBuffers, hook scanHook) (*Log, error) {
 		stop:       make(chan struct{}),
 		waitCh:     make(chan struct{}),
 
-		firstTxn: noTxn,
-		scanHook: hook,
+		firstTxn:    noTxn,
+		scanHook:    hook,
+		scanApplies: applies,
 	}
 	cp, err := acquireCheckpoints(cfg)
 	if err != nil {
@@ -273,6 +286,9 @@ func (l *Log) Enqueue(records []byte, ack AckPolicy) (Pending, error) {
 	maxBatch := l.config().MaxBatchBytes
 	if err := validateRecords(records, maxBatch); err != nil {
 		return Pending{}, err
+	}
+	if l.raft != nil {
+		return l.raft.enqueue(records, ack)
 	}
 	req := getReq()
 	req.records, req.ack = records, ack
@@ -432,8 +448,7 @@ func (l *Log) read(offset, maxBytes int64, atLeastOne, committed bool) (ReadResu
 	}
 	s := l.segments[i]
 	startHint := s.floorIndexEntryLocked(offset)
-	end := s.size
-	upper := s.nextOffset // the offset after what this read may return
+	end, upper := l.visibleLocked(s) // upper: the offset after what this read may return
 	if committed && l.firstTxn.seg == s && l.firstTxn.offset == lso {
 		// The earliest transaction in progress begins in this segment:
 		// stop before its first batch. (One beginning in an earlier
@@ -508,6 +523,17 @@ func (l *Log) read(offset, maxBytes int64, atLeastOne, committed bool) (ReadResu
 		l.mu.RUnlock()
 	}
 	return res, nil
+}
+
+// visibleLocked is where what readers may see of segment s ends (mu held):
+// its size and next offset, or on a raft log, for the segment holding
+// the high watermark, the position and offset of the batch at it (the
+// segment's bytes past it are entries not yet committed).
+func (l *Log) visibleLocked(s *segment) (end, upper int64) {
+	if s == l.hwmSeg {
+		return l.hwmPos, l.hwm
+	}
+	return s.size, s.nextOffset
 }
 
 // Release unpins the segment file of r's chunks: it may be closed (by the

@@ -97,7 +97,11 @@ func (t *producerTable) check(h *batch.Header) (dupBase int64, err error) {
 	if h.ProducerID < 0 {
 		return -1, nil
 	}
-	st := t.states[h.ProducerID]
+	return checkProducer(t.states[h.ProducerID], h)
+}
+
+// checkProducer is check against st, the state of h's producer (nil: none).
+func checkProducer(st *producerState, h *batch.Header) (dupBase int64, err error) {
 	if st != nil && st.txnFirst >= 0 && !h.Transactional() && h.ProducerEpoch >= st.epoch {
 		// Kafka: a producer with a transaction in progress writes only
 		// transactional batches until its marker.
@@ -179,7 +183,12 @@ func (t *producerTable) stateFor(id int64, epoch int16, saveUndo bool) *producer
 // coordinator epoch (TRANSACTION_COORDINATOR_FENCED). A producer with no
 // state here, or no transaction in progress, still gets its marker.
 func (t *producerTable) checkMarker(m *TxnMarker) error {
-	st := t.states[m.ProducerID]
+	return checkMarker(t.states[m.ProducerID], m)
+}
+
+// checkMarker is checkMarker against st, the state of m's producer (nil:
+// none).
+func checkMarker(st *producerState, m *TxnMarker) error {
 	switch {
 	case st == nil:
 		return nil
@@ -206,6 +215,17 @@ func (t *producerTable) recordMarker(m *TxnMarker, offset, seenMs, timestamp int
 	st.seenMs = max(st.seenMs, seenMs)
 	st.lastTs = timestamp
 	return first
+}
+
+// applyMarker records the marker m at offset (recordMarker) and returns
+// the transaction event it makes (the recovery scan's and a raft log's
+// apply: the marker was checked when it was written).
+func (t *producerTable) applyMarker(m *TxnMarker, offset, seenMs, timestamp int64) txnEvent {
+	ev := txnEvent{kind: txnAbort, producerID: m.ProducerID, first: t.recordMarker(m, offset, seenMs, timestamp, false)}
+	if m.Commit {
+		ev.kind = txnCommit
+	}
+	return ev
 }
 
 // rollback restores the states saved since the last commit, newest first.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -40,12 +41,13 @@ import (
 //
 // The storage is the log's only writer: it writes in the caller's goroutine
 // (Save is called by the group's one worker at a time) and the Log's writer
-// goroutine never starts (Append and WriteTxnMarker must not be used on it:
-// produce goes through raft proposals, a later step). The high watermark
-// is the end of the committed entries the storage was told of: raft never
-// removes a committed entry, so visible means committed.
+// goroutine never starts: the Log's Append, Enqueue and WriteTxnMarker go
+// through raft proposals (replicated.go, SetProposer). The high watermark
+// is the end of the entries applied (Apply: committed, then applied to the
+// producer table and the transactions): raft never removes a committed
+// entry, so visible means committed.
 //
-// Lock order: RaftStorage.mu before Log.mu (and the FileCache's lock). raft
+// Lock order: proposeMu → rmu → mu → Log.mu (and the FileCache's lock). raft
 // calls the read methods from the worker running the group, as Save is;
 // the lock makes them safe from any other goroutine too.
 type RaftStorage struct {
@@ -67,6 +69,28 @@ type RaftStorage struct {
 	// hasState: raft-state or raft-snapshot was found at Open, or written
 	// since. A log with batches and neither is not a raft log. (mu)
 	hasState bool
+
+	// The replicated partition (replicated.go). Lock order: proposeMu →
+	// rmu → mu → Log.mu.
+	proposeMu sync.Mutex // serialises Enqueue's check and proposal, so entries keep their order
+	rmu       sync.Mutex
+	proposer  Proposer // (rmu) nil: the log takes no appends
+	// leaderTerm is this replica's term as the group's leader, 0 when it
+	// does not lead. (rmu)
+	leaderTerm uint64
+	// applied is the last entry applied to the producer table (the Log's
+	// writer's, which never runs on a raft log) and the transactions, and
+	// appliedTerm its term (0 until an entry is applied in this life).
+	// (rmu and mu: written holding both)
+	applied, appliedTerm uint64
+	// inflight are this leader's proposals not yet applied, in proposal
+	// (and so index) order; byProducer the same, per idempotent producer.
+	// (rmu)
+	inflight   []*raftProposal
+	byProducer map[int64][]*raftProposal
+	decided    []decision // (rmu) Apply's, reused
+	// producersCheckedAt is Apply's last look for expired producers. (rmu)
+	producersCheckedAt time.Time
 }
 
 // ErrRaftEntry is an entry Save cannot store: a normal entry whose data is
@@ -93,11 +117,12 @@ func OpenRaftStorage(cfg Config) (*RaftStorage, error) {
 	rs.last = rs.snap.index
 	var bufs scanBuffers
 	defer bufs.release()
-	l, err := openWith(cfg, &bufs, rs.noteScanned)
+	l, err := openWith(cfg, &bufs, rs.noteScanned, rs.scanApplies)
 	if err != nil {
 		return nil, err
 	}
 	rs.l = l
+	l.raft = rs
 	if err := rs.afterScan(); err != nil {
 		l.Close()
 		return nil, err
@@ -169,6 +194,8 @@ func (rs *RaftStorage) afterScan() error {
 		all = append(all, raftSegment{seg: s, first: next})
 	}
 	rs.segs = all
+	rs.applied = max(min(rs.hs.commit, rs.last), rs.snap.index)
+	rs.appliedTerm = 0 // no leader's entry applied in this life yet
 	if rs.scanErr != nil {
 		return rs.scanErr
 	}
@@ -191,22 +218,23 @@ func (rs *RaftStorage) afterScan() error {
 	if err := rs.removeStaleSidecars(); err != nil {
 		return err
 	}
-	end, err := rs.endOffsetLocked(rs.hs.commit)
-	if err != nil {
-		return err
-	}
-	l.mu.Lock()
-	l.publishLocked(end)
-	l.mu.Unlock()
-	return nil
+	// The scan set the high watermark to the log's end: down to the
+	// applied end.
+	return rs.publishAppliedLocked(true)
 }
 
+// scanApplies tells the recovery scan whether the entry it is at (the one
+// after the last it noted) is committed (on disk): the producers and
+// transactions of a raft log are its applied entries' (replicated.go).
+func (rs *RaftStorage) scanApplies() bool { return rs.last+1 <= rs.hs.commit }
+
 // Log is the partition log the storage writes: for reading (Read, Wait,
-// HighWatermark), never for Append.
+// HighWatermark) and, on the group's leader, appending (replicated.go).
 func (rs *RaftStorage) Log() *Log { return rs.l }
 
 // Close syncs and closes the log, recording the latest commit index.
 func (rs *RaftStorage) Close() error {
+	rs.LeaderChanged(false, 0) // nothing in flight commits here any more
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.closed {
@@ -364,7 +392,6 @@ func (rs *RaftStorage) saveLocked(hs *pb.HardState, entries []*pb.Entry, snap *p
 				return err
 			}
 		}
-		return rs.publishCommitLocked()
 	}
 	return nil
 }
@@ -409,20 +436,39 @@ func (rs *RaftStorage) writeHardStateLocked() error {
 	return nil
 }
 
-// publishCommitLocked moves the high watermark to the end of the committed
-// entries the log holds.
-func (rs *RaftStorage) publishCommitLocked() error {
-	end, err := rs.endOffsetLocked(min(rs.hs.commit, rs.last))
+// publishAppliedLocked moves the high watermark to the end of the applied
+// entries (committed, and applied to the producers and transactions,
+// replicated.go), and notes where in the segments that end is, for Read.
+func (rs *RaftStorage) publishAppliedLocked(atOpen bool) error {
+	seg, end, pos, err := rs.entryStartLocked(rs.applied + 1)
 	if err != nil {
 		return err
 	}
 	l := rs.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if end > l.hwm {
+	l.hwmSeg, l.hwmPos = seg, pos
+	if end > l.hwm || atOpen {
 		l.publishLocked(end)
 	}
 	return nil
+}
+
+// entryStartLocked is where entry i begins: its segment, base offset and
+// position; for the entry after the last, where the next would be
+// written.
+func (rs *RaftStorage) entryStartLocked(i uint64) (*segment, int64, int64, error) {
+	i = max(i, rs.snap.index+1)
+	if i > rs.last {
+		w := &rs.l.w
+		return w.active, w.next, w.writePos, nil
+	}
+	rseg := &rs.segs[rs.segmentOf(i)]
+	at, err := rs.span(rseg, i-rseg.first, i-rseg.first+1)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	return rseg.seg, rseg.seg.base + int64(at[0].offsetDelta), int64(at[0].pos), nil
 }
 
 // entryBatches checks entries (consecutive indexes, terms a batch can
@@ -793,21 +839,6 @@ func (s *segment) truncateLocked(offset, pos int64) {
 	}
 	i = sort.Search(len(s.aborted), func(i int) bool { return s.aborted[i].LastOffset >= offset })
 	s.aborted = s.aborted[:i]
-}
-
-// endOffsetLocked is the offset after entry i (the log's first offset for
-// the snapshot's index).
-func (rs *RaftStorage) endOffsetLocked(i uint64) (int64, error) {
-	if i >= rs.last {
-		return rs.l.w.next, nil
-	}
-	next := max(i, rs.snap.index) + 1
-	rseg := &rs.segs[rs.segmentOf(next)]
-	at, err := rs.span(rseg, next-rseg.first, next-rseg.first+1)
-	if err != nil {
-		return 0, err
-	}
-	return rseg.seg.base + int64(at[0].offsetDelta), nil
 }
 
 // segmentOf is the position in segs of the segment holding entry i

@@ -293,6 +293,10 @@ func (sc *scanner) scan(s *segment, last bool) error {
 			return err
 		}
 		var ev txnEvent
+		// A raft log's producers and transactions are those of its
+		// committed entries, which every replica applied (replicated.go):
+		// the entries past the commit index are scanned, not applied.
+		applies := l.scanApplies == nil || l.scanApplies()
 		if reason == "" && h.Control() && (l.scanHook == nil || h.Transactional()) {
 			// A transaction marker (written by WriteTxnMarker): it ends its
 			// producer's transaction, as it did when it was published.
@@ -301,13 +305,11 @@ func (sc *scanner) scan(s *segment, last bool) error {
 				reason = perr.Error()
 			} else {
 				m := TxnMarker{ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, Commit: commit, CoordinatorEpoch: coordinatorEpoch}
-				ev = txnEvent{kind: txnAbort, producerID: h.ProducerID,
-					first: l.w.producers.recordMarker(&m, next, min(h.MaxTimestamp, sc.nowMs), h.MaxTimestamp, false)}
-				if commit {
-					ev.kind = txnCommit
+				if applies {
+					ev = l.w.producers.applyMarker(&m, next, min(h.MaxTimestamp, sc.nowMs), h.MaxTimestamp)
 				}
 			}
-		} else if reason == "" && l.w.producers.record(&h, next, min(h.MaxTimestamp, sc.nowMs), false) {
+		} else if reason == "" && applies && l.w.producers.record(&h, next, min(h.MaxTimestamp, sc.nowMs), false) {
 			ev = txnEvent{kind: txnBegin, producerID: h.ProducerID}
 		}
 		if reason != "" {

@@ -19,13 +19,16 @@ func (l *Log) OffsetForTimestamp(ts int64) (offset, timestamp int64, found bool,
 	var s *segment
 	var from, end int64
 	for _, seg := range l.segments {
+		if seg.base >= l.hwm && seg.nextOffset > seg.base {
+			break // a raft log's entries not yet committed: not to be seen
+		}
 		if seg.maxTs >= ts {
 			s = seg
 			i := sort.Search(len(seg.timeIndex), func(i int) bool { return seg.timeIndex[i].maxTs >= ts })
 			if i < len(seg.timeIndex) {
 				from = seg.timeIndex[i].pos
 			}
-			end = seg.size
+			end, _ = l.visibleLocked(seg)
 			break
 		}
 	}

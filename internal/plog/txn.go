@@ -187,10 +187,16 @@ func (l *Log) WriteTxnMarker(ctx context.Context, m TxnMarker) (offset int64, er
 	if m.ProducerID < 0 {
 		return -1, ErrUnknownProducerID
 	}
-	req := getReq()
-	req.records = batch.BuildControl(m.ProducerID, m.ProducerEpoch, m.Commit, m.CoordinatorEpoch, l.config().Clock.Now().UnixMilli())
-	req.ack, req.kind, req.marker = AckForced, reqMarker, m
-	p, err := l.enqueueReq(req)
+	records := batch.BuildControl(m.ProducerID, m.ProducerEpoch, m.Commit, m.CoordinatorEpoch, l.config().Clock.Now().UnixMilli())
+	var p Pending
+	if l.raft != nil {
+		p, err = l.raft.propose(records, AckForced, &m)
+	} else {
+		req := getReq()
+		req.records = records
+		req.ack, req.kind, req.marker = AckForced, reqMarker, m
+		p, err = l.enqueueReq(req)
+	}
 	if err != nil {
 		return -1, err
 	}
@@ -204,6 +210,9 @@ func (l *Log) WriteTxnMarker(ctx context.Context, m TxnMarker) (offset int64, er
 // Producers lists the partition's active producers (DescribeProducers):
 // the writer's producer table, as of the appends queued before the call.
 func (l *Log) Producers() ([]ProducerInfo, error) {
+	if l.raft != nil {
+		return l.raft.producers(), nil
+	}
 	req := getReq()
 	req.ack, req.kind = AckWritten, reqDescribe
 	if _, err := l.enqueueReq(req); err != nil {

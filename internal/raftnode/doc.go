@@ -50,6 +50,13 @@
 // but transport.mu → peer.mu in tick and addPeer). Nothing is held while
 // raft runs, while Storage.Save runs or while a connection is written.
 //
+// Proposals: Propose answers once raft appended the entry (in memory),
+// ProposeSaved once the Save holding it returned, with its index and term
+// (a replicated partition's acks=1, and the key to tell its own committed
+// entry from a new leader's at the same index). GroupConfig.OnLeader
+// observes each change of the known leader or term (internal/replica: the
+// broker's NOT_LEADER_OR_FOLLOWER and Metadata).
+//
 // Proposals are not forwarded (raft's DisableProposalForwarding): a replica
 // that is not the leader answers ErrProposalDropped, as a Kafka broker that
 // does not lead a partition answers NOT_LEADER_OR_FOLLOWER. CheckQuorum and

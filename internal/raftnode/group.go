@@ -36,6 +36,14 @@ type GroupConfig struct {
 	// empty entries and the configuration changes included (those are
 	// already applied to raft). It must not block long: the group waits.
 	Apply func(entries []*pb.Entry)
+	// OnLeader, when set, is told of every change of the leader this
+	// replica knows or of its term: called by the group's worker after the
+	// Save of the Ready that changed them and before that Ready's Apply,
+	// never concurrently for one group, in order. leader is the leader's
+	// node id, 0 when none is known: after an election was lost or begun,
+	// when the group fails and at Node.Stop (so that whatever waits on a
+	// leader's proposals is answered). Like Apply it must not block.
+	OnLeader func(leader, term uint64)
 }
 
 // Errors of proposals.
@@ -53,6 +61,18 @@ type proposal struct {
 	data []byte
 	cc   pb.ConfChangeI // a configuration change instead of data
 	done func(error)
+	// saved, instead of done (ProposeSaved): called once the entry is saved
+	// in the leader's log, with its index and term.
+	saved func(index, term uint64, err error)
+}
+
+// answer answers p with err (p was not appended to raft's log).
+func (p *proposal) answer(err error) {
+	if p.saved != nil {
+		p.saved(0, 0, err)
+		return
+	}
+	p.done(err)
 }
 
 // group is one raft group on this node.
@@ -99,6 +119,14 @@ type group struct {
 	holdTicks int
 	spareMsgs []inMessage
 	spareProp []proposal
+	// appended are this run's proposals raft appended, in order (nil for
+	// those that wait for nothing): the last len(appended) entries of the
+	// run's first Ready are theirs (handleReadys answers ProposeSaved's
+	// after that Ready's Save).
+	appended []func(index, term uint64, err error)
+	onLeader func(leader, term uint64)
+	// notifiedLeader and notifiedTerm are what onLeader was last told.
+	notifiedLeader, notifiedTerm uint64
 
 	// Read by anyone (Node.Leader and friends); written by the worker.
 	leader atomic.Uint64
@@ -140,7 +168,7 @@ func newGroup(n *Node, gc GroupConfig) (*group, error) {
 		apply = func([]*pb.Entry) {}
 	}
 	g := &group{id: gc.ID, node: n, rn: rn, storage: gc.Storage, apply: apply, voters: slices.Clone(cs.GetVoters()),
-		learners: slices.Clone(cs.GetLearners())}
+		learners: slices.Clone(cs.GetLearners()), onLeader: gc.OnLeader}
 	return g, nil
 }
 
@@ -177,6 +205,12 @@ func (g *group) wakeLocked() {
 
 func (g *group) propose(p proposal) {
 	g.inboxMu.Lock()
+	if g.node.stopped.Load() {
+		// Stop has drained the proposals, or will: not this one.
+		g.inboxMu.Unlock()
+		p.answer(ErrStopped)
+		return
+	}
 	g.proposals = append(g.proposals, p)
 	if g.quiesced {
 		g.wakeLocked()
@@ -202,7 +236,7 @@ func (g *group) process() {
 
 	if g.failed != nil {
 		for _, p := range props {
-			p.done(fmt.Errorf("%w: %v", ErrGroupFailed, g.failed))
+			p.answer(fmt.Errorf("%w: %v", ErrGroupFailed, g.failed))
 		}
 		return
 	}
@@ -237,16 +271,27 @@ func (g *group) process() {
 			g.rn.ReportUnreachable(peer)
 		}
 	}
+	g.appended = g.appended[:0]
 	for _, p := range props {
 		if g.failed != nil {
-			p.done(fmt.Errorf("%w: %v", ErrGroupFailed, g.failed))
+			p.answer(fmt.Errorf("%w: %v", ErrGroupFailed, g.failed))
 			continue
 		}
+		var err error
 		if p.cc != nil {
-			p.done(g.rn.ProposeConfChange(p.cc))
-			continue
+			err = g.rn.ProposeConfChange(p.cc)
+		} else {
+			err = g.rn.Propose(p.data)
 		}
-		p.done(g.rn.Propose(p.data))
+		switch {
+		case err != nil:
+			p.answer(err)
+		case p.saved != nil:
+			g.appended = append(g.appended, p.saved)
+		default:
+			g.appended = append(g.appended, nil)
+			p.done(nil)
+		}
 	}
 	worked := g.handleReadys()
 	for _, f := range inspect {
@@ -313,6 +358,46 @@ func (g *group) fail(err error) {
 	g.node.stats.groupsFailed.Add(1)
 	g.node.cfg.Logger.Error("raft group failed; it stops until the node restarts", "group", g.id, "err", err)
 	g.leader.Store(0)
+	g.answerAppended(nil, fmt.Errorf("%w: %v", ErrGroupFailed, err))
+	g.notifyLeader(0, g.notifiedTerm)
+}
+
+// notifyLeader tells onLeader of a change of the known leader or term.
+func (g *group) notifyLeader(leader, term uint64) {
+	if leader == g.notifiedLeader && term == g.notifiedTerm {
+		return
+	}
+	g.notifiedLeader, g.notifiedTerm = leader, term
+	if g.onLeader != nil {
+		g.onLeader(leader, term)
+	}
+}
+
+// answerAppended answers this run's appended ProposeSaved proposals once
+// entries, the Ready just saved, holds them (its last len(appended)
+// entries); err (or entries too short to hold them all) answers them with
+// an error. They are answered once: appended is emptied.
+func (g *group) answerAppended(entries []*pb.Entry, err error) {
+	if len(g.appended) == 0 {
+		return
+	}
+	first := len(entries) - len(g.appended)
+	if err == nil && first < 0 {
+		err = fmt.Errorf("raftnode: group %d: %d proposals appended, the Ready holds %d entries", g.id, len(g.appended), len(entries))
+	}
+	for i, saved := range g.appended {
+		if saved == nil {
+			continue
+		}
+		if err != nil {
+			saved(0, 0, err)
+			continue
+		}
+		e := entries[first+i]
+		saved(e.GetIndex(), e.GetTerm(), nil)
+	}
+	clear(g.appended)
+	g.appended = g.appended[:0]
 }
 
 // handleReadys handles every Ready raft has, in raft's order: persist the
@@ -329,9 +414,20 @@ func (g *group) handleReadys() bool {
 			g.fail(fmt.Errorf("storage: %w", err))
 			return worked
 		}
+		// The run's proposals are in this first Ready's entries: saved
+		// now, in the leader's log (acks=1's "written").
+		g.answerAppended(rd.Entries, nil)
 		for _, m := range rd.Messages {
 			g.node.transport.send(g.id, 0, m)
 		}
+		leader, term := g.notifiedLeader, g.notifiedTerm
+		if rd.SoftState != nil {
+			leader = rd.SoftState.Lead
+		}
+		if rd.HardState != nil && rd.HardState.GetTerm() != 0 {
+			term = rd.HardState.GetTerm()
+		}
+		g.notifyLeader(leader, term)
 		if len(rd.CommittedEntries) > 0 {
 			g.applyConfChanges(rd.CommittedEntries)
 			if g.failed != nil {

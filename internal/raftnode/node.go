@@ -149,6 +149,29 @@ func (n *Node) Propose(groupID uint64, data []byte, done func(error)) {
 	}
 }
 
+// ProposeSaved proposes data to a group as Propose does, but answers once
+// the entry is saved in the leader's log (Storage.Save returned: written,
+// and fsynced as raft's MustSync asked), with the entry's index and term:
+// what a replicated partition needs to answer acks=1 with the entry's
+// offset and to know which committed entry is its own (the same index with
+// another term is a new leader's entry that replaced it). An error (index
+// and term 0): ErrProposalDropped on a replica that is not the leader,
+// ErrStopped, ErrUnknownGroup, ErrProposalTooLarge, ErrGroupFailed. done is
+// called once, by the group's worker (or at once, for an error found
+// before), and must not block.
+func (n *Node) ProposeSaved(groupID uint64, data []byte, done func(index, term uint64, err error)) {
+	switch g := n.group(groupID); {
+	case n.stopped.Load():
+		done(0, 0, ErrStopped)
+	case g == nil:
+		done(0, 0, ErrUnknownGroup)
+	case len(data) > n.cfg.MaxFrameBytes-64<<10:
+		done(0, 0, ErrProposalTooLarge)
+	default:
+		g.propose(proposal{data: data, saved: done})
+	}
+}
+
 // ProposeConfChange proposes a configuration change (pb.ConfChange or
 // pb.ConfChangeV2) to a group, answered as Propose. Once committed every
 // replica applies it to raft before its Apply sees the entry.
@@ -192,6 +215,17 @@ func (n *Node) ask(groupID uint64, set func(*group)) error {
 	g.inboxMu.Unlock()
 	n.sched.enqueue(g)
 	return nil
+}
+
+// CutPeer drops every frame to and from peer id while cut is set, as a
+// network partition between the two nodes would (the peer is taken for
+// down after an election timeout): fault injection for tests of what runs
+// on raftnode, outside this package. Cut both nodes' sides for a clean
+// partition.
+func (n *Node) CutPeer(id uint64, cut bool) {
+	if p := n.transport.peer(id); p != nil {
+		p.cut.Store(cut)
+	}
 }
 
 // Leader is the leader this replica of the group knows (0: none), and the
@@ -304,8 +338,11 @@ func (n *Node) Stop() {
 			g.proposals = nil
 			g.inboxMu.Unlock()
 			for _, p := range props {
-				p.done(ErrStopped)
+				p.answer(ErrStopped)
 			}
+			// The workers are done: nothing will commit or apply here any
+			// more, so whoever waits on this replica's leadership is told.
+			g.notifyLeader(0, g.notifiedTerm)
 		}
 	})
 }
