@@ -135,6 +135,31 @@ func (f *osFile) Sync() error {
 	return nil
 }
 
+// StartWriteback is sync_file_range(2) with SYNC_FILE_RANGE_WRITE only:
+// the writeback of the range's dirty pages is started (pages already under
+// writeback are skipped), nothing is waited for, and no writeback error is
+// consumed (the WAIT flags call file_fdatawait_range, which advances the
+// file's errseq cursor: a later fdatasync would then miss an error it
+// reported).
+func (f *osFile) StartWriteback(off, n int64) error {
+	var rangeErr error
+	err := f.control(func(fd int) {
+		for {
+			rangeErr = unix.SyncFileRange(fd, off, n, unix.SYNC_FILE_RANGE_WRITE)
+			if rangeErr != unix.EINTR {
+				return
+			}
+		}
+	})
+	if err == nil {
+		err = rangeErr
+	}
+	if err != nil {
+		return f.pathError("sync_file_range", err)
+	}
+	return nil
+}
+
 var _ Preallocator = (*osFile)(nil)
 
 // Preallocate reserves the blocks of [off, off+n) without changing the
