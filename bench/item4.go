@@ -2,14 +2,13 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/sushka-io/sushka/internal/diskprobe"
 )
@@ -41,26 +40,11 @@ const fsyncMetric = "sushka_append_fdatasync_seconds"
 // ScrapeFsync reads the broker's fdatasync histogram from its admin
 // listener's /metrics.
 func ScrapeFsync(ctx context.Context, admin string) (FsyncHistogram, error) {
-	url := admin
-	if !strings.Contains(url, "://") {
-		url = "http://" + url
-	}
-	url = strings.TrimSuffix(url, "/") + "/metrics"
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	b, err := adminGet(ctx, admin, "/metrics", 16<<20)
 	if err != nil {
 		return FsyncHistogram{}, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return FsyncHistogram{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return FsyncHistogram{}, fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return parseFsync(io.LimitReader(resp.Body, 16<<20))
+	return parseFsync(bytes.NewReader(b))
 }
 
 // parseFsync reads the histogram from Prometheus' text format.
