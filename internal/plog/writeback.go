@@ -29,6 +29,12 @@ import "github.com/sushka-io/sushka/internal/vfs"
 // stable pages, makes that write wait for the disk. Only groups with an
 // AckForced append start writeback: acks=0/1 traffic, whose fsyncs are
 // paced (Config.SyncInterval) and awaited by nobody, pays one comparison.
+// And only while the publisher's fdatasync runs (publisher.syncing): when
+// it is idle, the group just handed over is about to be synced anyway, and
+// a start would hold up that fdatasync (the publisher, woken by the
+// handover, waits for the writer's thread while the writer is in
+// sync_file_range: +0.08–0.11 ms of sync wait at p50 when every group
+// started writeback; docs/benchmarks.md).
 const writebackPageBytes = 4096
 
 // earlyWriteback is the writer's early-writeback state of the active
@@ -57,6 +63,12 @@ func (e *earlyWriteback) start(f vfs.File, end, minBytes int64) error {
 	}
 	e.from = to
 	return nil
+}
+
+// covered notes that the fdatasync about to start covers the writes up to
+// end: the next start begins at end's page.
+func (e *earlyWriteback) covered(end int64) {
+	e.from = max(e.from, end&^(writebackPageBytes-1))
 }
 
 // reset starts over on a new active segment whose writes end at pos, all

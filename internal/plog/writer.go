@@ -411,10 +411,14 @@ func (w *writer) commit() {
 	}
 	if err == nil {
 		w.pub.hand(w.active, w.pend, forced, false)
-		if !written.IsZero() && w.path == WriteSyscall {
-			// After the handover: an idle publisher starts its fdatasync
-			// at once, and this starts what the next one will need.
-			if werr := w.writeback.start(w.active.file, w.writePos, w.writebackBytes); werr != nil {
+		if !written.IsZero() && w.path == WriteSyscall && w.writebackBytes > 0 {
+			// After the handover, and only while an fdatasync runs: an
+			// idle publisher starts one covering this group at once (a
+			// start would only delay it: it was just made runnable on
+			// this thread, which the system call would hold).
+			if !w.pub.syncing.Load() {
+				w.writeback.covered(w.writePos)
+			} else if werr := w.writeback.start(w.active.file, w.writePos, w.writebackBytes); werr != nil {
 				l.logger().Warn("early writeback failed; the fdatasyncs of this segment write everything", "err", werr)
 			}
 		}
