@@ -4,8 +4,10 @@
 # alternate off, on, after a calibration each). Saturation (raw generator, closed loop) at
 # 1 KiB x 1 and 1 KiB x 16 partitions, then open loop at 50% of off's median 1 KiB x 1 saturation
 # (both at that same rate). Each command's passport probes the disk (4 KiB and flush sizes);
-# /metrics of both brokers are dumped around every command (quantiles: scripts/hq.py-style,
-# `python3 $OUT/hq.py before after`).
+# /metrics of both brokers are dumped around every command; the summary (best (median) [worst]
+# of each row, the brokers' fdatasync, sync-wait and append histograms: scripts/hq.py) is
+# $OUT/summary.txt (scripts/early-writeback-table.py OUT...).
+#   ON_BYTES=1048576 ROUNDS=5 scripts/early-writeback.sh /tmp/wb   (the knob's value, rounds)
 #   scripts/early-writeback.sh [OUT_DIR]      (default /work/benchdata/writeback)
 # Ports 21400-21403 (loopback only); data under $OUT/data, removed at the end.
 set -u
@@ -37,4 +39,5 @@ run half1 --rate "$RATE" --partitions 1 --duration 10s
 { date -u; cat /proc/loadavg; } > "$OUT/load-end.txt"
 kill $OFF $ON; wait; trap - EXIT
 rm -rf "$D"
+python3 scripts/early-writeback-table.py "$OUT" > "$OUT/summary.txt"
 echo done > "$OUT/DONE"
