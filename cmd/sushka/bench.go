@@ -536,7 +536,8 @@ func newBenchSweepCmd() *cobra.Command {
 then offers each fraction of it in an open loop, rounds interleaved across systems.
 The knee is the highest rung before the first that achieves less than 95% of its
 offered rate or whose p99 exceeds 10× the lowest rung's (and 10 ms). The p99 at
-50% of saturation is printed beside the disk's fdatasync p99.`,
+50% of saturation is printed beside the disk's fdatasync p99, of a 4 KiB append and
+(with --broker-admin) of the broker's flush size (issue 12 item 4).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -569,6 +570,10 @@ offered rate or whose p99 exceeds 10× the lowest rung's (and 10 ms). The p99 at
 				name := strings.Replace(w.Label("produce"), fmt.Sprintf("open-loop %.0f/s", w.Rate), fmt.Sprintf("open-loop at %.0f%% of each system's saturation", 100*frac), 1)
 				sc := &bench.Scenario{Name: "sweep " + name, Kind: "sweep", Primary: "p99_ms", Unit: "ms", Workload: w}
 				rr := s.runner()
+				var fsyncBefore map[string]bench.FsyncHistogram
+				if frac == 0.5 { // item 4's rung
+					fsyncBefore = s.scrapeFsync(ctx, true)
+				}
 				err := rr.Run(ctx, sc, func(ctx context.Context, sys bench.System, _ int) (bench.RoundResult, error) {
 					ww := w
 					ww.Rate = frac * sat[sys.Name]
@@ -578,6 +583,7 @@ offered rate or whose p99 exceeds 10× the lowest rung's (and 10 ms). The p99 at
 					return err
 				}
 				s.scenario(sc)
+				s.item4(ctx, sc, fsyncBefore)
 				for _, sr := range sc.Systems {
 					med := sr.Raw[0]
 					for _, x := range sr.Raw {
@@ -604,7 +610,7 @@ offered rate or whose p99 exceeds 10× the lowest rung's (and 10 ms). The p99 at
 					}
 				}
 			}
-			s.doc.Extra = map[string]any{"knees": knees}
+			s.extra("knees", knees)
 			return s.finish()
 		},
 	}
@@ -665,12 +671,17 @@ func (s *session) item4(ctx context.Context, sc *bench.Scenario, before map[stri
 	for _, it := range items {
 		fmt.Fprint(s.out, it)
 	}
-	if s.doc.Extra == nil {
-		s.doc.Extra = map[string]any{}
+	s.extra("item4", items)
+}
+
+// extra records value under key in the document's extra figures.
+func (s *session) extra(key string, value any) {
+	m, ok := s.doc.Extra.(map[string]any)
+	if !ok {
+		m = map[string]any{}
+		s.doc.Extra = m
 	}
-	if extra, ok := s.doc.Extra.(map[string]any); ok {
-		extra["item4"] = items
-	}
+	m[key] = value
 }
 
 // system is the system named name.

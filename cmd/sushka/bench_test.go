@@ -226,7 +226,8 @@ func TestBenchSmoke(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		for _, want := range []string{"## knee", "closed-loop saturation", "p99 at 50% of saturation", "fdatasync (4 KiB append) p99"} {
+		for _, want := range []string{"## knee", "closed-loop saturation", "p99 at 50% of saturation", "fdatasync (4 KiB append) p99",
+			"## item 4: p99 against the disk's fdatasync p99"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("report lacks %q:\n%s", want, out)
 			}
