@@ -30,6 +30,7 @@ import (
 	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/diskprobe"
 	"github.com/sushka-io/sushka/internal/meta"
+	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/sasl"
 	"github.com/sushka-io/sushka/internal/server"
 )
@@ -71,6 +72,7 @@ type serveFlags struct {
 	segmentFileIdle      time.Duration
 	producerIDExpiration time.Duration
 	syncInterval         time.Duration
+	earlyWriteback       int64
 	maxFetchWait         time.Duration
 
 	// Listeners and TLS (listeners.go).
@@ -140,6 +142,9 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 			if f.syncInterval < 0 {
 				return fmt.Errorf("--sync-interval %s: must be at least 0", f.syncInterval)
 			}
+			if f.earlyWriteback < 0 {
+				return fmt.Errorf("--early-writeback-bytes %d: must be at least 0", f.earlyWriteback)
+			}
 			if f.maxFetchWait < time.Millisecond {
 				return fmt.Errorf("--max-fetch-wait %s: must be at least 1ms", f.maxFetchWait)
 			}
@@ -202,6 +207,7 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.DurationVar(&f.segmentFileIdle, "segment-file-idle-timeout", broker.DefaultSegmentFileIdleTimeout, "close a segment file unused for this long, so idle partitions hold no descriptor (Redpanda's readers_cache_eviction_timeout_ms; 0: closed only by --max-open-segment-files)")
 	fl.DurationVar(&f.producerIDExpiration, "producer-id-expiration", broker.DefaultProducerIDExpiration, "forget an idempotent producer's sequence state in a partition after it has not produced there for this long (producer.id.expiration.ms)")
 	fl.DurationVar(&f.syncInterval, "sync-interval", broker.DefaultSyncInterval, "least time between a partition's fsyncs when no acks=all append waits (acks=0/1 records become visible up to this much later; 0: fsync back to back)")
+	fl.Int64Var(&f.earlyWriteback, "early-writeback-bytes", plog.DefaultEarlyWritebackBytes, "acks=all: once this many bytes are written and not yet being written back, start their writeback (sync_file_range) before the fsync that needs them, so it has less left to write (RocksDB's bytes_per_sync; a hint: the fsync still makes each acknowledged record durable; 0: off)")
 	fl.IntVar(&f.fetchSessionSlots, "fetch-session-slots", broker.DefaultFetchSessionSlots, "incremental fetch sessions (KIP-227) kept broker-wide, least valuable evicted first (max.incremental.fetch.session.cache.slots; 0: none, every fetch is full)")
 	fl.DurationVar(&f.maxFetchWait, "max-fetch-wait", broker.DefaultMaxFetchWait, "longest a fetch may wait for data (caps the client's MaxWaitMs)")
 	fl.BoolVar(&f.authorizer, "authorizer", false, "check every request against the ACLs (sushka acl); without an ACL nothing is allowed but to super users (Kafka's authorizer.class.name; off: everything allowed)")
@@ -325,6 +331,9 @@ func runServe(ctx context.Context, f serveFlags) error {
 	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(runtimeLatencyMetrics)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	bootstrapName, bootstrapPassword, _ := parseBootstrapUser(f.bootstrapUser)
+	// Every partition log takes it from plog.DefaultConfig (one broker per
+	// process here; an embedding program sets plog's default itself).
+	plog.DefaultEarlyWritebackBytes = f.earlyWriteback
 	start := time.Now()
 	b, err := broker.New(broker.Config{
 		DataDir:                   dataDir,
