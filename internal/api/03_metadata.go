@@ -51,13 +51,22 @@ func init() { regKey(3, 0, 13, (*Handler).handleMetadata) }
 func (h *Handler) handleMetadata(_ context.Context, creq *server.Request, req *kmsg.MetadataRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.MetadataResponse)
 
-	b := kmsg.NewMetadataResponseBroker()
-	b.NodeID = h.cfg.NodeID
-	b.Host, b.Port = h.advertisedAddr(creq)
-	resp.Brokers = append(resp.Brokers, b)
-	clusterID := h.cfg.Catalog.ClusterID()
+	for _, mb := range h.brokers(false) {
+		b := kmsg.NewMetadataResponseBroker()
+		b.NodeID = mb.ID
+		var ok bool
+		if b.Host, b.Port, ok = h.brokerAddr(creq, mb); !ok {
+			continue
+		}
+		if mb.Rack != "" {
+			rack := mb.Rack
+			b.Rack = &rack
+		}
+		resp.Brokers = append(resp.Brokers, b)
+	}
+	clusterID := h.clusterID()
 	resp.ClusterID = &clusterID
-	resp.ControllerID = h.cfg.NodeID
+	resp.ControllerID = h.controllerID()
 
 	// KIP-430 (v8+): the cluster's authorized operations, when asked for
 	// and the principal may describe the cluster (v8-10 only: v11 dropped
@@ -168,20 +177,21 @@ func (h *Handler) metadataTopic(t *topic) kmsg.MetadataResponseTopic {
 	st.Topic = &name
 	st.TopicID = t.meta.ID
 	for p := range t.parts {
-		st.Partitions = append(st.Partitions, h.metadataPartition(int32(p)))
+		st.Partitions = append(st.Partitions, h.metadataPartition(t, int32(p)))
 	}
 	return st
 }
 
-// metadataPartition is partition p as Metadata shows every partition of a
-// single node: this node leads it and is its only (in-sync) replica.
-func (h *Handler) metadataPartition(p int32) kmsg.MetadataResponseTopicPartition {
+// metadataPartition is partition p of t as Metadata shows it
+// (partitionReplicas, the Cluster seam): on a single node this node leads
+// it and is its only (in-sync) replica; in a cluster its leader is its
+// first replica while that broker is unfenced. t nil: an internal topic,
+// this node's.
+func (h *Handler) metadataPartition(t *topic, p int32) kmsg.MetadataResponseTopicPartition {
 	sp := kmsg.NewMetadataResponseTopicPartition()
 	sp.Partition = p
-	sp.Leader = h.cfg.NodeID
+	sp.Leader, sp.Replicas, sp.ISR, sp.ErrorCode = h.partitionReplicas(t, p)
 	sp.LeaderEpoch = LeaderEpoch
-	sp.Replicas = []int32{h.cfg.NodeID}
-	sp.ISR = []int32{h.cfg.NodeID}
 	sp.OfflineReplicas = []int32{}
 	return sp
 }

@@ -38,6 +38,9 @@ import (
 func init() { regKey(20, 0, 6, replyingFor((*Handler).handleDeleteTopics)) }
 
 func (h *Handler) handleDeleteTopics(creq *server.Request, req *kmsg.DeleteTopicsRequest) kmsg.Response {
+	if h.clusterMode() {
+		return notWiredInCluster(req) // cluster.go
+	}
 	resp := req.ResponseKind().(*kmsg.DeleteTopicsResponse)
 	type target struct {
 		name *string
