@@ -193,6 +193,8 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.StringVar(&f.cluster.peerTLSCertFile, "peer-tls-cert-file", "", "PEM node certificate of the peer link (subject CN node-<node id + 1>; sushka tls init makes one), reloaded when it changes; with --peer-tls-key-file and --peer-tls-ca-file")
 	fl.StringVar(&f.cluster.peerTLSKeyFile, "peer-tls-key-file", "", "PEM private key of --peer-tls-cert-file")
 	fl.StringVar(&f.cluster.peerTLSCAFile, "peer-tls-ca-file", "", "PEM CAs the peers' node certificates are verified against (a CA for the peer link alone)")
+	fl.DurationVar(&f.cluster.sessionTimeout, "broker-session-timeout", broker.DefaultSessionTimeout, "the active controller fences a node not heard from for this long (broker.session.timeout.ms)")
+	fl.DurationVar(&f.cluster.heartbeat, "broker-heartbeat-interval", broker.DefaultHeartbeatInterval, "how often a node heartbeats to the active controller (broker.heartbeat.interval.ms)")
 	fl.Int32Var(&f.maxPartitions, "max-partitions-per-topic", 10000, "largest partition count a topic may have")
 	fl.Int64Var(&f.maxAllPartitions, "max-partitions", meta.DefaultMaxPartitions, "most partitions of all topics together on this broker (-1: no limit)")
 	fl.Int32Var(&f.maxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request accepted; larger frames close the connection (socket.request.max.bytes)")

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sushka-io/sushka/broker"
 	"github.com/sushka-io/sushka/internal/server"
@@ -21,6 +22,8 @@ type clusterFlags struct {
 	peerTLSCertFile  string
 	peerTLSKeyFile   string
 	peerTLSCAFile    string
+	sessionTimeout   time.Duration
+	heartbeat        time.Duration
 }
 
 // given reports whether any cluster flag was given.
@@ -76,6 +79,8 @@ func checkCluster(f serveFlags) (map[int32]string, error) {
 		return nil, fmt.Errorf("a node of a cluster needs both --peer-listen and --controller-voters (given: --peer-listen %q, --controller-voters %q)", c.peerListen, c.controllerVoters)
 	case slices.Contains(tlsGiven, true) && slices.Contains(tlsGiven, false):
 		return nil, fmt.Errorf("peer TLS needs all three of --peer-tls-cert-file, --peer-tls-key-file and --peer-tls-ca-file, or none (plaintext)")
+	case c.heartbeat <= 0 || c.sessionTimeout <= c.heartbeat:
+		return nil, fmt.Errorf("--broker-heartbeat-interval %s must be above 0 and below --broker-session-timeout %s", c.heartbeat, c.sessionTimeout)
 	case f.nodeID < 0:
 		return nil, fmt.Errorf("--node-id %d: must be at least 0", f.nodeID)
 	}
@@ -101,7 +106,7 @@ func clusterConfig(f serveFlags, voters map[int32]string, log *slog.Logger) (*br
 	if voters == nil {
 		return nil, nil
 	}
-	cc := &broker.ClusterConfig{Voters: voters, Rack: f.cluster.rack}
+	cc := &broker.ClusterConfig{Voters: voters, Rack: f.cluster.rack, SessionTimeout: f.cluster.sessionTimeout, HeartbeatInterval: f.cluster.heartbeat}
 	if f.cluster.peerTLSCertFile != "" {
 		cfg, err := server.NewTLSConfig(server.TLSFiles{CertFile: f.cluster.peerTLSCertFile, KeyFile: f.cluster.peerTLSKeyFile,
 			ClientCAFile: f.cluster.peerTLSCAFile, ClientAuth: server.ClientAuthRequired}, log)
