@@ -499,3 +499,78 @@ func pickOrphan(leaders map[int32]int32, dead int32) int32 {
 func oneBatch() []byte {
 	return batch.Build(batch.BuildOptions{Records: 1, ValueSize: 1, ProducerID: -1, BaseTimestamp: time.Now().UnixMilli()})
 }
+
+// TestFlagsRefused: contradictory or incomplete cluster flags stop `sushka
+// serve` at once with an error that names the flag.
+func TestFlagsRefused(t *testing.T) {
+	bin := testbroker.Binary(t)
+	peer := "127.0.0.1:" + strconv.Itoa(testbroker.FreePort(t))
+	voters := "0@" + peer + ",1@127.0.0.1:1,2@127.0.0.1:2"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--peer-listen", peer}, "needs both --peer-listen and --controller-voters"},
+		{[]string{"--controller-voters", voters}, "needs both --peer-listen and --controller-voters"},
+		{[]string{"--peer-listen", peer, "--controller-voters", "0@" + peer + ",0@127.0.0.1:2"}, "node 0 named twice"},
+		{[]string{"--peer-listen", peer, "--controller-voters", "0-" + peer}, "is not ID@HOST:PORT"},
+		{[]string{"--peer-listen", peer, "--controller-voters", "x@" + peer}, `node id "x"`},
+		{[]string{"--peer-listen", peer, "--controller-voters", "0@nohost"}, "is not a reachable HOST:PORT"},
+		{[]string{"--node-id", "5", "--peer-listen", peer, "--controller-voters", voters}, "--node-id 5 is not one of --controller-voters"},
+		{[]string{"--peer-listen", peer, "--controller-voters", voters, "--peer-tls-cert-file", "c.pem"}, "all three of --peer-tls-cert-file"},
+		{[]string{"--peer-listen", peer, "--controller-voters", voters, "--broker-heartbeat-interval", "10s"}, "--broker-heartbeat-interval 10s must be above 0 and below --broker-session-timeout"},
+		{[]string{"--rack", "a"}, "--rack \"a\": only for a node of a cluster"},
+	} {
+		args := append([]string{"serve", "--data-dir", t.TempDir(), "--admin-listen", "", "--listen", "127.0.0.1:0"}, c.args...)
+		_, errOut, err := testbroker.RunCommand("", bin, args...)
+		if err == nil || !strings.Contains(errOut, c.want) {
+			t.Errorf("sushka %s: %v, stderr %q; want an error with %q", strings.Join(c.args, " "), err, errOut, c.want)
+		}
+	}
+}
+
+// TestClusterKeysNeedClusterAction: BrokerRegistration and BrokerHeartbeat
+// are served only by a node of a cluster, and with --authorizer only to a
+// principal with CLUSTER_ACTION on the cluster: an anonymous client cannot
+// register or fence brokers (a one-voter cluster whose own node, anonymous
+// on its PLAINTEXT listener, is refused too, as Kafka refuses a broker
+// without the grant). A single node does not list them in ApiVersions.
+func TestClusterKeysNeedClusterAction(t *testing.T) {
+	bin := testbroker.Binary(t)
+	nodes := startCluster(t, bin, 1, "--authorizer")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := client(t, nodes[0])
+	var resp kmsg.Response
+	eventually(t, 10*time.Second, "the node answers", func() error {
+		req := kmsg.NewPtrBrokerRegistrationRequest()
+		req.BrokerID, req.ClusterID = 7, "any"
+		var err error
+		resp, err = cl.SeedBrokers()[0].Request(ctx, req)
+		return err
+	})
+	if code := resp.(*kmsg.BrokerRegistrationResponse).ErrorCode; code != kerr.ClusterAuthorizationFailed.Code {
+		t.Fatalf("anonymous BrokerRegistration: error %d, want CLUSTER_AUTHORIZATION_FAILED", code)
+	}
+	hb := kmsg.NewPtrBrokerHeartbeatRequest()
+	hb.BrokerID, hb.BrokerEpoch = 0, 1
+	resp, err := cl.SeedBrokers()[0].Request(ctx, hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := resp.(*kmsg.BrokerHeartbeatResponse).ErrorCode; code != kerr.ClusterAuthorizationFailed.Code {
+		t.Fatalf("anonymous BrokerHeartbeat: error %d, want CLUSTER_AUTHORIZATION_FAILED", code)
+	}
+
+	single := testbroker.Start(t, bin)
+	scl := client(t, &node{kafka: single.Addr})
+	vresp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, scl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range vresp.ApiKeys {
+		if k.ApiKey == 62 || k.ApiKey == 63 {
+			t.Fatalf("a single node lists key %d in ApiVersions", k.ApiKey)
+		}
+	}
+}
