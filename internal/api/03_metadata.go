@@ -17,6 +17,13 @@ import (
 // * Lists this broker and the requested topics (all on a null list; v0: on
 //   an empty list), each partition led by this node at epoch 0 with
 //   replicas and ISR [node].
+// * Cluster mode (cluster.go, the Cluster seam): every unfenced registered
+//   broker at its endpoint for the request's listener, the active
+//   controller (-1: none known), each partition led by its first replica
+//   while that broker is unfenced (LEADER_NOT_AVAILABLE and leader -1
+//   otherwise), replicas from the assignment, ISR the unfenced replicas.
+//   Auto-creation goes through the controller as CreateTopics does; the
+//   internal topics are this node's own.
 // * Unknown topics are created with the default partition count when auto
 //   creation is on and the request allows it (v0-3 always allow it, v4+ say
 //   so with AllowAutoTopicCreation), else UNKNOWN_TOPIC_OR_PARTITION.

@@ -140,6 +140,23 @@ func (h *Handler) partitionReplicas(t *topic, p int32) (leader int32, replicas, 
 	return replicas[0], replicas, isr, 0
 }
 
+// clusterCoordinator is the group and transaction coordinator of cluster
+// mode: the unfenced broker of the lowest id that has an endpoint for
+// creq's listener (false on a single node, or when none is known).
+// Internal topics are each node's own until they are replicated, so every
+// node must send clients to the same one.
+func (h *Handler) clusterCoordinator(creq *server.Request) (meta.Broker, bool) {
+	if !h.clusterMode() {
+		return meta.Broker{}, false
+	}
+	for _, b := range h.brokers(false) { // sorted by id
+		if _, _, ok := h.brokerAddr(creq, b); ok {
+			return b, true
+		}
+	}
+	return meta.Broker{}, false
+}
+
 // notHostedHere reports whether partition p of t exists in the cluster but
 // has no replica on this node: Produce and Fetch answer
 // NOT_LEADER_OR_FOLLOWER, and the client's Metadata refresh sends it to the

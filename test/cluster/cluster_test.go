@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -366,6 +367,8 @@ func TestThreeNodes(t *testing.T) {
 		}
 	}
 
+	checkOneGroup(ctx, t, nodes[0], nodes[2])
+
 	// Kill the active controller.
 	killed := nodes[controller]
 	killedAt := time.Now()
@@ -573,4 +576,62 @@ func TestClusterKeysNeedClusterAction(t *testing.T) {
 			t.Fatalf("a single node lists key %d in ApiVersions", k.ApiKey)
 		}
 	}
+}
+
+// checkOneGroup: two members of group g, bootstrapped on different nodes,
+// end up in one group (every node names the same coordinator): their
+// assignments of spread's 6 partitions are disjoint and cover all six.
+// Fails when each node coordinates its own groups (two groups of one
+// member, 6 partitions each).
+func checkOneGroup(ctx context.Context, t *testing.T, a, b *node) {
+	t.Helper()
+	var mu sync.Mutex
+	assigned := map[int]map[int32]bool{}
+	member := func(i int, n *node) *kgo.Client {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(n.kafka), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("spread"),
+			kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+				mu.Lock()
+				for _, p := range m["spread"] {
+					assigned[i][p] = true
+				}
+				mu.Unlock()
+			}),
+			kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+				mu.Lock()
+				for _, p := range m["spread"] {
+					delete(assigned[i], p)
+				}
+				mu.Unlock()
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for ctx.Err() == nil && !cl.PollFetches(ctx).IsClientClosed() {
+			}
+		}()
+		return cl
+	}
+	assigned[0], assigned[1] = map[int32]bool{}, map[int32]bool{}
+	c0 := member(0, a)
+	defer c0.Close()
+	c1 := member(1, b)
+	defer c1.Close()
+	eventually(t, 30*time.Second, "two members of one group share the 6 partitions", func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		all := map[int32]bool{}
+		for _, m := range assigned {
+			for p := range m {
+				if all[p] {
+					return fmt.Errorf("partition %d assigned to both members: %v", p, assigned)
+				}
+				all[p] = true
+			}
+		}
+		if len(all) != 6 || len(assigned[0]) == 0 || len(assigned[1]) == 0 {
+			return fmt.Errorf("assignments %v", assigned)
+		}
+		return nil
+	})
 }
