@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/api"
 	"github.com/sushka-io/sushka/internal/controller"
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/plog"
@@ -57,8 +58,12 @@ const (
 	DefaultSessionTimeout    = controller.DefaultSessionTimeout
 )
 
-// MetadataDir is the metadata quorum's raft log under the data directory.
-const MetadataDir = "__cluster_metadata-0"
+// MetadataTopic is the metadata quorum's name (KRaft's); its raft log is
+// MetadataDir under the data directory, and no topic may take the name.
+const (
+	MetadataTopic = api.MetadataTopic
+	MetadataDir   = MetadataTopic + "-0"
+)
 
 // clusterNode is the broker's side of the cluster: the metadata quorum's
 // replica (raft node, durable storage, controller), the api.Cluster the
@@ -94,13 +99,8 @@ func ClusterIDFromVoters(voters map[int32]string) string {
 }
 
 func votersDigest(voters map[int32]string) [32]byte {
-	ids := make([]int32, 0, len(voters))
-	for id := range voters {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
 	var sb strings.Builder
-	for _, id := range ids {
+	for _, id := range voterIDs(voters) {
 		fmt.Fprintf(&sb, "%d@%s,", id, voters[id])
 	}
 	return sha256.Sum256([]byte(sb.String()))
@@ -231,20 +231,29 @@ func (c *clusterNode) Replicas(topicID [16]byte) [][]int32 { return c.ctrl.Machi
 // It returns once this node's replica of the quorum has the topic.
 func (c *clusterNode) CreateTopic(ctx context.Context, name string, partitions int32, rf int16,
 	configs map[string]string, validateOnly bool) (meta.Topic, error) {
+	if name == MetadataTopic {
+		// Its partition 0 would be the quorum's own directory.
+		return meta.Topic{}, fmt.Errorf("%w: %s is the metadata quorum's", meta.ErrInvalidTopic, name)
+	}
 	if validateOnly {
 		return c.checkCreate(name, partitions, rf, configs)
 	}
 	for {
 		var err error
+		retry := false
 		if c.ctrl.Active() {
 			_, _, err = c.ctrl.CreateTopic(ctx, name, partitions, rf, configs)
 		} else {
 			err = c.forwardCreate(ctx, name, partitions, rf, configs)
+			// Not an answer (a controller that died, a connection
+			// refused): the next leader is asked.
+			var answer *kerr.Error
+			retry = err != nil && !errors.As(err, &answer)
 		}
 		if err == nil {
 			return c.awaitTopic(ctx, name)
 		}
-		if !errors.Is(err, meta.ErrNotController) && !errors.Is(err, kerr.NotController) && !errors.Is(err, errNoController) {
+		if !retry && !errors.Is(err, meta.ErrNotController) && !errors.Is(err, kerr.NotController) && !errors.Is(err, errNoController) {
 			return meta.Topic{}, err
 		}
 		select {

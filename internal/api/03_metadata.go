@@ -58,17 +58,9 @@ func init() { regKey(3, 0, 13, (*Handler).handleMetadata) }
 func (h *Handler) handleMetadata(_ context.Context, creq *server.Request, req *kmsg.MetadataRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.MetadataResponse)
 
-	for _, mb := range h.brokers(false) {
+	for _, lb := range h.listedBrokers(creq, false) {
 		b := kmsg.NewMetadataResponseBroker()
-		b.NodeID = mb.ID
-		var ok bool
-		if b.Host, b.Port, ok = h.brokerAddr(creq, mb); !ok {
-			continue
-		}
-		if mb.Rack != "" {
-			rack := mb.Rack
-			b.Rack = &rack
-		}
+		b.NodeID, b.Host, b.Port, b.Rack = lb.id, lb.host, lb.port, lb.rack
 		resp.Brokers = append(resp.Brokers, b)
 	}
 	clusterID := h.clusterID()

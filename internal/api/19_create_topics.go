@@ -59,12 +59,7 @@ func (h *Handler) handleCreateTopics(creq *server.Request, req *kmsg.CreateTopic
 		st := kmsg.NewCreateTopicsResponseTopic()
 		st.Topic = rt.Topic
 		fail := func(code int16, err error) {
-			st.ErrorCode = code
-			if req.Version >= 1 {
-				st.ErrorMessage = errMessage(err)
-			}
-			st.NumPartitions, st.ReplicationFactor = -1, -1
-			resp.Topics = append(resp.Topics, st)
+			resp.Topics = append(resp.Topics, failedTopic(req.Version, st, code, err))
 		}
 		if twice[rt.Topic] {
 			fail(kerr.InvalidRequest.Code, errNamedTwice(rt.Topic))
@@ -102,15 +97,7 @@ func (h *Handler) handleCreateTopics(creq *server.Request, req *kmsg.CreateTopic
 			fail(kerr.InvalidReplicationFactor.Code, fmt.Errorf("replication factor: %d larger than available brokers: 1", rf))
 			continue
 		}
-		configs := map[string]string{}
-		var configErr error
-		for _, c := range rt.Configs {
-			if err := meta.ValidateConfig(c.Name, c.Value); err != nil {
-				configErr = err
-				break
-			}
-			configs[c.Name] = *c.Value
-		}
+		configs, configErr := requestedConfigs(rt)
 		if configErr != nil {
 			fail(kerr.InvalidConfig.Code, configErr)
 			continue
@@ -134,23 +121,53 @@ func (h *Handler) handleCreateTopics(creq *server.Request, req *kmsg.CreateTopic
 			}
 			mt = t.meta
 		}
-		st.TopicID = mt.ID
-		st.NumPartitions = partitions
-		st.ReplicationFactor = 1
-		if !h.allowed(creq, acl.Topic, rt.Topic, acl.DescribeConfigs) {
-			// Created, but its configs are not the principal's to see.
-			st.ConfigErrorCode = kerr.TopicAuthorizationFailed.Code
-			resp.Topics = append(resp.Topics, st)
-			continue
-		}
-		for _, e := range h.topicConfigEntries(mt, nil) {
-			c := kmsg.NewCreateTopicsResponseTopicConfig()
-			c.Name, c.Value, c.ReadOnly, c.Source, c.IsSensitive = e.name, &e.value, e.readOnly, e.source, false
-			st.Configs = append(st.Configs, c)
-		}
-		resp.Topics = append(resp.Topics, st)
+		resp.Topics = append(resp.Topics, h.createdTopic(creq, st, mt, partitions, 1))
 	}
 	return resp
+}
+
+// failedTopic is st answering a topic not created: code, and from v1 the
+// message.
+func failedTopic(version int16, st kmsg.CreateTopicsResponseTopic, code int16, err error) kmsg.CreateTopicsResponseTopic {
+	st.ErrorCode = code
+	if version >= 1 {
+		st.ErrorMessage = errMessage(err)
+	}
+	st.NumPartitions, st.ReplicationFactor = -1, -1
+	return st
+}
+
+// requestedConfigs are a CreateTopics topic's configs, each validated
+// (internal/meta): an unknown or invalid one is INVALID_CONFIG.
+func requestedConfigs(rt kmsg.CreateTopicsRequestTopic) (map[string]string, error) {
+	configs := map[string]string{}
+	for _, c := range rt.Configs {
+		if err := meta.ValidateConfig(c.Name, c.Value); err != nil {
+			return nil, err
+		}
+		configs[c.Name] = *c.Value
+	}
+	return configs, nil
+}
+
+// createdTopic is st answering a created (or validated) topic: its id,
+// partitions, replication factor and resulting configs, which only a
+// principal with DESCRIBE_CONFIGS on the topic sees.
+func (h *Handler) createdTopic(creq *server.Request, st kmsg.CreateTopicsResponseTopic, mt meta.Topic, partitions int32, rf int16) kmsg.CreateTopicsResponseTopic {
+	st.TopicID = mt.ID
+	st.NumPartitions = partitions
+	st.ReplicationFactor = rf
+	if !h.allowed(creq, acl.Topic, st.Topic, acl.DescribeConfigs) {
+		// Created, but its configs are not the principal's to see.
+		st.ConfigErrorCode = kerr.TopicAuthorizationFailed.Code
+		return st
+	}
+	for _, e := range h.topicConfigEntries(mt, nil) {
+		c := kmsg.NewCreateTopicsResponseTopicConfig()
+		c.Name, c.Value, c.ReadOnly, c.Source, c.IsSensitive = e.name, &e.value, e.readOnly, e.source, false
+		st.Configs = append(st.Configs, c)
+	}
+	return st
 }
 
 // handleCreateTopicsInCluster is CreateTopics in cluster mode: the checks
@@ -169,12 +186,7 @@ func (h *Handler) handleCreateTopicsInCluster(ctx context.Context, creq *server.
 		st := kmsg.NewCreateTopicsResponseTopic()
 		st.Topic = rt.Topic
 		fail := func(code int16, err error) {
-			st.ErrorCode = code
-			if req.Version >= 1 {
-				st.ErrorMessage = errMessage(err)
-			}
-			st.NumPartitions, st.ReplicationFactor = -1, -1
-			resp.Topics = append(resp.Topics, st)
+			resp.Topics = append(resp.Topics, failedTopic(req.Version, st, code, err))
 		}
 		partitions, rf := rt.NumPartitions, rt.ReplicationFactor
 		if partitions == -1 {
@@ -183,15 +195,7 @@ func (h *Handler) handleCreateTopicsInCluster(ctx context.Context, creq *server.
 		if rf == -1 {
 			rf = 1
 		}
-		configs := map[string]string{}
-		var configErr error
-		for _, c := range rt.Configs {
-			if err := meta.ValidateConfig(c.Name, c.Value); err != nil {
-				configErr = err
-				break
-			}
-			configs[c.Name] = *c.Value
-		}
+		configs, configErr := requestedConfigs(rt)
 		switch {
 		case twice[rt.Topic]:
 			fail(kerr.InvalidRequest.Code, errNamedTwice(rt.Topic))
@@ -218,20 +222,7 @@ func (h *Handler) handleCreateTopicsInCluster(ctx context.Context, creq *server.
 			fail(errorCode(err), err)
 			continue
 		}
-		st.TopicID = mt.ID
-		st.NumPartitions = partitions
-		st.ReplicationFactor = rf
-		if !h.allowed(creq, acl.Topic, rt.Topic, acl.DescribeConfigs) {
-			st.ConfigErrorCode = kerr.TopicAuthorizationFailed.Code
-			resp.Topics = append(resp.Topics, st)
-			continue
-		}
-		for _, e := range h.topicConfigEntries(mt, nil) {
-			c := kmsg.NewCreateTopicsResponseTopicConfig()
-			c.Name, c.Value, c.ReadOnly, c.Source, c.IsSensitive = e.name, &e.value, e.readOnly, e.source, false
-			st.Configs = append(st.Configs, c)
-		}
-		resp.Topics = append(resp.Topics, st)
+		resp.Topics = append(resp.Topics, h.createdTopic(creq, st, mt, partitions, rf))
 	}
 	return resp
 }

@@ -229,6 +229,9 @@ func (h *Handler) finishDeletions() error {
 			meta.IsInternalTopic(name) || meta.ValidateTopicName(name) != nil {
 			continue
 		}
+		if h.clusterMode() || name == MetadataTopic {
+			continue // the quorum's log, and its topics' partitions: opened by its apply (cluster.go)
+		}
 		if mt, ok := h.cfg.Catalog.Topic(name); !ok || int32(p) >= mt.Partitions {
 			h.log.Warn("a partition directory that the catalogue does not have is left alone (creating the topic replaces it)", "dir", e)
 		}

@@ -41,18 +41,9 @@ func (h *Handler) handleDescribeCluster(_ context.Context, creq *server.Request,
 			resp.ClusterAuthorizedOperations = h.authorizedOperations(creq, acl.Cluster, acl.ClusterName)
 		}
 	}
-	for _, mb := range h.brokers(req.Version >= 2 && req.IncludeFencedBrokers) {
+	for _, lb := range h.listedBrokers(creq, req.Version >= 2 && req.IncludeFencedBrokers) {
 		b := kmsg.NewDescribeClusterResponseBroker()
-		b.NodeID = mb.ID
-		var ok bool
-		if b.Host, b.Port, ok = h.brokerAddr(creq, mb); !ok {
-			continue
-		}
-		if mb.Rack != "" {
-			rack := mb.Rack
-			b.Rack = &rack
-		}
-		b.IsFenced = mb.Fenced
+		b.NodeID, b.Host, b.Port, b.Rack, b.IsFenced = lb.id, lb.host, lb.port, lb.rack, lb.fenced
 		resp.Brokers = append(resp.Brokers, b)
 	}
 	return reply(resp)

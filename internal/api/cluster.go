@@ -49,6 +49,12 @@ type Cluster interface {
 	BrokerHeartbeat(ctx context.Context, req *kmsg.BrokerHeartbeatRequest) (fenced bool, err error)
 }
 
+// MetadataTopic is the cluster's metadata quorum (KRaft's
+// __cluster_metadata): its raft log is DATA/__cluster_metadata-0 on every
+// node (broker/cluster.go), which the start-up scan leaves alone and no
+// topic may take.
+const MetadataTopic = "__cluster_metadata"
+
 // clusterMode reports whether the handler is a node of a multi-node
 // cluster (Config.Cluster set).
 func (h *Handler) clusterMode() bool { return h.cfg.Cluster != nil }
@@ -69,6 +75,33 @@ func (h *Handler) brokers(includeFenced bool) []meta.Broker {
 		bs = slices.DeleteFunc(bs, func(b meta.Broker) bool { return b.Fenced })
 	}
 	return bs
+}
+
+// listedBroker is a broker as Metadata and DescribeCluster list it.
+type listedBroker struct {
+	id     int32
+	host   string
+	port   int32
+	rack   *string
+	fenced bool
+}
+
+// listedBrokers are the brokers Metadata and DescribeCluster answer creq
+// with: those with an endpoint for its listener (brokers, brokerAddr).
+func (h *Handler) listedBrokers(creq *server.Request, includeFenced bool) []listedBroker {
+	var out []listedBroker
+	for _, b := range h.brokers(includeFenced) {
+		host, port, ok := h.brokerAddr(creq, b)
+		if !ok {
+			continue
+		}
+		lb := listedBroker{id: b.ID, host: host, port: port, fenced: b.Fenced}
+		if b.Rack != "" {
+			lb.rack = &b.Rack
+		}
+		out = append(out, lb)
+	}
+	return out
 }
 
 // brokerAddr is broker b's endpoint for the listener creq came through, as
