@@ -109,7 +109,9 @@ func newServeCmd() *cobra.Command {
 Point any Kafka client at --listen (kcat -b 127.0.0.1:9092 -L), or give several
 listeners with their security protocols, as Kafka's listeners:
   --listeners PLAINTEXT://127.0.0.1:9092,SASL_SSL://0.0.0.0:9093 --tls-cert-file broker.crt --tls-key-file broker.key
-(` + "`sushka tls init`" + ` makes a CA and the certificates). Every flag can also be set
+(` + "`sushka tls init`" + ` makes a CA and the certificates). A node of a cluster adds
+  --node-id 1 --peer-listen 127.0.0.1:9193 --controller-voters 0@127.0.0.1:9192,1@127.0.0.1:9193,2@127.0.0.1:9194
+(every node a controller voter; partitions have one replica in this version). Every flag can also be set
 with an environment variable: --data-dir is SUSHKA_DATA_DIR, and so on.
 Producers with acks=all are acknowledged only after fdatasync.`,
 		Args: cobra.NoArgs,

@@ -262,7 +262,8 @@ func consumeAll(ctx context.Context, t *testing.T, nodes []*node, topic string, 
 // once it is fenced; restarted on its directory it has every topic (the
 // one created while it was down included) and serves its partitions' data;
 // the whole cluster stopped and started again keeps both topics and their
-// records.
+// records. `sushka cluster status` shows the fenced node, the controller
+// and the partitions without a leader.
 //
 // Fails when: the quorum is not durable (MemStorage in broker/cluster.go:
 // one restarted node catches up from the others, the whole cluster
@@ -415,6 +416,15 @@ func TestThreeNodes(t *testing.T) {
 		}
 		return nil
 	})
+	status, errOut, err := testbroker.RunCommand("", bin, "cluster", "status", "-b", live[0].kafka)
+	if err != nil {
+		t.Fatalf("sushka cluster status: %v\n%s", err, errOut)
+	}
+	for _, want := range []string{fmt.Sprintf("controller  node %d", newController), fmt.Sprintf("\n%d ", killed.id), "fenced", "up, controller", "none (LEADER_NOT_AVAILABLE)"} {
+		if !strings.Contains(status, want) {
+			t.Fatalf("sushka cluster status lacks %q:\n%s", want, status)
+		}
+	}
 	if since := time.Since(killedAt); since < sessionTimeout-time.Second {
 		t.Errorf("fenced %s after the kill, before the %s session timeout", since, sessionTimeout)
 	}
