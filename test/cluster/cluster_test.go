@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -76,11 +75,7 @@ func (n *node) stop(t *testing.T) {
 		return
 	default:
 	}
-	_ = n.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-n.done:
-	case <-time.After(15 * time.Second):
-		n.kill()
+	if testbroker.Terminate(n.cmd, n.done, 15*time.Second) {
 		t.Logf("node %d did not stop within 15 s of SIGTERM; killed\n%s", n.id, n.log.String())
 	}
 }
