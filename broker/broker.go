@@ -147,6 +147,11 @@ type Config struct {
 	// acks=all append starts at least this long after the previous one.
 	// Default DefaultSyncInterval; negative: no pacing.
 	SyncInterval time.Duration
+	// EarlyWritebackBytes starts the writeback of this many bytes written
+	// by acks=all appends while their fsync runs (plog
+	// Config.EarlyWritebackBytes). Default DefaultEarlyWritebackBytes;
+	// negative: off.
+	EarlyWritebackBytes int64
 	// RecoveryThreads is how many partition logs are opened (recovered:
 	// every batch checked, indexes rebuilt) at once at start-up (Kafka's
 	// num.recovery.threads.per.data.dir). Default DefaultRecoveryThreads():
@@ -227,6 +232,7 @@ const (
 	DefaultProducerIDExpiration   = plog.DefaultProducerIDExpiration
 	DefaultMaxFetchWait           = api.DefaultMaxFetchWait
 	DefaultSyncInterval           = plog.DefaultSyncInterval
+	DefaultEarlyWritebackBytes    = plog.DefaultEarlyWritebackBytes
 
 	DefaultFailedAuthenticationDelay = api.DefaultFailedAuthenticationDelay
 	DefaultMaxSASLReceiveBytes       = server.DefaultMaxSASLReceiveBytes
@@ -359,6 +365,7 @@ func New(cfg Config) (*Broker, error) {
 		ProducerIDExpiration:  cfg.ProducerIDExpiration,
 		MaxFetchWait:          cfg.MaxFetchWait,
 		SyncInterval:          cfg.SyncInterval,
+		EarlyWritebackBytes:   cfg.EarlyWritebackBytes,
 		RecoveryThreads:       cfg.RecoveryThreads,
 		Authorizer: acl.Config{Enabled: cfg.Authorizer, SuperUsers: cfg.SuperUsers,
 			AllowIfNoACL: cfg.AllowEveryoneIfNoACLFound},

@@ -30,7 +30,6 @@ import (
 	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/diskprobe"
 	"github.com/sushka-io/sushka/internal/meta"
-	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/sasl"
 	"github.com/sushka-io/sushka/internal/server"
 )
@@ -223,7 +222,7 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.DurationVar(&f.segmentFileIdle, "segment-file-idle-timeout", broker.DefaultSegmentFileIdleTimeout, "close a segment file unused for this long, so idle partitions hold no descriptor (Redpanda's readers_cache_eviction_timeout_ms; 0: closed only by --max-open-segment-files)")
 	fl.DurationVar(&f.producerIDExpiration, "producer-id-expiration", broker.DefaultProducerIDExpiration, "forget an idempotent producer's sequence state in a partition after it has not produced there for this long (producer.id.expiration.ms)")
 	fl.DurationVar(&f.syncInterval, "sync-interval", broker.DefaultSyncInterval, "least time between a partition's fsyncs when no acks=all append waits (acks=0/1 records become visible up to this much later; 0: fsync back to back)")
-	fl.Int64Var(&f.earlyWriteback, "early-writeback-bytes", plog.DefaultEarlyWritebackBytes, "acks=all: once this many bytes are written and not yet being written back, start their writeback (sync_file_range) before the fsync that needs them, so it has less left to write (RocksDB's bytes_per_sync; a hint: the fsync still makes each acknowledged record durable; 0: off)")
+	fl.Int64Var(&f.earlyWriteback, "early-writeback-bytes", broker.DefaultEarlyWritebackBytes, "acks=all: once this many bytes are written and not yet being written back, start their writeback (sync_file_range) before the fsync that needs them, so it has less left to write (RocksDB's bytes_per_sync; a hint: the fsync still makes each acknowledged record durable; 0: off)")
 	fl.IntVar(&f.fetchSessionSlots, "fetch-session-slots", broker.DefaultFetchSessionSlots, "incremental fetch sessions (KIP-227) kept broker-wide, least valuable evicted first (max.incremental.fetch.session.cache.slots; 0: none, every fetch is full)")
 	fl.DurationVar(&f.maxFetchWait, "max-fetch-wait", broker.DefaultMaxFetchWait, "longest a fetch may wait for data (caps the client's MaxWaitMs)")
 	fl.BoolVar(&f.authorizer, "authorizer", false, "check every request against the ACLs (sushka acl); without an ACL nothing is allowed but to super users (Kafka's authorizer.class.name; off: everything allowed)")
@@ -359,9 +358,10 @@ func runServe(ctx context.Context, f serveFlags) error {
 	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(runtimeLatencyMetrics)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	bootstrapName, bootstrapPassword, _ := parseBootstrapUser(f.bootstrapUser)
-	// Every partition log takes it from plog.DefaultConfig (one broker per
-	// process here; an embedding program sets plog's default itself).
-	plog.DefaultEarlyWritebackBytes = f.earlyWriteback
+	earlyWriteback := f.earlyWriteback
+	if earlyWriteback == 0 {
+		earlyWriteback = -1 // broker.Config: 0 is the default, negative off
+	}
 	start := time.Now()
 	b, err := broker.New(broker.Config{
 		DataDir:                   dataDir,
@@ -390,6 +390,7 @@ func runServe(ctx context.Context, f serveFlags) error {
 		ProducerIDExpiration:      f.producerIDExpiration,
 		MaxFetchWait:              f.maxFetchWait,
 		SyncInterval:              zeroMeansNone(f.syncInterval),
+		EarlyWritebackBytes:       earlyWriteback,
 		Authorizer:                f.authorizer,
 		SuperUsers:                superUsers(f.superUsers),
 		AllowEveryoneIfNoACLFound: f.allowEveryoneIfNoACL,

@@ -116,6 +116,10 @@ type Config struct {
 	// fsyncs without acks=all appends). Default plog.DefaultSyncInterval;
 	// negative: none.
 	SyncInterval time.Duration
+	// EarlyWritebackBytes is every partition log's
+	// Config.EarlyWritebackBytes (sync_file_range before an acks=all
+	// fsync). Default plog.DefaultEarlyWritebackBytes; negative: off.
+	EarlyWritebackBytes int64
 	// RecoveryThreads is how many partition logs New opens (recovers) at
 	// once (Kafka's num.recovery.threads.per.data.dir). Default
 	// plog.DefaultRecoveryThreads.
@@ -299,6 +303,12 @@ func New(cfg Config) (*Handler, error) {
 		cfg.SyncInterval = plog.DefaultSyncInterval
 	case cfg.SyncInterval < 0:
 		cfg.SyncInterval = 0 // plog: no pacing
+	}
+	switch {
+	case cfg.EarlyWritebackBytes == 0:
+		cfg.EarlyWritebackBytes = plog.DefaultEarlyWritebackBytes
+	case cfg.EarlyWritebackBytes < 0:
+		cfg.EarlyWritebackBytes = 0 // plog: off
 	}
 	if cfg.RecoveryThreads <= 0 {
 		cfg.RecoveryThreads = plog.DefaultRecoveryThreads()

@@ -41,10 +41,8 @@ const (
 var DefaultWritePath = WriteSyscall
 
 // DefaultEarlyWritebackBytes is Config.EarlyWritebackBytes' default, chosen
-// by measurement (docs/benchmarks.md, "Early writeback"). A variable, so
-// that `sushka serve --early-writeback-bytes` can set it for the whole
-// process before the broker opens its logs (they take DefaultConfig's).
-var DefaultEarlyWritebackBytes int64 = 0
+// by measurement (docs/benchmarks.md, "Early writeback"): off.
+const DefaultEarlyWritebackBytes int64 = 0
 
 // DefaultConfig returns the configuration of a partition log in dir on fs
 // with Kafka's defaults; change fields from there.
