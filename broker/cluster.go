@@ -26,6 +26,7 @@ import (
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/raftnode"
+	"github.com/sushka-io/sushka/internal/replica"
 	"github.com/sushka-io/sushka/internal/server"
 )
 
@@ -87,6 +88,29 @@ type clusterNode struct {
 	mu     sync.Mutex
 	epoch  int64 // the broker's epoch from its registration (-1: not registered)
 	fenced bool
+
+	// Owned by the metadata group's apply (its worker): the entry whose
+	// assignments applied counts, and how many it has counted
+	// (partitionGroup).
+	assignIndex, assignOrdinal uint64
+
+	// hintsMu guards the leaders of replicated partitions held elsewhere
+	// as their replicas reported them (PartitionLeader), and the topics
+	// being asked about.
+	hintsMu sync.Mutex
+	hints   map[partitionKey]leaderHint
+	asking  map[[16]byte]bool
+}
+
+type partitionKey struct {
+	topic     [16]byte
+	partition int32
+}
+
+// leaderHint is a replicated partition's leader as a replica answered.
+type leaderHint struct {
+	leader, epoch int32
+	at            time.Time
 }
 
 // ClusterIDFromVoters is the cluster's id: a digest of the voters list, so
@@ -205,16 +229,217 @@ func (c *clusterNode) applied(ch controller.Change) {
 	if !ok {
 		return
 	}
+	group := c.partitionGroup(ch.Index)
 	mt, ok := c.ctrl.Machine().TopicByID(a.TopicID)
 	if !ok {
 		return
 	}
-	if err := c.b.handler.HostPartition(mt, a.Partition, slices.Contains(a.Replicas, c.node)); err != nil {
+	hosted := slices.Contains(a.Replicas, c.node)
+	var open api.PartitionOpener
+	if len(a.Replicas) > 1 {
+		voters := make([]uint64, len(a.Replicas))
+		for i, r := range a.Replicas {
+			voters[i] = controller.RaftID(r)
+		}
+		preferred := a.Replicas[0] == c.node
+		open = func(cfg plog.Config) (*plog.Log, api.ReplicatedPartition, error) {
+			return c.openReplica(group, voters, preferred, cfg)
+		}
+	}
+	if err := c.b.handler.HostPartition(mt, a.Partition, hosted, open); err != nil {
 		c.b.log.Error("applying a partition assignment", "topic", mt.Name, "partition", a.Partition, "err", err)
 	}
 }
 
+// partitionGroup is the raft group id of the partition the assignment
+// record being applied, in the metadata log's entry at index, names: the
+// entry's index and the record's ordinal among the entry's assignments
+// (index<<24 | ordinal). The same on every node (every node applies the
+// same entries in the same order, a restart replays them), unique by
+// construction (one entry, one index; an entry holds fewer than 2^24
+// assignments: a topic's partitions are bounded far below), never the
+// metadata group's 0 (index ≥ 2 above raft's bootstrap snapshot), and no
+// field in the record: its format is unchanged. A snapshot of the
+// metadata log (not built) must keep each assignment's group id.
+func (c *clusterNode) partitionGroup(index uint64) uint64 {
+	if index != c.assignIndex {
+		c.assignIndex, c.assignOrdinal = index, 0
+	}
+	g := index<<24 | c.assignOrdinal
+	c.assignOrdinal++
+	return g
+}
+
+// openReplica opens this node's replica of a replicated partition on the
+// node's one raft node (the metadata group's: one transport, one ticker).
+// A new partition's preferred replica (its first) campaigns at once, so a
+// topic is led within a round trip of its creation rather than an
+// election timeout, by the broker Kafka would have chosen.
+func (c *clusterNode) openReplica(group uint64, voters []uint64, preferred bool, cfg plog.Config) (*plog.Log, api.ReplicatedPartition, error) {
+	cfg.WritePath = plog.WriteSyscall // the raft storage's only path
+	p, err := replica.Open(replica.Config{Node: c.raft, Group: group, Voters: voters, Log: cfg})
+	if err != nil {
+		return nil, nil, err
+	}
+	if last, _ := p.Storage().LastIndex(); preferred && last == 0 {
+		if err := c.raft.Campaign(group); err != nil {
+			c.b.log.Warn("a new partition's preferred replica could not campaign", "group", group, "err", err)
+		}
+	}
+	return p.Log(), replicatedPartition{p}, nil
+}
+
+// replicatedPartition is a replica.Partition as the request code asks it
+// (api.ReplicatedPartition): broker ids, not raft ids.
+type replicatedPartition struct{ p *replica.Partition }
+
+func (r replicatedPartition) Leading() bool { return r.p.Leading() }
+
+func (r replicatedPartition) Leader() (leader, epoch int32) {
+	l, term := r.p.Leader()
+	if l == 0 {
+		return -1, int32(term)
+	}
+	return int32(l - 1), int32(term)
+}
+
+// EndOffsetForEpoch: the applied log's terms are non-decreasing by index,
+// so the last entry of a term at most epoch is found by bisection, and
+// the next epoch begins at that entry's end.
+func (r replicatedPartition) EndOffsetForEpoch(epoch int32) (int32, int64) {
+	rs := r.p.Storage()
+	first, _ := rs.FirstIndex()
+	last := rs.Applied()
+	termAt := func(i uint64) int64 {
+		t, err := rs.Term(i)
+		if err != nil {
+			return -1
+		}
+		return int64(t)
+	}
+	if last < first || termAt(first) > int64(epoch) {
+		return -1, -1
+	}
+	lo, hi := first, last // termAt(lo) ≤ epoch
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if termAt(mid) <= int64(epoch) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	if lo == last {
+		return int32(termAt(lo)), r.p.Log().HighWatermark()
+	}
+	return int32(termAt(lo)), rs.EndOffset(lo)
+}
+
+func (r replicatedPartition) Close() error { return r.p.Close() }
+
 // --- api.Cluster ---
+
+// PartitionLeader is the leader of a replicated partition this node holds
+// no replica of: as a replica last answered it, asked again (in the
+// background, one topic at a time) when older than leaderHintTTL. Not
+// known yet: the client is answered LEADER_NOT_AVAILABLE and asks again.
+func (c *clusterNode) PartitionLeader(topicID [16]byte, partition int32) (int32, int32, bool) {
+	c.hintsMu.Lock()
+	defer c.hintsMu.Unlock()
+	h, ok := c.hints[partitionKey{topicID, partition}]
+	if (!ok || time.Since(h.at) > leaderHintTTL) && !c.asking[topicID] {
+		if c.asking == nil {
+			c.asking = map[[16]byte]bool{}
+		}
+		c.asking[topicID] = true
+		go c.askLeaders(topicID)
+	}
+	return h.leader, h.epoch, ok
+}
+
+// leaderHintTTL is how long a leader another node reported is answered
+// before it is asked again. A stale one costs the client one
+// NOT_LEADER_OR_FOLLOWER and a refresh.
+const leaderHintTTL = time.Second
+
+// askLeaders asks the replicas of a topic's replicated partitions (a
+// Metadata request to each unfenced one's first listener) who leads each
+// partition, and keeps, per partition, the answer of a replica of it with
+// the highest epoch.
+func (c *clusterNode) askLeaders(topicID [16]byte) {
+	defer func() {
+		c.hintsMu.Lock()
+		delete(c.asking, topicID)
+		c.hintsMu.Unlock()
+	}()
+	m := c.ctrl.Machine()
+	mt, ok := m.TopicByID(topicID)
+	if !ok {
+		return
+	}
+	replicas := m.Replicas(topicID)
+	asked := map[int32]bool{}
+	best := map[int32]leaderHint{}
+	for _, rs := range replicas {
+		for _, r := range rs {
+			if r == c.node || asked[r] || len(rs) < 2 {
+				continue
+			}
+			asked[r] = true
+			b, ok := m.Broker(r)
+			if !ok || b.Fenced {
+				continue
+			}
+			addr := brokerListenerAddr(b, c.b.cfg.Listeners[0].Name)
+			if addr == "" {
+				continue
+			}
+			req := kmsg.NewPtrMetadataRequest()
+			req.Version = 9
+			rt := kmsg.NewMetadataRequestTopic()
+			rt.Topic = &mt.Name
+			req.Topics = append(req.Topics, rt)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			resp, err := nodeRoundTrip(ctx, addr, "sushka-node-"+strconv.Itoa(int(c.node)), req)
+			cancel()
+			if err != nil {
+				continue
+			}
+			for _, st := range resp.(*kmsg.MetadataResponse).Topics {
+				for _, sp := range st.Partitions {
+					p := sp.Partition
+					if p < 0 || int(p) >= len(replicas) || !slices.Contains(replicas[p], r) || sp.Leader < 0 {
+						continue // only a replica of p knows its leader
+					}
+					if old, ok := best[p]; !ok || old.epoch < sp.LeaderEpoch {
+						best[p] = leaderHint{leader: sp.Leader, epoch: sp.LeaderEpoch}
+					}
+				}
+			}
+		}
+	}
+	now := time.Now()
+	c.hintsMu.Lock()
+	defer c.hintsMu.Unlock()
+	if c.hints == nil {
+		c.hints = map[partitionKey]leaderHint{}
+	}
+	for p, h := range best {
+		h.at = now
+		c.hints[partitionKey{topicID, p}] = h
+	}
+}
+
+// brokerListenerAddr is b's host:port on the listener named name ("": it
+// registered none).
+func brokerListenerAddr(b meta.Broker, name string) string {
+	for _, ep := range b.Listeners {
+		if ep.Name == name {
+			return net.JoinHostPort(ep.Host, strconv.Itoa(int(ep.Port)))
+		}
+	}
+	return ""
+}
 
 func (c *clusterNode) ClusterID() string { return c.clusterID }
 
@@ -511,11 +736,7 @@ func (c *clusterNode) toController(ctx context.Context, req kmsg.Request) (kmsg.
 	if leader == c.node {
 		addr = c.b.AdvertisedAddr()
 	} else if b, ok := c.ctrl.Machine().Broker(leader); ok {
-		for _, ep := range b.Listeners {
-			if ep.Name == name {
-				addr = net.JoinHostPort(ep.Host, strconv.Itoa(int(ep.Port)))
-			}
-		}
+		addr = brokerListenerAddr(b, name)
 	}
 	if addr == "" {
 		return nil, fmt.Errorf("%w: node %d leads, its listener %s is not registered yet", errNoController, leader, name)

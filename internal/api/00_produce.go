@@ -1,8 +1,10 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -31,7 +33,11 @@ import (
 //   are queued in arrival order (Handler.Ordered), and the next one is
 //   queued as soon as this one is (Request.Sequenced), so pipelined
 //   requests of an idempotent producer share fsyncs too.
-// * TimeoutMillis is ignored: there are no replicas to wait for.
+// * TimeoutMillis bounds the acks=all wait of a replicated partition
+//   (cluster mode, rf > 1: answered once committed by a majority of its
+//   raft group): past it the partition is REQUEST_TIMED_OUT, as Kafka
+//   answers. A plain partition has no replicas to wait for and ignores it.
+//   A follower answers NOT_LEADER_OR_FOLLOWER (plog.ErrNotLeader).
 // * Transactional produce (KIP-98, txn.go): a request with a TransactionID
 //   is refused with INVALID_REQUEST when the broker has no transaction
 //   coordinator (Config.TxnVerifier nil). Otherwise each partition whose
@@ -88,6 +94,7 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 
 	jobs := ps.jobs[:0]
 	failed := false
+	replicatedJobs := false
 
 	// A partition named by more than one entry: which batch would the
 	// client want first, and which offsets would it match to which? Kafka
@@ -179,7 +186,15 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 					fail(code, msg)
 					break
 				}
-				jobs = append(jobs, produceJob{topicIndex: int32(len(resp.Topics)), partitionIndex: int32(len(st.Partitions)), log: l, records: rp.Records, topic: t.meta.Name})
+				job := produceJob{topicIndex: int32(len(resp.Topics)), partitionIndex: int32(len(st.Partitions)), log: l, records: rp.Records, topic: t.meta.Name}
+				if t.replicated(rp.Partition) != nil {
+					// Raft keeps a proposal's bytes (its messages to the
+					// followers, queued) past the answer, and the frame is
+					// recycled: the batch is copied once.
+					job.records, job.replicated = bytes.Clone(rp.Records), true
+					replicatedJobs = true
+				}
+				jobs = append(jobs, job)
 			}
 			st.Partitions = append(st.Partitions, sp)
 		}
@@ -205,15 +220,19 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 	// disk or in the page cache and nothing refers to the frame.
 	creq.RecycleFrame()
 	waited := creq.Accounting.WaitStart() // the writer's and fsync's time is not the request's (throttle.go)
-	for i := range jobs {
-		q := &jobs[i]
-		res := plog.AppendResult{BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
-		err := q.err
-		if err == nil {
-			res, err = q.pending.Wait()
+	if replicatedJobs && req.Acks == -1 {
+		h.waitReplicated(ctx, req, resp, jobs)
+	} else {
+		for i := range jobs {
+			q := &jobs[i]
+			res := plog.AppendResult{BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
+			err := q.err
+			if err == nil {
+				res, err = q.pending.Wait()
+			}
+			sp := &resp.Topics[q.topicIndex].Partitions[q.partitionIndex]
+			h.finishProduce(req.Version, sp, q.topic, len(q.records), q.start, res, err)
 		}
-		sp := &resp.Topics[q.topicIndex].Partitions[q.partitionIndex]
-		h.finishProduce(req.Version, sp, q.topic, len(q.records), q.start, res, err)
 	}
 	creq.Accounting.WaitEnd(waited)
 
@@ -236,10 +255,70 @@ type produceJob struct {
 	records                    []byte
 	topic                      string
 
-	pending plog.Pending
-	err     error
-	start   time.Time
+	pending    plog.Pending
+	err        error
+	start      time.Time
+	replicated bool // its log is a raft group's (records copied)
 }
+
+// waitReplicated waits for the acks=all appends of a Produce that has
+// replicated partitions, each until it is committed (the replicated
+// partition's contract) or the request's TimeoutMillis passed:
+// REQUEST_TIMED_OUT then, as Kafka answers a produce whose replicas did
+// not acknowledge in time (the batch may still commit; an idempotent
+// producer's retry is deduplicated). An append still in flight is waited
+// for by a goroutine of its own, which holds only the batch's copy and
+// its pending answer; it ends when raft answers (commit, or leadership
+// lost).
+func (h *Handler) waitReplicated(ctx context.Context, req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, jobs []produceJob) {
+	type answer struct {
+		i   int
+		res plog.AppendResult
+		err error
+	}
+	answers := make(chan answer, len(jobs))
+	for i := range jobs {
+		q := &jobs[i]
+		if q.err != nil {
+			answers <- answer{i: i, res: plog.AppendResult{BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}, err: q.err}
+			continue
+		}
+		go func(i int, pending plog.Pending) {
+			res, err := pending.Wait()
+			answers <- answer{i: i, res: res, err: err}
+		}(i, q.pending)
+	}
+	timeout := time.Duration(req.TimeoutMillis) * time.Millisecond
+	if timeout <= 0 {
+		timeout = produceDefaultTimeout
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	done := make([]bool, len(jobs))
+	for left := len(jobs); left > 0; left-- {
+		select {
+		case a := <-answers:
+			q := &jobs[a.i]
+			done[a.i] = true
+			h.finishProduce(req.Version, &resp.Topics[q.topicIndex].Partitions[q.partitionIndex], q.topic, len(q.records), q.start, a.res, a.err)
+			continue
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		for i := range jobs {
+			if !done[i] {
+				q := &jobs[i]
+				err := fmt.Errorf("%w: not committed by the replicas within the request's timeout (%v)", kerr.RequestTimedOut, timeout)
+				h.finishProduce(req.Version, &resp.Topics[q.topicIndex].Partitions[q.partitionIndex], q.topic, len(q.records), q.start, plog.AppendResult{}, err)
+			}
+		}
+		return
+	}
+}
+
+// produceDefaultTimeout bounds an acks=all wait on a replicated partition
+// when the request gives no timeout (Kafka clients' request.timeout.ms).
+const produceDefaultTimeout = 30 * time.Second
 
 // produceState is what one Produce request needs besides its frame: the
 // answer and the jobs. It comes from producePool and goes back once the

@@ -347,14 +347,18 @@ func (h *Handler) fetchParts(fs *fetchState, creq *server.Request, req *kmsg.Fet
 		denied := replicaDenied || !replica && h.topicDenied(creq, t, rt.Topic, acl.Read)
 		for _, rp := range rt.Partitions {
 			l := t.partition(rp.Partition)
+			if t.followerHere(rp.Partition) {
+				l = nil // cluster mode: a follower here; no fetch from followers (KIP-392)
+			}
 			if l == nil || denied {
 				if _, repeated := seen.partition(topicIndex, rp.Partition, -1); !repeated {
 					if ft.missing == nil {
 						ft.missing = &missingPartitions{code: missingCode}
 						if denied {
 							ft.missing.code = kerr.TopicAuthorizationFailed.Code
-						} else if t.notHostedHere(rp.Partition) {
-							// Cluster mode: held by another node.
+						} else if t.notHostedHere(rp.Partition) || t.followerHere(rp.Partition) {
+							// Cluster mode: held by another node, or
+							// followed here.
 							ft.missing.code = kerr.NotLeaderForPartition.Code
 						}
 					}

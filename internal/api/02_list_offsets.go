@@ -22,6 +22,9 @@ import (
 // * -3: the offset and value of the largest timestamp (KIP-734).
 // * >= 0: the first offset whose timestamp is at least the given one; none
 //   gives offset -1, timestamp -1, as Kafka does.
+// * Cluster mode: a partition held by other nodes, or of which this node
+//   is a follower, is NOT_LEADER_OR_FOLLOWER (the client refreshes its
+//   metadata); LeaderEpoch is a replicated partition's raft term.
 // * v0 answers in OldStyleOffsets (MaxNumOffsets is honoured as 0 or 1).
 // * A partition named more than once is INVALID_REQUEST, as in Kafka, and
 //   looked up for none of its entries; we answer it once (Kafka answers
@@ -64,7 +67,7 @@ func (h *Handler) handleListOffsets(ctx context.Context, creq *server.Request, r
 			}
 			sp := kmsg.NewListOffsetsResponseTopicPartition()
 			sp.Partition = rp.Partition
-			sp.Timestamp, sp.Offset, sp.LeaderEpoch = -1, -1, LeaderEpoch
+			sp.Timestamp, sp.Offset, sp.LeaderEpoch = -1, -1, t.epochOf(rp.Partition)
 			l := t.partition(rp.Partition)
 			committed := req.Version >= 2 && req.IsolationLevel == 1
 			switch ts := rp.Timestamp; {
@@ -72,6 +75,9 @@ func (h *Handler) handleListOffsets(ctx context.Context, creq *server.Request, r
 				sp.ErrorCode = kerr.InvalidRequest.Code
 			case denied:
 				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+			case t.notHostedHere(rp.Partition), t.followerHere(rp.Partition):
+				// Cluster mode: held elsewhere, or a follower here.
+				sp.ErrorCode = kerr.NotLeaderForPartition.Code
 			case l == nil:
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			case ts == -1 && committed:

@@ -184,13 +184,13 @@ func (h *Handler) metadataTopic(t *topic) kmsg.MetadataResponseTopic {
 // metadataPartition is partition p of t as Metadata shows it
 // (partitionReplicas, the Cluster seam): on a single node this node leads
 // it and is its only (in-sync) replica; in a cluster its leader is its
-// first replica while that broker is unfenced. t nil: an internal topic,
-// this node's.
+// first replica while that broker is unfenced (rf=1) or its raft leader,
+// with the raft term as its leader epoch (rf > 1). t nil: an internal
+// topic, this node's.
 func (h *Handler) metadataPartition(t *topic, p int32) kmsg.MetadataResponseTopicPartition {
 	sp := kmsg.NewMetadataResponseTopicPartition()
 	sp.Partition = p
-	sp.Leader, sp.Replicas, sp.ISR, sp.ErrorCode = h.partitionReplicas(t, p)
-	sp.LeaderEpoch = LeaderEpoch
+	sp.Leader, sp.LeaderEpoch, sp.Replicas, sp.ISR, sp.ErrorCode = h.partitionReplicas(t, p)
 	sp.OfflineReplicas = []int32{}
 	return sp
 }

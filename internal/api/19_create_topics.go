@@ -21,9 +21,11 @@ import (
 //   forwards the topic in a CreateTopics of its own to the controller's
 //   listener and relays the answer (KIP-590's effect); the answer comes
 //   once this node has applied the creation. Replicas are placed by the
-//   controller on the unfenced brokers; a replication factor above 1 is
-//   INVALID_REPLICATION_FACTOR until replicated partitions are wired, a
-//   manual ReplicaAssignment INVALID_REPLICA_ASSIGNMENT.
+//   controller on the unfenced brokers; a replication factor up to their
+//   number is taken (above 1: each partition is a raft group of its
+//   replicas, broker's cluster.go), above it INVALID_REPLICATION_FACTOR
+//   ("replication factor: 4 larger than available brokers: 3", Kafka's
+//   words), a manual ReplicaAssignment INVALID_REPLICA_ASSIGNMENT.
 // * NumPartitions -1 takes the broker's default partition count,
 //   ReplicationFactor -1 takes 1; a replication factor above the number of
 //   brokers (one) is INVALID_REPLICATION_FACTOR, as in Kafka. A manual
@@ -205,9 +207,6 @@ func (h *Handler) handleCreateTopicsInCluster(ctx context.Context, creq *server.
 			continue
 		case len(rt.ReplicaAssignment) > 0:
 			fail(kerr.InvalidReplicaAssignment.Code, fmt.Errorf("manual replica assignments are not wired in cluster mode yet: give a partition count and let the controller place the replicas"))
-			continue
-		case rf > 1:
-			fail(kerr.InvalidReplicationFactor.Code, fmt.Errorf("replication factor %d: replication not yet wired in cluster mode (each partition has one replica, rf=1)", rf))
 			continue
 		case configErr != nil:
 			fail(kerr.InvalidConfig.Code, configErr)

@@ -13,9 +13,15 @@ import (
 // OffsetForLeaderEpoch: v0-4
 //
 // Behavior:
-// * Every partition has had one leader epoch, 0, since it was created, so
-//   epoch 0 (or any later epoch asked for) ends at the high watermark; a
+// * A plain partition has had one leader epoch, 0, since it was created,
+//   so epoch 0 (or any later epoch asked for) ends at the high watermark; a
 //   negative epoch gives epoch -1, offset -1.
+// * A replicated partition (cluster mode, rf > 1): epochs are raft terms,
+//   the batches' partitionLeaderEpoch; epoch e answers the largest epoch
+//   at most e in the committed log and the offset where the next begins
+//   (the high watermark for the latest), as Kafka's leader epoch cache.
+//   Only its leader answers: a follower, or a node without a replica, is
+//   NOT_LEADER_OR_FOLLOWER.
 // * v2+: a CurrentLeaderEpoch above ours is UNKNOWN_LEADER_EPOCH, below ours
 //   FENCED_LEADER_EPOCH, as a Kafka leader answers.
 // * Clients use it (KIP-320) to detect truncation after a leader change.
@@ -55,15 +61,20 @@ func (h *Handler) handleOffsetForLeaderEpoch(_ context.Context, creq *server.Req
 			sp.Partition = rp.Partition
 			sp.LeaderEpoch, sp.EndOffset = -1, -1
 			l := t.partition(rp.Partition)
+			current := t.epochOf(rp.Partition)
 			switch {
 			case denied:
 				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+			case t.notHostedHere(rp.Partition), t.followerHere(rp.Partition):
+				sp.ErrorCode = kerr.NotLeaderForPartition.Code
 			case l == nil:
 				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-			case req.Version >= 2 && rp.CurrentLeaderEpoch > LeaderEpoch:
+			case req.Version >= 2 && rp.CurrentLeaderEpoch > current:
 				sp.ErrorCode = kerr.UnknownLeaderEpoch.Code
-			case req.Version >= 2 && rp.CurrentLeaderEpoch >= 0 && rp.CurrentLeaderEpoch < LeaderEpoch:
+			case req.Version >= 2 && rp.CurrentLeaderEpoch >= 0 && rp.CurrentLeaderEpoch < current:
 				sp.ErrorCode = kerr.FencedLeaderEpoch.Code
+			case t.replicated(rp.Partition) != nil && rp.LeaderEpoch >= 0:
+				sp.LeaderEpoch, sp.EndOffset = t.replicated(rp.Partition).EndOffsetForEpoch(rp.LeaderEpoch)
 			case rp.LeaderEpoch >= LeaderEpoch:
 				sp.LeaderEpoch, sp.EndOffset = LeaderEpoch, l.HighWatermark()
 			}

@@ -207,6 +207,10 @@ type Handler struct {
 type topic struct {
 	meta  meta.Topic // a snapshot; replaced (not mutated) under mu
 	parts []*plog.Log
+	// reps are the replicated partitions' replicas here (cluster mode,
+	// rf > 1: HostPartition), by partition; nil, or nil entries, for
+	// plain logs.
+	reps []ReplicatedPartition
 }
 
 // Endpoint is where clients reach this broker through one listener: an
@@ -448,9 +452,16 @@ func (h *Handler) Close() error {
 	defer h.mu.Unlock()
 	errs := []error{txnsErr, groupsErr}
 	for _, t := range h.topics {
-		for _, l := range t.parts {
+		for p, l := range t.parts {
 			if l == nil {
 				continue // cluster mode: a partition without a replica here
+			}
+			if r := t.replicated(int32(p)); r != nil {
+				// Its raft storage's Close: the commit index recorded.
+				if err := r.Close(); err != nil {
+					errs = append(errs, err)
+				}
+				continue
 			}
 			if err := l.Close(); err != nil {
 				errs = append(errs, err)
@@ -467,8 +478,11 @@ func (h *Handler) EnforceRetention() {
 	h.mu.RLock()
 	var logs []*plog.Log
 	for _, t := range h.topics {
-		for _, l := range t.parts {
-			if l != nil { // cluster mode: nil for a partition hosted elsewhere
+		for p, l := range t.parts {
+			// Cluster mode: nil for a partition hosted elsewhere; a
+			// replicated partition's log start moves by raft snapshots,
+			// not by each replica alone (not built yet).
+			if l != nil && t.replicated(int32(p)) == nil {
 				logs = append(logs, l)
 			}
 		}

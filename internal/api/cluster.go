@@ -47,7 +47,35 @@ type Cluster interface {
 	// controller, and answer NOT_CONTROLLER otherwise.
 	RegisterBroker(ctx context.Context, req *kmsg.BrokerRegistrationRequest) (epoch int64, err error)
 	BrokerHeartbeat(ctx context.Context, req *kmsg.BrokerHeartbeatRequest) (fenced bool, err error)
+	// PartitionLeader is the leader (broker id) and leader epoch (raft
+	// term) of a replicated partition this node holds no replica of, as
+	// its replicas report it (ok false: not known yet; the answer is then
+	// LEADER_NOT_AVAILABLE and the client asks again).
+	PartitionLeader(topicID [16]byte, partition int32) (leader, epoch int32, ok bool)
 }
+
+// ReplicatedPartition is this node's replica of a partition served by a
+// raft group (rf > 1 in cluster mode; the broker's cluster.go opens it
+// with internal/replica). Its log is in the topic's parts like any other;
+// this says who leads it.
+type ReplicatedPartition interface {
+	// Leading reports whether this replica leads and takes appends.
+	Leading() bool
+	// Leader is the leader this replica knows (broker id, -1 for none)
+	// and its epoch (the raft term).
+	Leader() (leader, epoch int32)
+	// EndOffsetForEpoch is OffsetForLeaderEpoch's answer for epoch: the
+	// largest epoch at most epoch in the committed log and the offset
+	// where the next epoch begins (the high watermark for the latest);
+	// -1, -1 when the log holds no entry of such an epoch.
+	EndOffsetForEpoch(epoch int32) (int32, int64)
+	// Close closes the replica's log (after the raft node stopped).
+	Close() error
+}
+
+// PartitionOpener opens the log of a replicated partition this node holds
+// a replica of, with cfg (the handler's configuration for it).
+type PartitionOpener func(cfg plog.Config) (*plog.Log, ReplicatedPartition, error)
 
 // MetadataTopic is the cluster's metadata quorum (KRaft's
 // __cluster_metadata): its raft log is DATA/__cluster_metadata-0 on every
@@ -145,16 +173,19 @@ func (h *Handler) clusterID() string {
 }
 
 // partitionReplicas is partition p of t as Metadata shows it: its leader
-// (the first replica while that broker is unfenced, rf=1 until the
-// replicated partition is wired; -1 and LEADER_NOT_AVAILABLE otherwise),
-// replicas and in-sync replicas (the unfenced ones).
-func (h *Handler) partitionReplicas(t *topic, p int32) (leader int32, replicas, isr []int32, code int16) {
+// and leader epoch, replicas and in-sync replicas (the unfenced ones). A
+// partition of one replica is led by it while that broker is unfenced
+// (epoch 0); a replicated one by its raft leader (epoch: the raft term),
+// as this node's replica knows it or, without one here, as the replicas
+// report it (Cluster.PartitionLeader). -1 and LEADER_NOT_AVAILABLE when no
+// leader is known.
+func (h *Handler) partitionReplicas(t *topic, p int32) (leader, epoch int32, replicas, isr []int32, code int16) {
 	if !h.clusterMode() || t == nil || meta.IsInternalTopic(t.meta.Name) {
-		return h.cfg.NodeID, []int32{h.cfg.NodeID}, []int32{h.cfg.NodeID}, 0
+		return h.cfg.NodeID, LeaderEpoch, []int32{h.cfg.NodeID}, []int32{h.cfg.NodeID}, 0
 	}
 	all := h.cfg.Cluster.Replicas(t.meta.ID)
 	if int(p) >= len(all) || len(all[p]) == 0 {
-		return -1, []int32{}, []int32{}, kerr.LeaderNotAvailable.Code
+		return -1, -1, []int32{}, []int32{}, kerr.LeaderNotAvailable.Code
 	}
 	replicas = all[p]
 	fenced := map[int32]bool{}
@@ -167,10 +198,52 @@ func (h *Handler) partitionReplicas(t *topic, p int32) (leader int32, replicas, 
 			isr = append(isr, r)
 		}
 	}
-	if !slices.Contains(isr, replicas[0]) {
-		return -1, replicas, isr, kerr.LeaderNotAvailable.Code
+	if len(replicas) > 1 {
+		var ok bool
+		if r := t.replicated(p); r != nil {
+			leader, epoch = r.Leader()
+			ok = leader >= 0
+		} else {
+			leader, epoch, ok = h.cfg.Cluster.PartitionLeader(t.meta.ID, p)
+		}
+		if !ok || !slices.Contains(isr, leader) {
+			return -1, max(epoch, -1), replicas, isr, kerr.LeaderNotAvailable.Code
+		}
+		return leader, epoch, replicas, isr, 0
 	}
-	return replicas[0], replicas, isr, 0
+	if !slices.Contains(isr, replicas[0]) {
+		return -1, -1, replicas, isr, kerr.LeaderNotAvailable.Code
+	}
+	return replicas[0], LeaderEpoch, replicas, isr, 0
+}
+
+// replicated is this node's replica of partition p when the partition is
+// served by a raft group (nil: a plain log, or none here).
+func (t *topic) replicated(p int32) ReplicatedPartition {
+	if t == nil || p < 0 || int(p) >= len(t.reps) {
+		return nil
+	}
+	return t.reps[p]
+}
+
+// followerHere reports whether this node holds a replica of partition p
+// of t that does not lead it: Produce, Fetch, ListOffsets and
+// OffsetForLeaderEpoch answer NOT_LEADER_OR_FOLLOWER (fetching from
+// followers, KIP-392, is not served).
+func (t *topic) followerHere(p int32) bool {
+	r := t.replicated(p)
+	return r != nil && !r.Leading()
+}
+
+// epochOf is partition p's leader epoch as this node answers it in
+// ListOffsets and Fetch: the raft term of a replicated partition, else
+// LeaderEpoch.
+func (t *topic) epochOf(p int32) int32 {
+	if r := t.replicated(p); r != nil {
+		_, epoch := r.Leader()
+		return epoch
+	}
+	return LeaderEpoch
 }
 
 // clusterCoordinator is the group and transaction coordinator of cluster
@@ -203,9 +276,11 @@ func (t *topic) notHostedHere(p int32) bool {
 // knows every topic, to answer NOT_LEADER_OR_FOLLOWER rather than
 // UNKNOWN_TOPIC_OR_PARTITION for partitions it does not hold) and, when
 // hosted, opens (creating or recovering) the partition's local log under
-// DATA/<topic>-<partition>. Applying the same record again (a restart
-// replays the quorum's log) changes nothing.
-func (h *Handler) HostPartition(mt meta.Topic, p int32, hosted bool) error {
+// DATA/<topic>-<partition>: with open when the partition is replicated
+// (served by its raft group), as a plain log when open is nil. Applying
+// the same record again (a restart replays the quorum's log) changes
+// nothing.
+func (h *Handler) HostPartition(mt meta.Topic, p int32, hosted bool, open PartitionOpener) error {
 	if !h.clusterMode() {
 		return fmt.Errorf("api: HostPartition without a cluster")
 	}
@@ -224,18 +299,30 @@ func (h *Handler) HostPartition(mt meta.Topic, p int32, hosted bool) error {
 		return fmt.Errorf("api: topic %s has no partition %d", mt.Name, p)
 	}
 	var l *plog.Log
+	var rep ReplicatedPartition
 	if hosted && t.parts[p] == nil {
 		var err error
-		if l, err = h.openLog(mt, p); err != nil {
+		if open != nil {
+			l, rep, err = open(h.logConfig(mt, p))
+		} else {
+			l, err = h.openLog(mt, p)
+		}
+		if err != nil {
 			h.log.Error("partition refuses to serve: its log could not be opened", "topic", mt.Name, "partition", p, "err", err)
-			l = plog.Failed(h.logConfig(mt, p), err)
+			l, rep = plog.Failed(h.logConfig(mt, p), err), nil
 		}
 	}
 	h.mu.Lock()
 	if l != nil {
-		parts := slices.Clone(t.parts) // readers hold the old slice
+		parts := slices.Clone(t.parts) // readers hold the old slices
 		parts[p] = l
-		t = &topic{meta: t.meta, parts: parts}
+		reps := t.reps
+		if rep != nil {
+			reps = make([]ReplicatedPartition, len(parts))
+			copy(reps, t.reps)
+			reps[p] = rep
+		}
+		t = &topic{meta: t.meta, parts: parts, reps: reps}
 	}
 	h.topics[mt.Name] = t
 	h.byID[mt.ID] = t

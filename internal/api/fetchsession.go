@@ -769,12 +769,18 @@ func (h *Handler) resolveSession(creq *server.Request, s *fetchSession, req *kms
 		}
 		fp.committed = req.IsolationLevel == 1
 		fp.log = t.partition(fp.partition)
-		if denied {
-			fp.log, code = nil, kerr.TopicAuthorizationFailed.Code
+		partCode := code
+		switch {
+		case denied:
+			fp.log, partCode = nil, kerr.TopicAuthorizationFailed.Code
+		case t.followerHere(fp.partition):
+			// Cluster mode: leadership moved; its changes still wake
+			// the session (replication), which answers this.
+			fp.log, partCode = nil, kerr.NotLeaderForPartition.Code
 		}
 		s.watchLog(fp, &slab) // before it is read: a change after the read is told
 		if fp.log == nil {
-			fp.errorCode, fp.hwm, fp.logStart, fp.lso = code, -1, -1, -1
+			fp.errorCode, fp.hwm, fp.logStart, fp.lso = partCode, -1, -1, -1
 			missing = true
 			continue
 		}
