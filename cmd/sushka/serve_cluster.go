@@ -136,6 +136,6 @@ func clusterBanner(f serveFlags, cc *broker.ClusterConfig) string {
 	if cc.Rack != "" {
 		rack = ", rack " + cc.Rack
 	}
-	return fmt.Sprintf("  cluster          node %d of voters %s; peer listener %s (%s)%s; partitions rf=1 (replication not yet wired)\n",
+	return fmt.Sprintf("  cluster          node %d of voters %s; peer listener %s (%s)%s; partitions with rf > 1 replicated by raft\n",
 		f.nodeID, f.cluster.controllerVoters, cc.PeerListener.Addr(), peerTLS, rack)
 }

@@ -300,8 +300,8 @@ func TestThreeNodes(t *testing.T) {
 	if err := createTopic(ctx, t, via, "spread", 6, 1); !errors.Is(err, kerr.TopicAlreadyExists) {
 		t.Fatalf("creating it again: %v, want TOPIC_ALREADY_EXISTS", err)
 	}
-	if err := createTopic(ctx, t, via, "replicated", 3, 3); !errors.Is(err, kerr.InvalidReplicationFactor) || !strings.Contains(err.Error(), "not yet wired") {
-		t.Fatalf("rf=3: %v, want INVALID_REPLICATION_FACTOR (replication not yet wired)", err)
+	if err := createTopic(ctx, t, via, "replicated", 3, 4); !errors.Is(err, kerr.InvalidReplicationFactor) || !strings.Contains(err.Error(), "larger than available brokers: 3") {
+		t.Fatalf("rf=4 on three brokers: %v, want INVALID_REPLICATION_FACTOR (larger than available brokers)", err)
 	}
 	leaders := map[int32]int32{}
 	var topicID [16]byte
