@@ -41,7 +41,7 @@ func (h *Handler) initProducerID(ctx context.Context, creq *server.Request, req 
 	}
 	resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
-	id, err := h.cfg.Catalog.NextProducerID()
+	id, err := h.nextProducerID()
 	if err != nil {
 		h.log.Error("allocating a producer id failed", "err", err)
 		resp.ErrorCode = kerr.KafkaStorageError.Code

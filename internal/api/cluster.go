@@ -380,3 +380,27 @@ func notWiredInCluster(body kmsg.Request) kmsg.Response {
 	}
 	panic(fmt.Sprintf("notWiredInCluster: %T", body))
 }
+
+// nextProducerID hands out a producer id (InitProducerId, the transaction
+// coordinator). Each node's catalogue counts its own ids from the same
+// start, so in cluster mode the node id goes in the low bits: ids from
+// different nodes never meet in one partition's producer table (two
+// producers given the same id by two nodes would be taken for one, and
+// one's batches deduplicated against the other's: acknowledged, not
+// written). KRaft allocates blocks through the quorum instead; this needs
+// no round trip and stays unique across restarts (the catalogue's counter
+// is durable). A single node keeps its ids unchanged.
+func (h *Handler) nextProducerID() (int64, error) {
+	id, err := h.cfg.Catalog.NextProducerID()
+	if err != nil || !h.clusterMode() {
+		return id, err
+	}
+	if h.cfg.NodeID < 0 || h.cfg.NodeID >= 1<<producerIDNodeBits || id >= 1<<(63-producerIDNodeBits) {
+		return -1, fmt.Errorf("api: producer id %d of node %d outside the cluster's id space", id, h.cfg.NodeID)
+	}
+	return id<<producerIDNodeBits | int64(h.cfg.NodeID), nil
+}
+
+// producerIDNodeBits are the low bits of a cluster-mode producer id that
+// name the node that handed it out (node ids below 65,536).
+const producerIDNodeBits = 16

@@ -36,7 +36,7 @@ func (h *Handler) startTxns() error {
 			NodeID:            h.cfg.NodeID,
 			OffsetsPartitions: h.groups.Store().Partitions(),
 			Topics:            groupTopics{h},
-			NewProducerID:     h.cfg.Catalog.NextProducerID,
+			NewProducerID:     h.nextProducerID,
 		},
 	})
 	if err != nil {

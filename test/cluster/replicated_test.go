@@ -4,13 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sushka-io/sushka/internal/history"
 	"github.com/sushka-io/sushka/test/testbroker"
 )
 
@@ -197,4 +202,214 @@ func TestReplicated(t *testing.T) {
 		t.Fatalf("offset for leader epoch %d on the leader: epoch %d end %d error %v, want epoch %d, end ≥ %d",
 			leaders[0].epoch, sp.LeaderEpoch, sp.EndOffset, kerr.ErrorForCode(sp.ErrorCode), leaders[0].epoch, perPartition)
 	}
+}
+
+// failoverRounds is how many times TestReplicatedLeaderKilled kills a
+// leader: 3, or $SUSHKA_FAILOVER_ROUNDS (for measuring: docs/benchmarks.md).
+func failoverRounds(t *testing.T) int {
+	if s := os.Getenv("SUSHKA_FAILOVER_ROUNDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("SUSHKA_FAILOVER_ROUNDS=%q: want a count", s)
+		}
+		return n
+	}
+	return 3
+}
+
+// TestReplicatedLeaderKilled: a topic of 3 partitions rf=3 produced to
+// with acks=all by two idempotent producers and a probe (synchronous, to
+// partition 0), read throughout by two consumers; partition 0's leader
+// is killed -9, then restarted on its directory, three times. The history
+// checker passes (every acknowledged record read back at its offset by
+// both consumers, no offset with two values, each partition linearizable)
+// and the failover (kill → the probe's first acknowledged produce on the
+// new leader) is logged.
+//
+// Fails when: acks=all is answered at the leader's save rather than at
+// commit (an acknowledged record the killed leader had alone is lost:
+// the checker's lost-write); the leader in Metadata is the first replica
+// rather than raft's (produce never reaches the new leader: no
+// acknowledgement after the kill); OffsetForLeaderEpoch answers epoch 0
+// (consumers take the new epoch for a truncation and reset).
+func TestReplicatedLeaderKilled(t *testing.T) {
+	bin := testbroker.Binary(t)
+	nodes := startCluster(t, bin, 3)
+	rounds := failoverRounds(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(60+30*rounds)*time.Second)
+	defer cancel()
+	for _, n := range nodes {
+		eventually(t, 20*time.Second, fmt.Sprintf("node %d lists three unfenced brokers", n.id), func() error {
+			_, err := clusterView(ctx, t, n, []int32{0, 1, 2})
+			return err
+		})
+	}
+	const topic = "failover"
+	if err := createTopic(ctx, t, nodes[0], topic, 3, 3); err != nil {
+		t.Fatal(err)
+	}
+	agreedLeaders(ctx, t, nodes, topic, 3, 15*time.Second)
+
+	var seeds []string
+	for _, n := range nodes {
+		seeds = append(seeds, n.kafka)
+	}
+	// Clients refresh metadata at most every 100 ms (kgo's default
+	// MetadataMinAge is 5 s, which would be the failover time measured).
+	common := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.DialTimeout(time.Second), kgo.MetadataMinAge(100 * time.Millisecond),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond })}
+	rec := history.NewRecorder()
+	var producers []*history.Producer
+	for _, name := range []string{"p1", "p2"} {
+		p, err := history.NewProducer(rec, name, append(common, kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordRetries(1<<30))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		producers = append(producers, p)
+	}
+	probe, err := kgo.NewClient(append(common, kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	var consumers []*history.Consumer
+	for _, name := range []string{"c1", "c2"} {
+		c, err := history.NewConsumer(rec, name, "", append(common, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		consumers = append(consumers, c)
+	}
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p.Produce(ctx, topic, fmt.Sprintf("%s-%d", pName(p, producers), i))
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+	}
+	for _, c := range consumers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				pctx, pcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				_, _ = c.Poll(pctx)
+				pcancel()
+			}
+		}()
+	}
+	var acksMu sync.Mutex
+	var probeAcks []time.Time
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			value := fmt.Sprintf("probe-%d", i)
+			op := rec.ProduceInvoked("probe", topic, value, true)
+			pctx, pcancel := context.WithTimeout(ctx, 20*time.Second)
+			r, err := probe.ProduceSync(pctx, &kgo.Record{Topic: topic, Partition: 0, Value: []byte(value)}).First()
+			pcancel()
+			if err != nil {
+				rec.ProduceFailed(op, err, history.DefiniteFailure(err))
+				continue
+			}
+			rec.ProduceAcked(op, r.Partition, r.Offset)
+			acksMu.Lock()
+			probeAcks = append(probeAcks, time.Now())
+			acksMu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	firstAckAfter := func(at time.Time) (time.Duration, bool) {
+		acksMu.Lock()
+		defer acksMu.Unlock()
+		for _, a := range probeAcks {
+			if a.After(at) {
+				return a.Sub(at), true
+			}
+		}
+		return 0, false
+	}
+
+	time.Sleep(time.Second)
+	var failovers []time.Duration
+	for round := range rounds {
+		views, _, err := replicatedView(ctx, t, nodes[(round+1)%3], topic, 3, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		victim := nodes[views[0].leader]
+		killed := time.Now()
+		victim.kill()
+		var took time.Duration
+		eventually(t, 20*time.Second, fmt.Sprintf("round %d: a produce acknowledged after node %d (partition 0's leader) was killed", round, victim.id), func() error {
+			var ok bool
+			if took, ok = firstAckAfter(killed); !ok {
+				return errors.New("none yet")
+			}
+			return nil
+		})
+		failovers = append(failovers, took)
+		t.Logf("round %d: killed node %d (leader of partition 0, epoch %d): first acknowledged produce after %v", round, victim.id, views[0].epoch, took.Round(time.Millisecond))
+		time.Sleep(500 * time.Millisecond) // production goes on without it
+		victim.start(t, bin)
+		agreedLeaders(ctx, t, nodes, topic, 3, 30*time.Second)
+		time.Sleep(time.Second)
+	}
+	close(stop)
+	wg.Wait()
+	for _, p := range producers {
+		p.Close()
+	}
+	// A partition whose leader changed after its last record ends with
+	// the new leader's LEADER_CHANGE control batch, which no consumer
+	// reads (Drain would wait for it): one more record in each, recorded.
+	for p := range int32(3) {
+		value := fmt.Sprintf("tail-%d", p)
+		op := rec.ProduceInvoked("probe", topic, value, true)
+		r, err := probe.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: p, Value: []byte(value)}).First()
+		if err != nil {
+			rec.ProduceFailed(op, err, history.DefiniteFailure(err))
+			t.Fatalf("the tail record of partition %d: %v", p, err)
+		}
+		rec.ProduceAcked(op, r.Partition, r.Offset)
+	}
+	for _, c := range consumers {
+		dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
+		if err := c.Drain(dctx, topic); err != nil {
+			t.Errorf("%v", err)
+		}
+		dcancel()
+		c.Close()
+	}
+	slices.Sort(failovers)
+	t.Logf("failover (kill → first acknowledged produce) over %d rounds: best %v, median %v, worst %v", len(failovers),
+		failovers[0].Round(time.Millisecond), failovers[len(failovers)/2].Round(time.Millisecond), failovers[len(failovers)-1].Round(time.Millisecond))
+	history.Require(t, rec, history.Options{})
+}
+
+// pName is p's name among producers (p1, p2).
+func pName(p *history.Producer, producers []*history.Producer) string {
+	return fmt.Sprintf("p%d", slices.Index(producers, p)+1)
 }
