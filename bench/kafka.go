@@ -25,7 +25,9 @@ type Workload struct {
 	Acks       string        `json:"acks"`
 	Linger     time.Duration `json:"linger_ns"`
 	Partitions int32         `json:"partitions"`
-	Clients    int           `json:"clients"`
+	// ReplicationFactor of each fresh topic (0: 1): a cluster's rf=3.
+	ReplicationFactor int16 `json:"replication_factor,omitempty"`
+	Clients           int   `json:"clients"`
 	// Rate is records per second over all clients (open loop); with Max
 	// the loop is closed with Window outstanding records per client.
 	Rate     float64       `json:"rate"`
@@ -182,6 +184,13 @@ func NewClient(brokers string, w Workload, extra ...kgo.Opt) (*kgo.Client, error
 // CreateTopic creates topic with partitions (replication factor 1); an
 // existing topic is fine.
 func CreateTopic(ctx context.Context, brokers, topic string, partitions int32) error {
+	return CreateTopicReplicated(ctx, brokers, topic, partitions, 1)
+}
+
+// CreateTopicReplicated is CreateTopic with replication factor rf (below
+// 1: 1).
+func CreateTopicReplicated(ctx context.Context, brokers, topic string, partitions int32, rf int16) error {
+	rf = max(rf, 1)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
 	if err != nil {
 		return err
@@ -190,7 +199,7 @@ func CreateTopic(ctx context.Context, brokers, topic string, partitions int32) e
 	adm := kadm.NewClient(cl)
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	resp, err := adm.CreateTopics(ctx, partitions, 1, nil, topic)
+	resp, err := adm.CreateTopics(ctx, partitions, rf, nil, topic)
 	if err != nil {
 		return fmt.Errorf("creating topic %s on %s: %w", topic, brokers, err)
 	}

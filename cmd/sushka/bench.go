@@ -98,6 +98,7 @@ func (f *benchFlags) register(fs *pflag.FlagSet, kind string) {
 	fs.StringVar(&w.Acks, "acks", "all", "required acks: all, 1 or 0")
 	fs.DurationVar(&w.Linger, "linger", 0, "producer linger")
 	fs.Int32Var(&w.Partitions, "partitions", 1, "partitions of each fresh topic")
+	fs.Int16Var(&w.ReplicationFactor, "replication-factor", 1, "replication factor of each fresh topic (a cluster's nodes: up to their number)")
 	fs.IntVar(&w.Clients, "clients", 1, "producer clients (connections), the rate split between them")
 	fs.DurationVar(&w.Duration, "duration", 10*time.Second, "length of one round")
 	fs.DurationVar(&w.Drain, "drain", 30*time.Second, "how long to wait for outstanding answers after a round")
@@ -355,7 +356,7 @@ func newBenchConsumeCmd() *cobra.Command {
 					continue
 				}
 				t := s.topic("consume")
-				if err := bench.CreateTopic(ctx, sys.Brokers, t, w.Partitions); err != nil {
+				if err := bench.CreateTopicReplicated(ctx, sys.Brokers, t, w.Partitions, w.ReplicationFactor); err != nil {
 					return err
 				}
 				fmt.Fprintf(s.errw, "# filling %s on %s with %d records of %d B\n", t, sys.Name, w.Records, w.RecordSize)
@@ -412,7 +413,7 @@ func newBenchE2ECmd() *cobra.Command {
 					bench.E2EClients(w)}}
 			err = s.runner().Run(ctx, sc, func(ctx context.Context, sys bench.System, _ int) (bench.RoundResult, error) {
 				topic := s.topic("e2e")
-				if err := bench.CreateTopic(ctx, sys.Brokers, topic, w.Partitions); err != nil {
+				if err := bench.CreateTopicReplicated(ctx, sys.Brokers, topic, w.Partitions, w.ReplicationFactor); err != nil {
 					return bench.RoundResult{}, err
 				}
 				e, err := bench.E2E(ctx, sys.Brokers, topic, w)
@@ -696,7 +697,7 @@ func (s *session) system(name string) *bench.System {
 
 func produceRound(ctx context.Context, s *session, sys bench.System, w bench.Workload) (bench.RoundResult, error) {
 	topic := s.topic("produce")
-	if err := bench.CreateTopic(ctx, sys.Brokers, topic, w.Partitions); err != nil {
+	if err := bench.CreateTopicReplicated(ctx, sys.Brokers, topic, w.Partitions, w.ReplicationFactor); err != nil {
 		return bench.RoundResult{}, err
 	}
 	var p bench.ProduceResult
