@@ -226,6 +226,14 @@ func (t *topic) replicated(p int32) ReplicatedPartition {
 	return t.reps[p]
 }
 
+// replicatedCount is how many entries t.reps has (0 for a nil t).
+func (t *topic) replicatedCount() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.reps)
+}
+
 // followerHere reports whether this node holds a replica of partition p
 // of t that does not lead it: Produce, Fetch, ListOffsets and
 // OffsetForLeaderEpoch answer NOT_LEADER_OR_FOLLOWER (fetching from
@@ -336,8 +344,46 @@ func (h *Handler) createInCluster(ctx context.Context, name string, partitions i
 	configs map[string]string, validateOnly bool) (meta.Topic, error) {
 	ctx, cancel := context.WithTimeout(ctx, clusterCreateTimeout)
 	defer cancel()
-	return h.cfg.Cluster.CreateTopic(ctx, name, partitions, rf, configs, validateOnly)
+	mt, err := h.cfg.Cluster.CreateTopic(ctx, name, partitions, rf, configs, validateOnly)
+	if err == nil && !validateOnly && rf > 1 {
+		h.awaitLocalLeaders(ctx, mt.ID)
+	}
+	return mt, err
 }
+
+// awaitLocalLeaders waits, up to awaitLeadersTimeout, until this node's
+// replicas of a new topic's partitions know their leader (the preferred
+// replica campaigns at once: tens of milliseconds), so a client that
+// asks Metadata right after CreateTopics finds the leaders, as a Kafka
+// controller's answer comes once the partitions are online. Not
+// waiting longer: a partition without a leader is LEADER_NOT_AVAILABLE,
+// which clients retry.
+func (h *Handler) awaitLocalLeaders(ctx context.Context, topicID [16]byte) {
+	ctx, cancel := context.WithTimeout(ctx, awaitLeadersTimeout)
+	defer cancel()
+	for {
+		t := h.lookupID(topicID) // nil until this node's apply reached it
+		led := t != nil
+		for p := range t.replicatedCount() {
+			if r := t.reps[p]; r != nil {
+				if leader, _ := r.Leader(); leader < 0 {
+					led = false
+				}
+			}
+		}
+		if led {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// awaitLeadersTimeout bounds awaitLocalLeaders.
+const awaitLeadersTimeout = 5 * time.Second
 
 // clusterCreateTimeout bounds a creation through the controller when the
 // request gives no timeout of its own (Kafka's default request timeout).
