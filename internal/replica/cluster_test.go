@@ -35,6 +35,13 @@ type testCluster struct {
 
 func newCluster(t testing.TB, n int) *testCluster {
 	t.Helper()
+	return newClusterWith(t, n, nil)
+}
+
+// newClusterWith is newCluster with each replica's Config changed by tweak
+// (min.insync.replicas, the lag time).
+func newClusterWith(t testing.TB, n int, tweak func(*Config)) *testCluster {
+	t.Helper()
 	c := &testCluster{t: t, stopped: make([]bool, n), leaders: make(map[uint64][]uint64)}
 	fs := vfs.NewMem()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -55,11 +62,15 @@ func newCluster(t testing.TB, n int) *testCluster {
 		cfg.Logger = quiet
 		cfg.SegmentBytes = 8 << 10 // several segments: rolls under the entries
 		cfg.FileCache = plog.NewFileCache(64)
-		p, err := Open(Config{Node: node, Group: group, Voters: voters, Log: cfg, OnLeader: func(leader, _ uint64) {
+		rc := Config{Node: node, Group: group, Voters: voters, Log: cfg, OnLeader: func(leader, _ uint64) {
 			c.mu.Lock()
 			c.leaders[id] = append(c.leaders[id], leader)
 			c.mu.Unlock()
-		}})
+		}}
+		if tweak != nil {
+			tweak(&rc)
+		}
+		p, err := Open(rc)
 		if err != nil {
 			t.Fatal(err)
 		}
