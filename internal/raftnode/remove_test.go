@@ -201,9 +201,9 @@ func TestRemoveGroupUnderLoad(t *testing.T) {
 // there), woken and ticked, then removed: none is reachable afterwards
 // (weak pointers cleared by the collector: nothing in the node's tables,
 // the scheduler's queue or the ticker's buffer holds one) and the node runs
-// no more goroutines than before they were added. Fails when a woken
-// removed group is put back among the ticked ones (wakeLocked without the
-// removed check).
+// no more goroutines than before they were added. Fails when a removed
+// group woken through a stale pointer (peerDown's list) is put back among
+// the ticked ones (wakeLocked without the removed check).
 func TestRemoveGroupReleasesMemory(t *testing.T) {
 	c := newCluster(t, clusterOptions{nodes: 3, groups: 1, manual: true})
 	c.electAll(100)
@@ -228,12 +228,14 @@ func TestRemoveGroupReleasesMemory(t *testing.T) {
 		go func() {
 			defer removers.Done()
 			g := n.group(uint64(1000 + i))
-			g.inboxMu.Lock()
-			g.wakeLocked() // as a message arriving during the removal would
-			g.inboxMu.Unlock()
 			if err := n.RemoveGroup(uint64(1000 + i)); err != nil {
 				t.Error(err)
 			}
+			// Woken through a pointer taken before the removal, as
+			// peerDown's list of the groups would.
+			g.inboxMu.Lock()
+			g.wakeLocked()
+			g.inboxMu.Unlock()
 		}()
 	}
 	removers.Wait()
@@ -310,8 +312,13 @@ func TestRemoveGroupWithoutWorkers(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("RemoveGroup did not return")
 			}
-			if err := <-answers; !errors.Is(err, ErrGroupRemoved) {
-				t.Fatalf("the inbox's proposal answered %v, want ErrGroupRemoved", err)
+			select {
+			case err := <-answers:
+				if !errors.Is(err, ErrGroupRemoved) {
+					t.Fatalf("the inbox's proposal answered %v, want ErrGroupRemoved", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the inbox's proposal not answered")
 			}
 			if n.group(7) != nil {
 				t.Fatal("the group is still on the node")
