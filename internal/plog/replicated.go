@@ -30,6 +30,12 @@ import (
 //     it. A proposal whose entry is not the one applied at its index (a new
 //     leader's replaced it), or that is in flight when this replica stops
 //     leading, is answered ErrNotLeader: never success.
+//   - min.insync.replicas is the Proposer's (internal/replica): an
+//     AckForced append is refused ErrNotEnoughReplicas before it is
+//     proposed when the Proposer says too few replicas are in sync
+//     (EnoughInSync), and once applied its answer waits for the Proposer's
+//     AwaitReplicated (enough in-sync replicas hold it, or
+//     ErrNotEnoughReplicasAfterAppend). AckWritten and AckNone ignore it.
 //   - Apply (every replica, committed entries in order) records each batch
 //     in the producer table and the transactions, then moves the high
 //     watermark to the end of what it applied: Read, long polls and
