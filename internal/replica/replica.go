@@ -10,7 +10,11 @@
 // Open, reads and appends through Partition.Log as for a single-node
 // partition (Append/Enqueue answer plog.ErrNotLeader, which internal/api
 // maps to NOT_LEADER_OR_FOLLOWER, on a replica that does not lead), and
-// learns of leadership changes through Config.OnLeader.
+// learns of leadership changes through Config.OnLeader. The leader keeps
+// the partition's in-sync replicas (Partition.ISR) from raft's progress and
+// applies min.insync.replicas to acks=all appends (docs/replication.md
+// §3d); Partition.Close takes the group off the node, so a deleted
+// partition closes while the node runs.
 package replica
 
 import (
