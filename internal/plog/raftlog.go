@@ -59,6 +59,9 @@ type RaftStorage struct {
 	// rewritten when either changes (the commit index may lag on disk).
 	diskTerm, diskVote uint64        // (mu)
 	snap               raftSnapshot  // (mu)
+	// conf is the configuration after the last configuration change
+	// applied (raft-conf); InitialState's when past the snapshot's. (mu)
+	conf raftConf
 	segs               []raftSegment // (mu) one per segment of the Log, in order
 	scanErr            error         // a sidecar the scan could not write (Open)
 	terms              []termRun     // (mu) runs of equal terms, by first index
@@ -151,6 +154,14 @@ func (rs *RaftStorage) readState(cfg *Config) error {
 			return err
 		}
 		rs.hasState = true
+	}
+	if b, err = readRaftFile(cfg, raftConfFile); err != nil {
+		return err
+	}
+	if b != nil {
+		if rs.conf, err = decodeRaftConf(path.Join(cfg.Dir, raftConfFile), b); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -256,13 +267,64 @@ func (rs *RaftStorage) InitialState() (*pb.HardState, *pb.ConfState, error) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	var cs pb.ConfState
-	if err := proto.Unmarshal(rs.snap.confState, &cs); err != nil {
+	if err := proto.Unmarshal(rs.confStateLocked(), &cs); err != nil {
 		return nil, nil, err
 	}
 	if rs.hs == (raftHardState{}) {
 		return nil, &cs, nil
 	}
 	return &pb.HardState{Term: new(rs.hs.term), Vote: new(rs.hs.vote), Commit: new(rs.hs.commit)}, &cs, nil
+}
+
+// confStateLocked is the configuration raft restarts with: the one after
+// the last configuration change applied, or the snapshot's when that is
+// later (a snapshot installed over it).
+func (rs *RaftStorage) confStateLocked() []byte {
+	if rs.conf.index > rs.snap.index {
+		return rs.conf.confState
+	}
+	return rs.snap.confState
+}
+
+// SaveConfState records cs, the configuration raft reached by applying the
+// configuration change at entry index (raftnode's ConfStateSaver, called
+// before the entry is applied): raft-conf, so that a restart with Applied
+// past index does not begin with an older configuration. raft-state is
+// written first with the commit index (at least index: the entry is
+// committed), so a restart never re-applies the change either.
+func (rs *RaftStorage) SaveConfState(index uint64, cs *pb.ConfState) error {
+	b, err := proto.Marshal(cs)
+	if err != nil {
+		return err
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.err != nil {
+		return rs.err
+	}
+	if rs.closed {
+		return ErrClosed
+	}
+	if index <= rs.conf.index || index <= rs.snap.index {
+		return nil // a restart's replay of a change already recorded
+	}
+	if rs.hs.commit < index {
+		return fmt.Errorf("%w: configuration change at %d above the commit index %d", ErrRaftEntry, index, rs.hs.commit)
+	}
+	err = rs.writeHardStateLocked()
+	if err == nil {
+		next := raftConf{index: index, confState: b}
+		if err = rs.l.replaceFile(raftConfFile, encodeRaftConf(next)); err != nil {
+			err = &IOError{Op: "write " + raftConfFile, Err: err}
+		} else {
+			rs.conf = next
+		}
+	}
+	if err != nil {
+		rs.err = err
+		rs.l.fail(err)
+	}
+	return err
 }
 
 // FirstIndex implements raft.Storage: the index after the snapshot's.

@@ -19,6 +19,8 @@ import (
 //	raft-state     term u64 | vote u64 | commit u64 | crc32c u32 of the 24 bytes
 //	raft-snapshot  index u64 | term u64 | confStateLen u32 | ConfState
 //	               (protobuf) | dataLen u32 | data | crc32c u32 of all before
+//	raft-conf      version u16 (0) | index u64 | confStateLen u32 |
+//	               ConfState (protobuf) | crc32c u32 of all before
 //
 // Both are big-endian. A file that is present but does not check is
 // corruption (a *CorruptionError): the vote it held may have been given,
@@ -26,6 +28,7 @@ import (
 const (
 	raftStateFile    = "raft-state"
 	raftSnapshotFile = "raft-snapshot"
+	raftConfFile     = "raft-conf"
 	raftStateSize    = 24 + 4
 )
 
@@ -128,4 +131,49 @@ func readRaftFile(cfg *Config, name string) ([]byte, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// raftConf is the ConfState raft reached by applying the configuration
+// changes up to entry index (raft-conf): the configuration a restart
+// begins with when index is past the snapshot's (docs/replication.md §3e).
+type raftConf struct {
+	index     uint64
+	confState []byte // protobuf of the ConfState
+}
+
+const raftConfVersion = 0
+
+func encodeRaftConf(c raftConf) []byte {
+	b := make([]byte, 0, 18+len(c.confState))
+	b = binary.BigEndian.AppendUint16(b, raftConfVersion)
+	b = binary.BigEndian.AppendUint64(b, c.index)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(c.confState)))
+	b = append(b, c.confState...)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, raftCRC))
+}
+
+func decodeRaftConf(name string, b []byte) (raftConf, error) {
+	bad := func(reason string) (raftConf, error) {
+		return raftConf{}, &CorruptionError{File: name, Reason: reason}
+	}
+	if len(b) < 18 {
+		return bad(fmt.Sprintf("%d bytes, too short", len(b)))
+	}
+	body := b[:len(b)-4]
+	if got, want := binary.BigEndian.Uint32(b[len(b)-4:]), crc32.Checksum(body, raftCRC); got != want {
+		return bad(fmt.Sprintf("crc mismatch: stored 0x%08x, computed 0x%08x", got, want))
+	}
+	if v := binary.BigEndian.Uint16(body); v != raftConfVersion {
+		return bad(fmt.Sprintf("version %d, want %d", v, raftConfVersion))
+	}
+	c := raftConf{index: binary.BigEndian.Uint64(body[2:])}
+	if n := int(binary.BigEndian.Uint32(body[10:])); 14+n != len(body) {
+		return bad("conf state length does not match the file")
+	}
+	c.confState = body[14:]
+	var cs pb.ConfState
+	if err := proto.Unmarshal(c.confState, &cs); err != nil {
+		return bad("conf state: " + err.Error())
+	}
+	return c, nil
 }
