@@ -57,18 +57,18 @@ type RaftStorage struct {
 	hs raftHardState // (mu) the latest hard state Save was given
 	// diskTerm and diskVote are raft-state's term and vote: the file is
 	// rewritten when either changes (the commit index may lag on disk).
-	diskTerm, diskVote uint64        // (mu)
-	snap               raftSnapshot  // (mu)
+	diskTerm, diskVote uint64       // (mu)
+	snap               raftSnapshot // (mu)
 	// conf is the configuration after the last configuration change
 	// applied (raft-conf); InitialState's when past the snapshot's. (mu)
-	conf raftConf
-	segs               []raftSegment // (mu) one per segment of the Log, in order
-	scanErr            error         // a sidecar the scan could not write (Open)
-	terms              []termRun     // (mu) runs of equal terms, by first index
-	last               uint64        // (mu) index of the last entry (snap.index when none)
-	err                error         // (mu) sticky: a failed write or fsync
-	closed             bool          // (mu)
-	iov                [][]byte      // (mu) the batches of one Save, for one writev
+	conf    raftConf
+	segs    []raftSegment // (mu) one per segment of the Log, in order
+	scanErr error         // a sidecar the scan could not write (Open)
+	terms   []termRun     // (mu) runs of equal terms, by first index
+	last    uint64        // (mu) index of the last entry (snap.index when none)
+	err     error         // (mu) sticky: a failed write or fsync
+	closed  bool          // (mu)
+	iov     [][]byte      // (mu) the batches of one Save, for one writev
 	// hasState: raft-state or raft-snapshot was found at Open, or written
 	// since. A log with batches and neither is not a raft log. (mu)
 	hasState bool
