@@ -321,11 +321,8 @@ func (rs *RaftStorage) SaveConfState(index uint64, cs *pb.ConfState) error {
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if rs.err != nil {
-		return rs.err
-	}
-	if rs.closed {
-		return ErrClosed
+	if err := rs.writableLocked(); err != nil {
+		return err
 	}
 	if index <= rs.conf.index || index <= rs.snap.index {
 		return nil // a restart's replay of a change already recorded
@@ -420,11 +417,8 @@ func (rs *RaftStorage) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 func (rs *RaftStorage) Save(hs *pb.HardState, entries []*pb.Entry, snap *pb.Snapshot, mustSync bool) error {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if rs.err != nil {
-		return rs.err
-	}
-	if rs.closed {
-		return ErrClosed
+	if err := rs.writableLocked(); err != nil {
+		return err
 	}
 	err := rs.saveLocked(hs, entries, snap, mustSync)
 	var ioErr *IOError
@@ -433,6 +427,17 @@ func (rs *RaftStorage) Save(hs *pb.HardState, entries []*pb.Entry, snap *pb.Snap
 		rs.l.fail(err)
 	}
 	return err
+}
+
+// writableLocked is the error a write meets: the sticky one, or ErrClosed.
+func (rs *RaftStorage) writableLocked() error {
+	if rs.err != nil {
+		return rs.err
+	}
+	if rs.closed {
+		return ErrClosed
+	}
+	return nil
 }
 
 func (rs *RaftStorage) saveLocked(hs *pb.HardState, entries []*pb.Entry, snap *pb.Snapshot, mustSync bool) error {

@@ -74,15 +74,9 @@ func decodeRaftSnapshotData(b []byte) (raftSnapshotData, producerTable, error) {
 	bad := func(reason string) (raftSnapshotData, producerTable, error) {
 		return raftSnapshotData{}, producerTable{}, fmt.Errorf("%w: snapshot data: %s", ErrRaftEntry, reason)
 	}
-	if len(b) < 34+4 {
-		return bad(fmt.Sprintf("%d bytes, too short", len(b)))
-	}
-	body := b[:len(b)-4]
-	if got, want := binary.BigEndian.Uint32(b[len(b)-4:]), crc32.Checksum(body, raftCRC); got != want {
-		return bad(fmt.Sprintf("crc mismatch: stored 0x%08x, computed 0x%08x", got, want))
-	}
-	if v := binary.BigEndian.Uint16(body); v != raftSnapshotDataVersion {
-		return bad(fmt.Sprintf("version %d, want %d", v, raftSnapshotDataVersion))
+	body, reason := checkedBody(b, 34+4, raftSnapshotDataVersion)
+	if reason != "" {
+		return bad(reason)
 	}
 	d := raftSnapshotData{
 		logStart:    int64(binary.BigEndian.Uint64(body[2:])),

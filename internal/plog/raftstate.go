@@ -82,12 +82,9 @@ func decodeRaftSnapshot(name string, b []byte) (raftSnapshot, error) {
 	bad := func(reason string) (raftSnapshot, error) {
 		return raftSnapshot{}, &CorruptionError{File: name, Reason: reason}
 	}
-	if len(b) < 28 {
-		return bad(fmt.Sprintf("%d bytes, too short", len(b)))
-	}
-	body := b[:len(b)-4]
-	if got, want := binary.BigEndian.Uint32(b[len(b)-4:]), crc32.Checksum(body, raftCRC); got != want {
-		return bad(fmt.Sprintf("crc mismatch: stored 0x%08x, computed 0x%08x", got, want))
+	body, reason := checkedBody(b, 28, -1)
+	if reason != "" {
+		return bad(reason)
 	}
 	s := raftSnapshot{index: binary.BigEndian.Uint64(body), term: binary.BigEndian.Uint64(body[8:])}
 	n := int(binary.BigEndian.Uint32(body[16:]))
@@ -105,6 +102,23 @@ func decodeRaftSnapshot(name string, b []byte) (raftSnapshot, error) {
 		return bad("conf state: " + err.Error())
 	}
 	return s, nil
+}
+
+// checkedBody is b without its trailing CRC-32C, or the reason b does not
+// check: shorter than minLen, a CRC mismatch, or (version >= 0) a leading
+// u16 version other than version.
+func checkedBody(b []byte, minLen, version int) (body []byte, reason string) {
+	if len(b) < minLen {
+		return nil, fmt.Sprintf("%d bytes, too short", len(b))
+	}
+	body = b[:len(b)-4]
+	if got, want := binary.BigEndian.Uint32(b[len(b)-4:]), crc32.Checksum(body, raftCRC); got != want {
+		return nil, fmt.Sprintf("crc mismatch: stored 0x%08x, computed 0x%08x", got, want)
+	}
+	if v := binary.BigEndian.Uint16(body); version >= 0 && int(v) != version {
+		return nil, fmt.Sprintf("version %d, want %d", v, version)
+	}
+	return body, ""
 }
 
 // readRaftFile returns the contents of the directory's file name, nil when
@@ -156,15 +170,9 @@ func decodeRaftConf(name string, b []byte) (raftConf, error) {
 	bad := func(reason string) (raftConf, error) {
 		return raftConf{}, &CorruptionError{File: name, Reason: reason}
 	}
-	if len(b) < 18 {
-		return bad(fmt.Sprintf("%d bytes, too short", len(b)))
-	}
-	body := b[:len(b)-4]
-	if got, want := binary.BigEndian.Uint32(b[len(b)-4:]), crc32.Checksum(body, raftCRC); got != want {
-		return bad(fmt.Sprintf("crc mismatch: stored 0x%08x, computed 0x%08x", got, want))
-	}
-	if v := binary.BigEndian.Uint16(body); v != raftConfVersion {
-		return bad(fmt.Sprintf("version %d, want %d", v, raftConfVersion))
+	body, reason := checkedBody(b, 18, raftConfVersion)
+	if reason != "" {
+		return bad(reason)
 	}
 	c := raftConf{index: binary.BigEndian.Uint64(body[2:])}
 	if n := int(binary.BigEndian.Uint32(body[10:])); 14+n != len(body) {
