@@ -33,12 +33,15 @@ func snapshotEntry(i uint64) *pb.Entry {
 	return &pb.Entry{Index: new(i), Term: new(uint64(2)), Type: pb.EntryType_EntryNormal.Enum(), Data: b}
 }
 
-// saveApplied saves entries [from, to] of snapshotEntry, committed, and
-// applies them.
-func saveApplied(t *testing.T, rs *plog.RaftStorage, from, to uint64) {
+// saveApplied saves entries [from, to] of entry (snapshotEntry when nil),
+// committed, and applies them.
+func saveApplied(t *testing.T, rs *plog.RaftStorage, from, to uint64, entry func(uint64) *pb.Entry) {
 	t.Helper()
+	if entry == nil {
+		entry = snapshotEntry
+	}
 	for i := from; i <= to; i++ {
-		e := snapshotEntry(i)
+		e := entry(i)
 		if err := rs.Save(&pb.HardState{Term: new(uint64(2)), Vote: new(uint64(1)), Commit: new(i)}, []*pb.Entry{e}, nil, true); err != nil {
 			t.Fatal(err)
 		}
@@ -54,11 +57,16 @@ func saveApplied(t *testing.T, rs *plog.RaftStorage, from, to uint64) {
 // committed and applied, whose retention.bytes removed every sealed
 // segment: its snapshot is past entry 8 (the producer's batches).
 func compactedLeader(t *testing.T) (*plog.RaftStorage, *pb.Snapshot) {
+	return compactedLeaderOf(t, 40, nil)
+}
+
+// compactedLeaderOf is compactedLeader with entries 2..last of entry.
+func compactedLeaderOf(t *testing.T, last uint64, entry func(uint64) *pb.Entry) (*plog.RaftStorage, *pb.Snapshot) {
 	t.Helper()
 	cfg := raftTestConfig(vfs.NewMem(), 1<<10)
 	cfg.RetentionBytes = 0
 	rs := bootstrapped(t, cfg)
-	saveApplied(t, rs, 2, 40)
+	saveApplied(t, rs, 2, last, entry)
 	if err := rs.Log().EnforceRetention(); err != nil {
 		t.Fatal(err)
 	}
@@ -271,5 +279,65 @@ func TestRaftCrashDuringInstall(t *testing.T) {
 			catchUp(t, leader, rs)
 			checkInstalled(t, leader, rs)
 		})
+	}
+}
+
+// txnEntry is entry i of TestRaftSnapshotOpenTransaction: 2 producer 7's
+// first transactional batch, 31 its abort marker, records between.
+func txnEntry(i uint64) *pb.Entry {
+	var b []byte
+	switch i {
+	case 2:
+		b = batch.Build(batch.BuildOptions{ProducerID: 7, ValueSize: 100, BaseTimestamp: snapshotTime, Attributes: batch.AttrTransactional})
+	case 31:
+		b = batch.BuildControl(7, 0, false, 0, snapshotTime)
+	default:
+		return recordEntry(i, 2)
+	}
+	return &pb.Entry{Index: new(i), Term: new(uint64(2)), Type: pb.EntryType_EntryNormal.Enum(), Data: b}
+}
+
+// TestRaftSnapshotOpenTransaction: a transaction begun in an entry that
+// retention removed is open in the snapshot: the follower that installs it
+// holds its LSO where the leader does (at the log start, below the high
+// watermark), and the abort marker after it makes the same
+// aborted-transactions entry on both (first offset 0, from the snapshot),
+// the LSO then at the high watermark. Fails when the snapshot's producers
+// do not carry their open transactions into the log's (the follower's LSO
+// at its high watermark).
+func TestRaftSnapshotOpenTransaction(t *testing.T) {
+	leader, snap := compactedLeaderOf(t, 30, txnEntry)
+	follower := installCase(t, vfs.NewMem())
+	if err := follower.Save(nil, nil, snap, true); err != nil {
+		t.Fatal(err)
+	}
+	catchUp(t, leader, follower)
+	for name, rs := range map[string]*plog.RaftStorage{"leader": leader, "follower": follower} {
+		l := rs.Log()
+		if lso := l.LastStableOffset(); lso != l.LogStartOffset() || lso >= l.HighWatermark() {
+			t.Fatalf("%s: LSO %d with the transaction open, want the log start %d (high watermark %d)", name, lso, l.LogStartOffset(), l.HighWatermark())
+		}
+	}
+	saveApplied(t, leader, 31, 31, txnEntry)
+	catchUp(t, leader, follower)
+	var aborted [][]plog.AbortedTxn
+	for name, rs := range map[string]*plog.RaftStorage{"leader": leader, "follower": follower} {
+		l := rs.Log()
+		if lso := l.LastStableOffset(); lso != l.HighWatermark() {
+			t.Fatalf("%s: LSO %d after the abort, want the high watermark %d", name, lso, l.HighWatermark())
+		}
+		res, err := l.ReadCommitted(l.LogStartOffset(), 1<<20, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := append([]plog.AbortedTxn(nil), res.Aborted...)
+		res.Release()
+		if len(got) != 1 || got[0].ProducerID != 7 || got[0].FirstOffset != 0 {
+			t.Fatalf("%s: aborted %+v, want producer 7's from offset 0", name, got)
+		}
+		aborted = append(aborted, got)
+	}
+	if aborted[0][0] != aborted[1][0] {
+		t.Fatalf("aborted entries differ: %+v and %+v", aborted[0], aborted[1])
 	}
 }
