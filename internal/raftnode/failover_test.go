@@ -312,6 +312,9 @@ func (c *testCluster) restartNode(id uint64, apply func([]*pb.Entry)) *Node {
 			t.Fatal(err)
 		}
 	}
+	// Cleanups run last first: the node stops before its storages, which
+	// restartStorage registered to close, are closed.
+	t.Cleanup(n.Stop)
 	for _, p := range c.nodes {
 		if p.ID() == id || p.stopped.Load() {
 			continue // a stopped peer is added when it is restarted
