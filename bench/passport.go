@@ -112,30 +112,36 @@ func ServeRuntime(l net.Listener, doc RuntimeDoc) error {
 // FetchRuntime reads http://admin/v1/runtime.
 func FetchRuntime(ctx context.Context, admin string) (RuntimeDoc, error) {
 	var d RuntimeDoc
-	url := admin
-	if !strings.Contains(url, "://") {
-		url = "http://" + url
-	}
-	url = strings.TrimSuffix(url, "/") + "/v1/runtime"
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return d, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return d, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return d, fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	b, err := adminGet(ctx, admin, "/v1/runtime", 1<<20)
 	if err != nil {
 		return d, err
 	}
 	return d, json.Unmarshal(b, &d)
+}
+
+// adminGet reads path from a broker's admin listener (host:port or a URL),
+// at most limit bytes, within 3 s.
+func adminGet(ctx context.Context, admin, path string, limit int64) ([]byte, error) {
+	url := admin
+	if !strings.Contains(url, "://") {
+		url = "http://" + url
+	}
+	url = strings.TrimSuffix(url, "/") + path
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, limit))
 }
 
 // System is one broker under test.

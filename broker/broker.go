@@ -70,6 +70,10 @@ type Config struct {
 	MaxPartitions int64
 	// NodeID is this broker's node ID. Default 0.
 	NodeID int32
+	// Cluster, when set, makes the broker a node of a multi-node cluster
+	// (cluster.go): the metadata quorum, registration and heartbeats,
+	// topics created through the active controller. Nil: a single node.
+	Cluster *ClusterConfig
 	// MaxRequestBytes closes connections sending larger frames. Default
 	// 100 MiB.
 	MaxRequestBytes int32
@@ -143,6 +147,11 @@ type Config struct {
 	// acks=all append starts at least this long after the previous one.
 	// Default DefaultSyncInterval; negative: no pacing.
 	SyncInterval time.Duration
+	// EarlyWritebackBytes starts the writeback of this many bytes written
+	// by acks=all appends while their fsync runs (plog
+	// Config.EarlyWritebackBytes). Default DefaultEarlyWritebackBytes;
+	// negative: off.
+	EarlyWritebackBytes int64
 	// RecoveryThreads is how many partition logs are opened (recovered:
 	// every batch checked, indexes rebuilt) at once at start-up (Kafka's
 	// num.recovery.threads.per.data.dir). Default DefaultRecoveryThreads():
@@ -223,6 +232,7 @@ const (
 	DefaultProducerIDExpiration   = plog.DefaultProducerIDExpiration
 	DefaultMaxFetchWait           = api.DefaultMaxFetchWait
 	DefaultSyncInterval           = plog.DefaultSyncInterval
+	DefaultEarlyWritebackBytes    = plog.DefaultEarlyWritebackBytes
 
 	DefaultFailedAuthenticationDelay = api.DefaultFailedAuthenticationDelay
 	DefaultMaxSASLReceiveBytes       = server.DefaultMaxSASLReceiveBytes
@@ -237,6 +247,7 @@ type Broker struct {
 	handler *api.Handler
 	srv     *server.Server
 	metrics *metrics
+	cluster *clusterNode // nil on a single node
 
 	mu sync.Mutex
 	// listeners are cfg.Listeners as served: Addr and Advertised are set
@@ -329,7 +340,16 @@ func New(cfg Config) (*Broker, error) {
 	}
 	b.metrics = newMetrics(cfg.Registry)
 	quotas, _ := newQuotaMetrics(cfg.Registry, cfg) // quotas.go
+	var cluster api.Cluster
+	if cfg.Cluster != nil {
+		if b.cluster, err = newClusterNode(b, *cfg.Cluster); err != nil {
+			catalog.Close()
+			return nil, err
+		}
+		cluster = b.cluster
+	}
 	b.handler, err = api.New(api.Config{
+		Cluster:               cluster,
 		FS:                    cfg.FS,
 		DataDir:               cfg.DataDir,
 		Catalog:               catalog,
@@ -345,6 +365,7 @@ func New(cfg Config) (*Broker, error) {
 		ProducerIDExpiration:  cfg.ProducerIDExpiration,
 		MaxFetchWait:          cfg.MaxFetchWait,
 		SyncInterval:          cfg.SyncInterval,
+		EarlyWritebackBytes:   cfg.EarlyWritebackBytes,
 		RecoveryThreads:       cfg.RecoveryThreads,
 		Authorizer: acl.Config{Enabled: cfg.Authorizer, SuperUsers: cfg.SuperUsers,
 			AllowIfNoACL: cfg.AllowEveryoneIfNoACLFound},
@@ -377,6 +398,13 @@ func New(cfg Config) (*Broker, error) {
 		MaxSASLReceiveBytes:  cfg.MaxSASLReceiveBytes,
 	})
 	b.metrics.watchServer(cfg.Registry, b.srv)
+	if b.cluster != nil {
+		if err := b.cluster.start(); err != nil {
+			b.handler.Close()
+			catalog.Close()
+			return nil, err
+		}
+	}
 	go b.background()
 	return b, nil
 }
@@ -550,8 +578,14 @@ func (b *Broker) ScramUserCount() int { return len(b.catalog.ScramUsers()) }
 // Registry is the broker's Prometheus registry.
 func (b *Broker) Registry() *prometheus.Registry { return b.cfg.Registry }
 
-// ClusterID is the data directory's cluster ID.
-func (b *Broker) ClusterID() string { return b.catalog.ClusterID() }
+// ClusterID is the cluster's ID: the data directory's on a single node,
+// the one every node derives from the controller voters in a cluster.
+func (b *Broker) ClusterID() string {
+	if b.cluster != nil {
+		return b.cluster.clusterID
+	}
+	return b.catalog.ClusterID()
+}
 
 // DataDir is the data directory.
 func (b *Broker) DataDir() string { return b.cfg.DataDir }
@@ -576,6 +610,11 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	b.shutdown = true
 	b.mu.Unlock()
 	srvErr := b.srv.Shutdown(ctx)
+	var clusterErr error
+	if b.cluster != nil {
+		// Before the logs: the quorum's apply opens partitions.
+		clusterErr = b.cluster.close()
+	}
 	close(b.stopBG)
 	var bgErr error
 	select {
@@ -594,7 +633,7 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		closeErr = fmt.Errorf("broker: partition logs still closing at shutdown: %w", ctx.Err())
 	}
-	return errors.Join(srvErr, bgErr, closeErr, b.catalog.Close())
+	return errors.Join(srvErr, clusterErr, bgErr, closeErr, b.catalog.Close())
 }
 
 // background enforces retention periodically.

@@ -317,6 +317,7 @@ func newBenchProduceCmd() *cobra.Command {
 			} else {
 				sc.Notes = append(sc.Notes, "open-loop: latency counts from the moment each record was due")
 			}
+			before := s.scrapeFsync(ctx, !w.Max)
 			err = s.runner().Run(ctx, sc, func(ctx context.Context, sys bench.System, _ int) (bench.RoundResult, error) {
 				return produceRound(ctx, s, sys, w)
 			})
@@ -324,6 +325,7 @@ func newBenchProduceCmd() *cobra.Command {
 				return err
 			}
 			s.scenario(sc)
+			s.item4(ctx, sc, before)
 			return s.finish()
 		},
 	}
@@ -534,7 +536,8 @@ func newBenchSweepCmd() *cobra.Command {
 then offers each fraction of it in an open loop, rounds interleaved across systems.
 The knee is the highest rung before the first that achieves less than 95% of its
 offered rate or whose p99 exceeds 10× the lowest rung's (and 10 ms). The p99 at
-50% of saturation is printed beside the disk's fdatasync p99.`,
+50% of saturation is printed beside the disk's fdatasync p99, of a 4 KiB append and
+(with --broker-admin) of the broker's flush size (issue 12 item 4).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -567,6 +570,10 @@ offered rate or whose p99 exceeds 10× the lowest rung's (and 10 ms). The p99 at
 				name := strings.Replace(w.Label("produce"), fmt.Sprintf("open-loop %.0f/s", w.Rate), fmt.Sprintf("open-loop at %.0f%% of each system's saturation", 100*frac), 1)
 				sc := &bench.Scenario{Name: "sweep " + name, Kind: "sweep", Primary: "p99_ms", Unit: "ms", Workload: w}
 				rr := s.runner()
+				var fsyncBefore map[string]bench.FsyncHistogram
+				if frac == 0.5 { // item 4's rung
+					fsyncBefore = s.scrapeFsync(ctx, true)
+				}
 				err := rr.Run(ctx, sc, func(ctx context.Context, sys bench.System, _ int) (bench.RoundResult, error) {
 					ww := w
 					ww.Rate = frac * sat[sys.Name]
@@ -576,6 +583,7 @@ offered rate or whose p99 exceeds 10× the lowest rung's (and 10 ms). The p99 at
 					return err
 				}
 				s.scenario(sc)
+				s.item4(ctx, sc, fsyncBefore)
 				for _, sr := range sc.Systems {
 					med := sr.Raw[0]
 					for _, x := range sr.Raw {
@@ -602,13 +610,88 @@ offered rate or whose p99 exceeds 10× the lowest rung's (and 10 ms). The p99 at
 					}
 				}
 			}
-			s.doc.Extra = map[string]any{"knees": knees}
+			s.extra("knees", knees)
 			return s.finish()
 		},
 	}
 	f.register(cmd.Flags(), "sweep")
 	cmd.Flags().Float64SliceVar(&steps, "steps", bench.SweepFractions, "rungs of the ladder as fractions of saturation")
 	return cmd
+}
+
+// scrapeFsync reads each system's fdatasync histogram (its admin
+// /metrics) before an open-loop produce scenario, for item 4's comparison;
+// nil when there is nothing to compare with (closed loop, no disk probe).
+func (s *session) scrapeFsync(ctx context.Context, openLoop bool) map[string]bench.FsyncHistogram {
+	if !openLoop || s.doc.Disk == nil {
+		return nil
+	}
+	hs := map[string]bench.FsyncHistogram{}
+	for _, sys := range s.systems {
+		if sys.Admin == "" {
+			continue
+		}
+		if h, err := bench.ScrapeFsync(ctx, sys.Admin); err == nil {
+			hs[sys.Name] = h
+		}
+	}
+	return hs
+}
+
+// item4 prints and records issue 12 item 4's ratio (bench/item4.go) for
+// the systems scraped before the scenario: the median round's p99 against
+// the disk's fdatasync p99 at the broker's flush size, and at 4 KiB.
+func (s *session) item4(ctx context.Context, sc *bench.Scenario, before map[string]bench.FsyncHistogram) {
+	if len(before) == 0 {
+		return
+	}
+	var items []bench.Item4
+	for _, sr := range sc.Systems {
+		sys := s.system(sr.System)
+		b, ok := before[sr.System]
+		if !ok || sys == nil {
+			continue
+		}
+		after, err := bench.ScrapeFsync(ctx, sys.Admin)
+		if err != nil {
+			fmt.Fprintf(s.errw, "# warning: %s's fdatasync histogram: %v\n", sr.System, err)
+			continue
+		}
+		fsync := after.Since(b)
+		if fsync.Count <= 0 {
+			continue // not Sushka, or no acks=all append
+		}
+		partitionRate := sr.MBps.Median * 1e6 / float64(max(sc.Workload.Partitions, 1))
+		items = append(items, bench.NewItem4(sr.System, sr.P99.Median, partitionRate, fsync, s.doc.Disk))
+	}
+	if len(items) == 0 {
+		return
+	}
+	fmt.Fprintf(s.out, "\n## item 4: p99 against the disk's fdatasync p99 (the probe of the flush size the broker's histogram shows)\n")
+	for _, it := range items {
+		fmt.Fprint(s.out, it)
+	}
+	s.extra("item4", items)
+}
+
+// extra records value under key in the document's extra figures.
+func (s *session) extra(key string, value any) {
+	m, ok := s.doc.Extra.(map[string]any)
+	if !ok {
+		m = map[string]any{}
+		s.doc.Extra = m
+	}
+	m[key] = value
+}
+
+// system is the system named name.
+func (s *session) system(name string) *bench.System {
+	for i := range s.systems {
+		if s.systems[i].Name == name {
+			return &s.systems[i]
+		}
+	}
+	return nil
 }
 
 func produceRound(ctx context.Context, s *session, sys bench.System, w bench.Workload) (bench.RoundResult, error) {

@@ -76,7 +76,8 @@ func TestBenchSmoke(t *testing.T) {
 		}
 		for _, want := range []string{"# host:", "# generator (this process", "GOMAXPROCS=", "# system sushka: " + p.Addr,
 			"#   storage: ", "#   durability: ", "# durability asked: acks=all", "# loadavg before:", "# disk: ", "open-loop",
-			"best (median) [worst]", "# WARNING: 1 round(s)"} {
+			"best (median) [worst]", "# WARNING: 1 round(s)", "## item 4: p99 against the disk's fdatasync p99",
+			"the 4 KiB probe's"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("report lacks %q:\n%s", want, out)
 			}
@@ -225,7 +226,8 @@ func TestBenchSmoke(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		for _, want := range []string{"## knee", "closed-loop saturation", "p99 at 50% of saturation", "fdatasync (4 KiB append) p99"} {
+		for _, want := range []string{"## knee", "closed-loop saturation", "p99 at 50% of saturation", "fdatasync (4 KiB append) p99",
+			"## item 4: p99 against the disk's fdatasync p99"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("report lacks %q:\n%s", want, out)
 			}

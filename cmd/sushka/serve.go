@@ -71,6 +71,7 @@ type serveFlags struct {
 	segmentFileIdle      time.Duration
 	producerIDExpiration time.Duration
 	syncInterval         time.Duration
+	earlyWriteback       int64
 	maxFetchWait         time.Duration
 
 	// Listeners and TLS (listeners.go).
@@ -94,6 +95,9 @@ type serveFlags struct {
 	bootstrapUser          string
 	connectionsMaxReauthMs int64
 	fetchSessionSlots      int
+
+	// Cluster mode (serve_cluster.go).
+	cluster clusterFlags
 }
 
 func newServeCmd() *cobra.Command {
@@ -106,7 +110,9 @@ func newServeCmd() *cobra.Command {
 Point any Kafka client at --listen (kcat -b 127.0.0.1:9092 -L), or give several
 listeners with their security protocols, as Kafka's listeners:
   --listeners PLAINTEXT://127.0.0.1:9092,SASL_SSL://0.0.0.0:9093 --tls-cert-file broker.crt --tls-key-file broker.key
-(` + "`sushka tls init`" + ` makes a CA and the certificates). Every flag can also be set
+(` + "`sushka tls init`" + ` makes a CA and the certificates). A node of a cluster adds
+  --node-id 1 --peer-listen 127.0.0.1:9193 --controller-voters 0@127.0.0.1:9192,1@127.0.0.1:9193,2@127.0.0.1:9194
+(every node a controller voter; partitions have one replica in this version). Every flag can also be set
 with an environment variable: --data-dir is SUSHKA_DATA_DIR, and so on.
 Producers with acks=all are acknowledged only after fdatasync.`,
 		Args: cobra.NoArgs,
@@ -140,6 +146,9 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 			if f.syncInterval < 0 {
 				return fmt.Errorf("--sync-interval %s: must be at least 0", f.syncInterval)
 			}
+			if f.earlyWriteback < 0 {
+				return fmt.Errorf("--early-writeback-bytes %d: must be at least 0", f.earlyWriteback)
+			}
 			if f.maxFetchWait < time.Millisecond {
 				return fmt.Errorf("--max-fetch-wait %s: must be at least 1ms", f.maxFetchWait)
 			}
@@ -157,6 +166,9 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 			}
 			if f.fetchSessionSlots < 0 {
 				return fmt.Errorf("--fetch-session-slots %d: must be at least 0 (0: no fetch sessions)", f.fetchSessionSlots)
+			}
+			if _, err := checkCluster(f); err != nil {
+				return err
 			}
 			return runServe(cmd.Context(), f)
 		},
@@ -180,7 +192,15 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.BoolVar(&f.adminPprof, "admin-pprof", false, "serve /debug/pprof/ on the admin listener (profiles, goroutine stacks, the command line)")
 	fl.BoolVar(&f.autoCreateTopics, "auto-create-topics", true, "create unknown topics named in metadata requests")
 	fl.Int32Var(&f.defaultPartitions, "default-partitions", 1, "partition count of auto-created topics")
-	fl.Int32Var(&f.nodeID, "node-id", 0, "this broker's node ID")
+	fl.Int32Var(&f.nodeID, "node-id", 0, "this broker's node ID (in a cluster: one of --controller-voters)")
+	fl.StringVar(&f.cluster.peerListen, "peer-listen", "", "host:port of the peer listener a node of a cluster replicates on (the address --controller-voters names for it); empty: a single node")
+	fl.StringVar(&f.cluster.controllerVoters, "controller-voters", "", "the cluster's controller voters ID@HOST:PORT,... with each voter's peer listener (KRaft's controller.quorum.voters), the same on every node; empty: a single node")
+	fl.StringVar(&f.cluster.rack, "rack", "", "this node's rack, for rack-aware replica placement (broker.rack)")
+	fl.StringVar(&f.cluster.peerTLSCertFile, "peer-tls-cert-file", "", "PEM node certificate of the peer link (subject CN node-<node id + 1>; sushka tls init makes one), reloaded when it changes; with --peer-tls-key-file and --peer-tls-ca-file")
+	fl.StringVar(&f.cluster.peerTLSKeyFile, "peer-tls-key-file", "", "PEM private key of --peer-tls-cert-file")
+	fl.StringVar(&f.cluster.peerTLSCAFile, "peer-tls-ca-file", "", "PEM CAs the peers' node certificates are verified against (a CA for the peer link alone)")
+	fl.DurationVar(&f.cluster.sessionTimeout, "broker-session-timeout", broker.DefaultSessionTimeout, "the active controller fences a node not heard from for this long (broker.session.timeout.ms)")
+	fl.DurationVar(&f.cluster.heartbeat, "broker-heartbeat-interval", broker.DefaultHeartbeatInterval, "how often a node heartbeats to the active controller (broker.heartbeat.interval.ms)")
 	fl.Int32Var(&f.maxPartitions, "max-partitions-per-topic", 10000, "largest partition count a topic may have")
 	fl.Int64Var(&f.maxAllPartitions, "max-partitions", meta.DefaultMaxPartitions, "most partitions of all topics together on this broker (-1: no limit)")
 	fl.Int32Var(&f.maxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request accepted; larger frames close the connection (socket.request.max.bytes)")
@@ -202,6 +222,7 @@ Producers with acks=all are acknowledged only after fdatasync.`,
 	fl.DurationVar(&f.segmentFileIdle, "segment-file-idle-timeout", broker.DefaultSegmentFileIdleTimeout, "close a segment file unused for this long, so idle partitions hold no descriptor (Redpanda's readers_cache_eviction_timeout_ms; 0: closed only by --max-open-segment-files)")
 	fl.DurationVar(&f.producerIDExpiration, "producer-id-expiration", broker.DefaultProducerIDExpiration, "forget an idempotent producer's sequence state in a partition after it has not produced there for this long (producer.id.expiration.ms)")
 	fl.DurationVar(&f.syncInterval, "sync-interval", broker.DefaultSyncInterval, "least time between a partition's fsyncs when no acks=all append waits (acks=0/1 records become visible up to this much later; 0: fsync back to back)")
+	fl.Int64Var(&f.earlyWriteback, "early-writeback-bytes", broker.DefaultEarlyWritebackBytes, "acks=all: once this many bytes are written and not yet being written back, start their writeback (sync_file_range) before the fsync that needs them, so it has less left to write (RocksDB's bytes_per_sync; a hint: the fsync still makes each acknowledged record durable; 0: off)")
 	fl.IntVar(&f.fetchSessionSlots, "fetch-session-slots", broker.DefaultFetchSessionSlots, "incremental fetch sessions (KIP-227) kept broker-wide, least valuable evicted first (max.incremental.fetch.session.cache.slots; 0: none, every fetch is full)")
 	fl.DurationVar(&f.maxFetchWait, "max-fetch-wait", broker.DefaultMaxFetchWait, "longest a fetch may wait for data (caps the client's MaxWaitMs)")
 	fl.BoolVar(&f.authorizer, "authorizer", false, "check every request against the ACLs (sushka acl); without an ACL nothing is allowed but to super users (Kafka's authorizer.class.name; off: everything allowed)")
@@ -301,6 +322,10 @@ func runServe(ctx context.Context, f serveFlags) error {
 		storageDesc = "unknown (" + serr.Error() + ")"
 	}
 
+	voters, err := checkCluster(f)
+	if err != nil {
+		return err
+	}
 	sockets, listeners, err := listen(specs, tlsCfg)
 	if err != nil {
 		return err
@@ -321,10 +346,22 @@ func runServe(ctx context.Context, f serveFlags) error {
 		defer al.Close()
 	}
 
+	cluster, err := clusterConfig(f, voters, logger)
+	if err != nil {
+		return err
+	}
+	if cluster != nil {
+		defer cluster.PeerListener.Close()
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(runtimeLatencyMetrics)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	bootstrapName, bootstrapPassword, _ := parseBootstrapUser(f.bootstrapUser)
+	earlyWriteback := f.earlyWriteback
+	if earlyWriteback == 0 {
+		earlyWriteback = -1 // broker.Config: 0 is the default, negative off
+	}
 	start := time.Now()
 	b, err := broker.New(broker.Config{
 		DataDir:                   dataDir,
@@ -332,6 +369,7 @@ func runServe(ctx context.Context, f serveFlags) error {
 		AutoCreateTopics:          broker.Bool(f.autoCreateTopics),
 		DefaultPartitions:         f.defaultPartitions,
 		NodeID:                    f.nodeID,
+		Cluster:                   cluster,
 		MaxPartitionsPerTopic:     f.maxPartitions,
 		MaxPartitions:             f.maxAllPartitions,
 		MaxRequestBytes:           f.maxRequestBytes,
@@ -352,6 +390,7 @@ func runServe(ctx context.Context, f serveFlags) error {
 		ProducerIDExpiration:      f.producerIDExpiration,
 		MaxFetchWait:              f.maxFetchWait,
 		SyncInterval:              zeroMeansNone(f.syncInterval),
+		EarlyWritebackBytes:       earlyWriteback,
 		Authorizer:                f.authorizer,
 		SuperUsers:                superUsers(f.superUsers),
 		AllowEveryoneIfNoACLFound: f.allowEveryoneIfNoACL,
@@ -416,7 +455,7 @@ func runServe(ctx context.Context, f serveFlags) error {
 		humanBytes(f.maxRequestMemory), humanBytes(int64(f.maxRequestBytes)), f.maxConnections, f.maxConnsPerIP,
 		f.idleTimeout, f.frameReadTimeout, f.writeTimeout, openFiles,
 		b.ClusterID(), f.nodeID, recovered.Round(time.Millisecond), saslBanner(b, f, logger))
-	fmt.Fprintf(os.Stderr, "  authorization    %s\n", authorizationDesc(f))
+	fmt.Fprintf(os.Stderr, "  authorization    %s\n%s", authorizationDesc(f), clusterBanner(f, cluster))
 	if storage.Volatile {
 		logger.Warn("the data directory is on a volatile filesystem: acknowledged data is lost at reboot", "storage", storageDesc)
 	}

@@ -163,3 +163,23 @@ func TestServeRecoveryThreadsFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestServeEarlyWritebackFlag: --early-writeback-bytes (and its environment
+// variable) must be at least 0.
+func TestServeEarlyWritebackFlag(t *testing.T) {
+	for _, tc := range []struct{ args, env []string }{
+		{args: []string{"--early-writeback-bytes=-1"}},
+		{env: []string{"SUSHKA_EARLY_WRITEBACK_BYTES", "-4096"}},
+	} {
+		if tc.env != nil {
+			t.Setenv(tc.env[0], tc.env[1])
+		}
+		cmd := newServeCmd()
+		cmd.SetArgs(append(tc.args, "--data-dir", t.TempDir()))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--early-writeback-bytes") {
+			t.Fatalf("serve %v %v: %v, want a refusal naming --early-writeback-bytes", tc.args, tc.env, err)
+		}
+	}
+}

@@ -166,6 +166,8 @@ func (h *Handler) handleProduce(ctx context.Context, creq *server.Request, req *
 				fail(kerr.InvalidRequest.Code, "partition named more than once in the request: none of its batches was appended")
 			case denied:
 				fail(kerr.TopicAuthorizationFailed.Code, "")
+			case l == nil && t.notHostedHere(rp.Partition):
+				fail(kerr.NotLeaderForPartition.Code, "this node holds no replica of the partition: refresh metadata for its leader")
 			case l == nil && t == nil && req.Version >= 13:
 				fail(kerr.UnknownTopicID.Code, "")
 			case l == nil:

@@ -353,6 +353,9 @@ func (h *Handler) fetchParts(fs *fetchState, creq *server.Request, req *kmsg.Fet
 						ft.missing = &missingPartitions{code: missingCode}
 						if denied {
 							ft.missing.code = kerr.TopicAuthorizationFailed.Code
+						} else if t.notHostedHere(rp.Partition) {
+							// Cluster mode: held by another node.
+							ft.missing.code = kerr.NotLeaderForPartition.Code
 						}
 					}
 					ft.missing.partitions = append(ft.missing.partitions, rp.Partition)

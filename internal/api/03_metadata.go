@@ -17,6 +17,13 @@ import (
 // * Lists this broker and the requested topics (all on a null list; v0: on
 //   an empty list), each partition led by this node at epoch 0 with
 //   replicas and ISR [node].
+// * Cluster mode (cluster.go, the Cluster seam): every unfenced registered
+//   broker at its endpoint for the request's listener, the active
+//   controller (-1: none known), each partition led by its first replica
+//   while that broker is unfenced (LEADER_NOT_AVAILABLE and leader -1
+//   otherwise), replicas from the assignment, ISR the unfenced replicas.
+//   Auto-creation goes through the controller as CreateTopics does; the
+//   internal topics are this node's own.
 // * Unknown topics are created with the default partition count when auto
 //   creation is on and the request allows it (v0-3 always allow it, v4+ say
 //   so with AllowAutoTopicCreation), else UNKNOWN_TOPIC_OR_PARTITION.
@@ -51,13 +58,14 @@ func init() { regKey(3, 0, 13, (*Handler).handleMetadata) }
 func (h *Handler) handleMetadata(_ context.Context, creq *server.Request, req *kmsg.MetadataRequest) server.Response {
 	resp := req.ResponseKind().(*kmsg.MetadataResponse)
 
-	b := kmsg.NewMetadataResponseBroker()
-	b.NodeID = h.cfg.NodeID
-	b.Host, b.Port = h.advertisedAddr(creq)
-	resp.Brokers = append(resp.Brokers, b)
-	clusterID := h.cfg.Catalog.ClusterID()
+	for _, lb := range h.listedBrokers(creq, false) {
+		b := kmsg.NewMetadataResponseBroker()
+		b.NodeID, b.Host, b.Port, b.Rack = lb.id, lb.host, lb.port, lb.rack
+		resp.Brokers = append(resp.Brokers, b)
+	}
+	clusterID := h.clusterID()
 	resp.ClusterID = &clusterID
-	resp.ControllerID = h.cfg.NodeID
+	resp.ControllerID = h.controllerID()
 
 	// KIP-430 (v8+): the cluster's authorized operations, when asked for
 	// and the principal may describe the cluster (v8-10 only: v11 dropped
@@ -168,20 +176,21 @@ func (h *Handler) metadataTopic(t *topic) kmsg.MetadataResponseTopic {
 	st.Topic = &name
 	st.TopicID = t.meta.ID
 	for p := range t.parts {
-		st.Partitions = append(st.Partitions, h.metadataPartition(int32(p)))
+		st.Partitions = append(st.Partitions, h.metadataPartition(t, int32(p)))
 	}
 	return st
 }
 
-// metadataPartition is partition p as Metadata shows every partition of a
-// single node: this node leads it and is its only (in-sync) replica.
-func (h *Handler) metadataPartition(p int32) kmsg.MetadataResponseTopicPartition {
+// metadataPartition is partition p of t as Metadata shows it
+// (partitionReplicas, the Cluster seam): on a single node this node leads
+// it and is its only (in-sync) replica; in a cluster its leader is its
+// first replica while that broker is unfenced. t nil: an internal topic,
+// this node's.
+func (h *Handler) metadataPartition(t *topic, p int32) kmsg.MetadataResponseTopicPartition {
 	sp := kmsg.NewMetadataResponseTopicPartition()
 	sp.Partition = p
-	sp.Leader = h.cfg.NodeID
+	sp.Leader, sp.Replicas, sp.ISR, sp.ErrorCode = h.partitionReplicas(t, p)
 	sp.LeaderEpoch = LeaderEpoch
-	sp.Replicas = []int32{h.cfg.NodeID}
-	sp.ISR = []int32{h.cfg.NodeID}
 	sp.OfflineReplicas = []int32{}
 	return sp
 }

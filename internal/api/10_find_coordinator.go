@@ -20,6 +20,12 @@ import (
 //   is loaded; an empty key INVALID_REQUEST. Other key types (share
 //   groups): INVALID_REQUEST.
 //
+// * Cluster mode: every node answers the same coordinator, the unfenced
+//   broker of the lowest id (its own __consumer_offsets and
+//   __transaction_state: internal topics are not replicated yet, so a
+//   group's offsets stay with that node and a new coordinator after it is
+//   fenced starts without them).
+//
 // Version notes:
 // * v1: CoordinatorType, ErrorMessage; v3: flexible
 // * v4: batched CoordinatorKeys (KIP-699); v6: share coordinator type
@@ -48,6 +54,19 @@ func (h *Handler) handleFindCoordinator(ctx context.Context, creq *server.Reques
 // the default listener's).
 func (h *Handler) listenerCoordinators(creq *server.Request, resp *kmsg.FindCoordinatorResponse) {
 	host, port := h.advertisedAddr(creq)
+	if id, ok := h.clusterCoordinator(creq); ok && id.ID != h.cfg.NodeID {
+		// Cluster mode: every node names the same coordinator (cluster.go).
+		ch, cp, _ := h.brokerAddr(creq, id)
+		if resp.ErrorCode == 0 {
+			resp.NodeID, resp.Host, resp.Port = id.ID, ch, cp
+		}
+		for i := range resp.Coordinators {
+			if c := &resp.Coordinators[i]; c.ErrorCode == 0 {
+				c.NodeID, c.Host, c.Port = id.ID, ch, cp
+			}
+		}
+		return
+	}
 	if resp.ErrorCode == 0 && resp.NodeID == h.cfg.NodeID {
 		resp.Host, resp.Port = host, port
 	}

@@ -48,7 +48,7 @@ func (h *Handler) handleApiVersions(req *kmsg.ApiVersionsRequest) kmsg.Response 
 		resp.ApiKeys = append(resp.ApiKeys, k)
 		return resp
 	}
-	if req.Version >= 5 && req.ClusterID != nil && (*req.ClusterID != h.cfg.Catalog.ClusterID() || req.NodeID != h.cfg.NodeID) {
+	if req.Version >= 5 && req.ClusterID != nil && (*req.ClusterID != h.clusterID() || req.NodeID != h.cfg.NodeID) {
 		resp.ErrorCode = kerr.RebootstrapRequired.Code
 		return resp
 	}
@@ -64,7 +64,7 @@ func (h *Handler) handleApiVersions(req *kmsg.ApiVersionsRequest) kmsg.Response 
 		}
 	}
 	for key, v := range apiKeys { // in key order
-		if v == nil {
+		if v == nil || v.clusterOnly && !h.clusterMode() {
 			continue
 		}
 		k := kmsg.NewApiVersionsResponseApiKey()

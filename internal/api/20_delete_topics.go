@@ -38,6 +38,9 @@ import (
 func init() { regKey(20, 0, 6, replyingFor((*Handler).handleDeleteTopics)) }
 
 func (h *Handler) handleDeleteTopics(creq *server.Request, req *kmsg.DeleteTopicsRequest) kmsg.Response {
+	if h.clusterMode() {
+		return notWiredInCluster(req) // cluster.go
+	}
 	resp := req.ResponseKind().(*kmsg.DeleteTopicsResponse)
 	type target struct {
 		name *string
@@ -225,6 +228,9 @@ func (h *Handler) finishDeletions() error {
 		if err != nil || p < 0 || strconv.FormatInt(p, 10) != partition ||
 			meta.IsInternalTopic(name) || meta.ValidateTopicName(name) != nil {
 			continue
+		}
+		if h.clusterMode() || name == MetadataTopic {
+			continue // the quorum's log, and its topics' partitions: opened by its apply (cluster.go)
 		}
 		if mt, ok := h.cfg.Catalog.Topic(name); !ok || int32(p) >= mt.Partitions {
 			h.log.Warn("a partition directory that the catalogue does not have is left alone (creating the topic replaces it)", "dir", e)

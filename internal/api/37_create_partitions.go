@@ -25,6 +25,9 @@ import (
 func init() { regKey(37, 0, 3, replyingFor((*Handler).handleCreatePartitions)) }
 
 func (h *Handler) handleCreatePartitions(creq *server.Request, req *kmsg.CreatePartitionsRequest) kmsg.Response {
+	if h.clusterMode() {
+		return notWiredInCluster(req) // cluster.go
+	}
 	resp := req.ResponseKind().(*kmsg.CreatePartitionsResponse)
 	twice := topicsNamedTwice(req.Topics, func(rt kmsg.CreatePartitionsRequestTopic) string { return rt.Topic })
 	h.adminMu.Lock()

@@ -116,11 +116,20 @@ type Config struct {
 	// fsyncs without acks=all appends). Default plog.DefaultSyncInterval;
 	// negative: none.
 	SyncInterval time.Duration
+	// EarlyWritebackBytes is every partition log's
+	// Config.EarlyWritebackBytes (sync_file_range before an acks=all
+	// fsync). Default plog.DefaultEarlyWritebackBytes; negative: off.
+	EarlyWritebackBytes int64
 	// RecoveryThreads is how many partition logs New opens (recovers) at
 	// once (Kafka's num.recovery.threads.per.data.dir). Default
 	// plog.DefaultRecoveryThreads.
 	RecoveryThreads int
 	Defaults        Defaults
+
+	// Cluster, when set, makes the handler a node of a multi-node cluster
+	// (cluster.go): brokers, controller, partitions and topic creation
+	// come from the metadata quorum. Nil: a single node.
+	Cluster Cluster
 
 	// TxnVerifier is the transaction coordinator seen from Produce
 	// (txn.go); nil: transactional produce is refused.
@@ -295,6 +304,12 @@ func New(cfg Config) (*Handler, error) {
 	case cfg.SyncInterval < 0:
 		cfg.SyncInterval = 0 // plog: no pacing
 	}
+	switch {
+	case cfg.EarlyWritebackBytes == 0:
+		cfg.EarlyWritebackBytes = plog.DefaultEarlyWritebackBytes
+	case cfg.EarlyWritebackBytes < 0:
+		cfg.EarlyWritebackBytes = 0 // plog: off
+	}
 	if cfg.RecoveryThreads <= 0 {
 		cfg.RecoveryThreads = plog.DefaultRecoveryThreads()
 	}
@@ -434,6 +449,9 @@ func (h *Handler) Close() error {
 	errs := []error{txnsErr, groupsErr}
 	for _, t := range h.topics {
 		for _, l := range t.parts {
+			if l == nil {
+				continue // cluster mode: a partition without a replica here
+			}
 			if err := l.Close(); err != nil {
 				errs = append(errs, err)
 			}
@@ -449,7 +467,11 @@ func (h *Handler) EnforceRetention() {
 	h.mu.RLock()
 	var logs []*plog.Log
 	for _, t := range h.topics {
-		logs = append(logs, t.parts...)
+		for _, l := range t.parts {
+			if l != nil { // cluster mode: nil for a partition hosted elsewhere
+				logs = append(logs, l)
+			}
+		}
 	}
 	h.mu.RUnlock()
 	for _, l := range logs {
@@ -533,6 +555,21 @@ func (h *Handler) abortCreateLocked(t *topic) {
 // autoCreate creates topic name with the default partition count if auto
 // creation is on; it returns the topic (existing or new) or an error code.
 func (h *Handler) autoCreate(name string) (*topic, int16) {
+	if h.clusterMode() {
+		// Through the controller, without adminMu: this node's apply of
+		// the creation takes it (HostPartition).
+		if err := meta.ValidateTopicName(name); err != nil {
+			return nil, kerr.InvalidTopicException.Code
+		}
+		if _, err := h.createInCluster(context.Background(), name, h.cfg.DefaultPartitions, 1, nil, false); err != nil && !errors.Is(err, meta.ErrTopicExists) {
+			h.log.Warn("auto topic creation failed", "topic", name, "err", err)
+			return nil, errorCode(err)
+		}
+		if t := h.lookup(name); t != nil {
+			return t, 0
+		}
+		return nil, kerr.LeaderNotAvailable.Code // created, not yet applied here: the client retries
+	}
 	h.adminMu.Lock()
 	defer h.adminMu.Unlock()
 	if t := h.lookup(name); t != nil {
@@ -561,6 +598,9 @@ type apiKey struct {
 	// ordered: requests of this key on one connection are started in
 	// arrival order (see Handler.Ordered).
 	ordered bool
+	// clusterOnly: served only by a node of a cluster (Config.Cluster):
+	// a single node neither advertises nor decodes it (62, 63).
+	clusterOnly bool
 	// authz is what the key needs (authz.go's table).
 	authz  authzRule
 	handle func(h *Handler, ctx context.Context, req *server.Request) server.Response
@@ -634,9 +674,19 @@ func servedKey(key int16) *apiKey {
 	return apiKeys[key]
 }
 
+// served is key's entry if this handler serves it: every registered key,
+// the cluster-only ones only in cluster mode.
+func (h *Handler) served(key int16) *apiKey {
+	k := servedKey(key)
+	if k == nil || k.clusterOnly && !h.clusterMode() {
+		return nil
+	}
+	return k
+}
+
 // Versions implements server.Handler.
 func (h *Handler) Versions(key int16) (int16, int16, bool) {
-	k := servedKey(key)
+	k := h.served(key)
 	if k == nil {
 		return 0, 0, false
 	}
@@ -654,7 +704,7 @@ func (h *Handler) Ordered(key int16) bool {
 
 // Handle implements server.Handler.
 func (h *Handler) Handle(ctx context.Context, req *server.Request) server.Response {
-	k := servedKey(req.Key)
+	k := h.served(req.Key)
 	if k == nil {
 		// The server decodes only keys Versions serves, so this is a bug.
 		h.log.Error("closing connection: no handler", "key", req.Key, "client", req.Remote)

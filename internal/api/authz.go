@@ -67,6 +67,8 @@ var authzRules = map[int16]authzRule{
 	42: needs(kerr.GroupAuthorizationFailed, on(acl.Group, acl.Delete)).note("per group"),
 	44: needs(kerr.TopicAuthorizationFailed, anyOf(grant{acl.Topic, acl.AlterConfigs}, grant{acl.Cluster, acl.AlterConfigs})).note("per resource, as DescribeConfigs"),
 	47: needs(kerr.GroupAuthorizationFailed, on(acl.Group, acl.Delete), on(acl.Topic, acl.Read)).note("DELETE on the group for the whole request; READ on each topic, per partition"),
+	62: gatedOnCluster(acl.ClusterAction),
+	63: gatedOnCluster(acl.ClusterAction),
 	60: filtering(on(acl.Cluster, acl.Describe)).note("answered to everyone, as Kafka; KIP-430 cluster authorized operations only with DESCRIBE on the cluster (0 without)"),
 	61: needs(kerr.TopicAuthorizationFailed, on(acl.Topic, acl.Read)).note("per partition"),
 	65: needs(kerr.TransactionalIDAuthorizationFailed, on(acl.TransactionalID, acl.Describe)).note("per transactional id"),

@@ -117,6 +117,7 @@ func (h *Handler) logConfig(mt meta.Topic, p int32) plog.Config {
 	cfg.FileCache = h.cfg.FileCache
 	cfg.ProducerIDExpiration = h.cfg.ProducerIDExpiration
 	cfg.SyncInterval = h.cfg.SyncInterval
+	cfg.EarlyWritebackBytes = h.cfg.EarlyWritebackBytes
 	if get("message.timestamp.type") == "LogAppendTime" {
 		cfg.TimestampType = plog.LogAppendTime
 	}

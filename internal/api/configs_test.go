@@ -106,3 +106,29 @@ func TestLogConfigCarriesSyncInterval(t *testing.T) {
 		}
 	}
 }
+
+// TestLogConfigCarriesEarlyWriteback: the broker's early writeback setting
+// (sushka serve --early-writeback-bytes) reaches every partition's log; it
+// used to be a process-wide plog variable the flag overwrote.
+func TestLogConfigCarriesEarlyWriteback(t *testing.T) {
+	for _, tc := range []struct{ set, want int64 }{{128 << 10, 128 << 10}, {0, plog.DefaultEarlyWritebackBytes}, {-1, 0}} {
+		fs := vfs.NewMem()
+		catalog, err := meta.Open(fs, "/d/meta")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := New(Config{FS: fs, DataDir: "/d", Catalog: catalog, Defaults: KafkaDefaults(),
+			Logger: slog.New(slog.DiscardHandler), EarlyWritebackBytes: tc.set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := h.logConfig(meta.Topic{Name: "t"}, 0)
+		h.Close()
+		if cfg.EarlyWritebackBytes != tc.want {
+			t.Fatalf("set %d: EarlyWritebackBytes = %d, want %d", tc.set, cfg.EarlyWritebackBytes, tc.want)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

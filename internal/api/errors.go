@@ -76,5 +76,11 @@ func errorCode(err error) int16 {
 			return e.code
 		}
 	}
+	// An answer relayed from another node (cluster mode: a creation
+	// forwarded to the controller) keeps the code that node gave.
+	var relayed *kerr.Error
+	if errors.As(err, &relayed) {
+		return relayed.Code
+	}
 	return kerr.KafkaStorageError.Code
 }

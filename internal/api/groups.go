@@ -174,7 +174,7 @@ func (h *Handler) internalTopicMetadata(name string) (kmsg.MetadataResponseTopic
 		st.TopicID = h.internalTopicID(name)
 		st.IsInternal = true
 		for p := int32(0); p < partitions[i]; p++ {
-			st.Partitions = append(st.Partitions, h.metadataPartition(p))
+			st.Partitions = append(st.Partitions, h.metadataPartition(nil, p))
 		}
 		return st, true
 	}

@@ -239,7 +239,7 @@ func (c *Controller) apply(entries []*pb.Entry) {
 				c.appliedLocked(e.GetIndex(), r)
 			}
 		}
-		c.wakeLocked(string(e.Data), err)
+		c.wakeLocked(entryKey(e.Data), err)
 		c.mu.Unlock()
 		if err == nil {
 			for _, r := range rs {
@@ -299,7 +299,7 @@ func (c *Controller) wakeLocked(key string, err error) {
 // under the next controller).
 func (c *Controller) propose(ctx context.Context, rs ...meta.Record) error {
 	data := meta.EncodeEntry(c.cfg.Clock.Now().UnixMilli(), rs...)
-	key := string(data)
+	key := entryKey(data)
 	w := make(chan error, 1)
 	c.mu.Lock()
 	if !c.activeLocked() {
@@ -330,6 +330,20 @@ func (c *Controller) propose(ctx context.Context, rs ...meta.Record) error {
 		c.mu.Unlock()
 		return ctx.Err()
 	}
+}
+
+// entryKey is what a waiter waits for: the entry's batch from its magic
+// byte on (attributes, timestamps, records: what its CRC covers). Not the
+// whole batch: the durable storage (plog.RaftStorage) stamps the base
+// offset and the partition leader epoch (the term) into the header of the
+// entry's own bytes when it saves it, so the bytes applied are not the
+// bytes proposed.
+func entryKey(data []byte) string {
+	const magicOffset = 16 // baseOffset 8, batchLength 4, partitionLeaderEpoch 4
+	if len(data) <= magicOffset {
+		return string(data)
+	}
+	return string(data[magicOffset:])
 }
 
 // dropWaiterLocked removes w, reporting whether it was still waiting.
@@ -451,6 +465,20 @@ func (c *Controller) RegisterBroker(ctx context.Context, reg Registration) error
 	}
 	return c.propose(ctx, &meta.RegisterBrokerRecord{ID: reg.ID, Incarnation: reg.Incarnation,
 		Listeners: reg.Listeners, Rack: reg.Rack})
+}
+
+// BrokerEpoch is a registered broker's epoch, KRaft's broker epoch: the
+// index of its current registration in the metadata log (known on every
+// node that applied it), and its incarnation.
+func (c *Controller) BrokerEpoch(id int32) (epoch uint64, incarnation string, ok bool) {
+	b, ok := c.machine.Broker(id)
+	if !ok {
+		return 0, "", false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	epoch, ok = c.registeredAt[id]
+	return epoch, b.Incarnation, ok
 }
 
 // Heartbeat is a broker's heartbeat (KRaft's BrokerHeartbeatRequest):

@@ -28,6 +28,26 @@ func TestProbe(t *testing.T) {
 	if r.SyncCount != 50 {
 		t.Errorf("SyncCount = %d, want 50", r.SyncCount)
 	}
+	// The flush loops: each default size, bounded by the write size (8
+	// appends of 1 MiB allowed, raised to the minimum of 10).
+	wantCounts := map[int64]int{64 << 10: 50, 256 << 10: 32, 1 << 20: 10}
+	if len(r.Flushes) != len(DefaultFlushSizes) {
+		t.Fatalf("%d flush loops, want %d: %+v", len(r.Flushes), len(DefaultFlushSizes), r.Flushes)
+	}
+	for i, f := range r.Flushes {
+		if f.Bytes != DefaultFlushSizes[i] || f.Count != wantCounts[f.Bytes] {
+			t.Errorf("flush loop %d: %d appends of %d B, want %d of %d", i, f.Count, f.Bytes, wantCounts[DefaultFlushSizes[i]], DefaultFlushSizes[i])
+		}
+		if !(f.P50 > 0 && f.P50 <= f.P90 && f.P90 <= f.P99 && f.P99 <= f.Max) || f.Total <= 0 {
+			t.Errorf("flush loop of %d B: %+v", f.Bytes, f)
+		}
+		if got, ok := r.Flush(f.Bytes); !ok || got != f {
+			t.Errorf("Flush(%d) = %+v, %v", f.Bytes, got, ok)
+		}
+	}
+	if !strings.Contains(r.String(), "; fdatasync 1MiB p50 ") || !strings.Contains(r.Raw(), "appends of 1048576 B + fdatasync") {
+		t.Errorf("the flush loops are not reported:\n%s\n%s", r.String(), r.Raw())
+	}
 	if r.WriteDuration <= 0 || r.ReadDuration <= 0 || r.SyncTotal <= 0 || r.WriteSync <= 0 {
 		t.Errorf("non-positive duration: %s", r.Raw())
 	}
@@ -225,5 +245,27 @@ func TestPercentile(t *testing.T) {
 	}
 	if got := percentile([]time.Duration{7}, 0.99); got != 7 {
 		t.Errorf("percentile of one sample = %v", got)
+	}
+}
+
+// TestFlushSizeOptions: an empty FlushSizes measures no flush loop, a size
+// out of range is refused before anything is written.
+func TestFlushSizeOptions(t *testing.T) {
+	dir := t.TempDir()
+	volatile, err := IsVolatile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Probe(context.Background(), dir, Options{WriteBytes: 1 << 20, SyncIterations: 5, FlushSizes: []int64{}, AllowVolatile: volatile})
+	if err != nil || len(r.Flushes) != 0 {
+		t.Fatalf("FlushSizes empty: %d loops, %v", len(r.Flushes), err)
+	}
+	for _, bad := range []int64{0, -4096, 128 << 20} {
+		if _, err := Probe(context.Background(), dir, Options{WriteBytes: 1 << 20, FlushSizes: []int64{bad}, AllowVolatile: volatile}); err == nil {
+			t.Errorf("flush size %d accepted", bad)
+		}
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("probe files left behind: %v", left)
 	}
 }

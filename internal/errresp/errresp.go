@@ -170,6 +170,16 @@ func For(req kmsg.Request, code int16) kmsg.Response {
 			resp.Entries = append(resp.Entries, re)
 		}
 		return resp
+	// The metadata quorum's keys a broker sends the active controller
+	// (internal/api refuses them whole without CLUSTER_ACTION).
+	case *kmsg.BrokerRegistrationRequest:
+		resp := req.ResponseKind().(*kmsg.BrokerRegistrationResponse)
+		resp.ErrorCode, resp.BrokerEpoch = code, -1
+		return resp
+	case *kmsg.BrokerHeartbeatRequest:
+		resp := req.ResponseKind().(*kmsg.BrokerHeartbeatResponse)
+		resp.ErrorCode, resp.IsFenced = code, true
+		return resp
 	case *kmsg.DescribeUserSCRAMCredentialsRequest:
 		resp := req.ResponseKind().(*kmsg.DescribeUserSCRAMCredentialsResponse)
 		resp.ErrorCode = code

@@ -13,9 +13,9 @@ import (
 )
 
 // tableKeys are the keys For must answer: every key the coordinators serve
-// (08-16, 22, 24-28, 42, 47, 65, 66, 68, 69) and the admin keys
-// internal/api refuses whole (48-51).
-var tableKeys = []int16{8, 9, 10, 11, 12, 13, 14, 15, 16, 22, 24, 25, 26, 27, 28, 42, 47, 48, 49, 50, 51, 65, 66, 68, 69}
+// (08-16, 22, 24-28, 42, 47, 65, 66, 68, 69) and the admin and cluster keys
+// internal/api refuses whole (48-51, 62, 63).
+var tableKeys = []int16{8, 9, 10, 11, 12, 13, 14, 15, 16, 22, 24, 25, 26, 27, 28, 42, 47, 48, 49, 50, 51, 62, 63, 65, 66, 68, 69}
 
 // TestEveryEntryCarriesItsCodeOnTheWire encodes each entry's answer at
 // every version kmsg knows, to a request naming one of everything, decodes

@@ -97,6 +97,17 @@ func (m *Machine) Topic(name string) (Topic, bool) {
 	return m.st.topic(name)
 }
 
+// TopicByID returns the topic with the id.
+func (m *Machine) TopicByID(id [16]byte) (Topic, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	t, ok := m.st.byID[id]
+	if !ok {
+		return Topic{}, false
+	}
+	return m.st.topic(t.Name)
+}
+
 // Topics returns every topic, sorted by name.
 func (m *Machine) Topics() []Topic {
 	m.mu.RLock()

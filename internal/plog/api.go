@@ -89,6 +89,15 @@ type Config struct {
 	// without it (adaptive group commit). 0: no pacing. At least 0; fixed
 	// for the log's life (SetConfig keeps it).
 	SyncInterval time.Duration
+	// EarlyWritebackBytes starts the disk's writeback of what the writer
+	// wrote before the fsync that needs it (RocksDB's bytes_per_sync; Kafka
+	// has none): after a group with an AckForced append, once at least this
+	// many bytes of whole pages written since the last start are waiting,
+	// the writer starts their writeback (vfs.File.StartWriteback,
+	// sync_file_range SYNC_FILE_RANGE_WRITE), so the publisher's next
+	// fdatasync has less left to write. A hint only: the fdatasync still
+	// makes every acknowledged batch durable. 0: off. At least 0.
+	EarlyWritebackBytes int64
 	// FileCache bounds the open files of sealed segments; a broker shares
 	// one among its logs. nil: DefaultFileCache.
 	FileCache *FileCache

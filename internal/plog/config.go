@@ -40,6 +40,10 @@ const (
 // DefaultWritePath is the write path chosen by measurement (docs/benchmarks.md).
 var DefaultWritePath = WriteSyscall
 
+// DefaultEarlyWritebackBytes is Config.EarlyWritebackBytes' default, chosen
+// by measurement (docs/benchmarks.md, "Early writeback"): off.
+const DefaultEarlyWritebackBytes int64 = 0
+
 // DefaultConfig returns the configuration of a partition log in dir on fs
 // with Kafka's defaults; change fields from there.
 func DefaultConfig(fs vfs.FS, dir string) Config {
@@ -59,6 +63,7 @@ func DefaultConfig(fs vfs.FS, dir string) Config {
 		QueueDepth:     DefaultQueueDepth,
 		SyncInterval:   DefaultSyncInterval,
 
+		EarlyWritebackBytes:  DefaultEarlyWritebackBytes,
 		ProducerIDExpiration: DefaultProducerIDExpiration,
 	}
 }
@@ -107,6 +112,8 @@ func (c *Config) Validate() error {
 		return bad("QueueDepth", c.QueueDepth, "at least 1")
 	case c.SyncInterval < 0:
 		return bad("SyncInterval", c.SyncInterval, "at least 0")
+	case c.EarlyWritebackBytes < 0:
+		return bad("EarlyWritebackBytes", c.EarlyWritebackBytes, "at least 0")
 	case c.ProducerIDExpiration < time.Millisecond:
 		return bad("producer.id.expiration.ms", c.ProducerIDExpiration, "at least 1ms")
 	}

@@ -48,6 +48,10 @@ type publisher struct {
 	// they were several (a group to wait for). yields counts those yields.
 	lastReleased atomic.Int32
 	yields       atomic.Int64
+	// syncing is set while publish's fdatasync runs: the writer starts
+	// early writeback (writeback.go) only then, when what it just wrote
+	// must wait for the next fdatasync.
+	syncing atomic.Bool
 
 	publishMu sync.Mutex
 	pend      []pendingBatch // (publishMu) the publication in progress; swapped with handedPend
@@ -221,7 +225,9 @@ func (p *publisher) publish() error {
 		// One fsync for everything written so far: the groups handed
 		// over while the previous one ran are all here.
 		syncStart = p.clock.Now()
+		p.syncing.Store(true)
 		serr := seg.file.Sync()
+		p.syncing.Store(false)
 		syncEnd = p.clock.Now()
 		if serr != nil {
 			err = l.fail(&IOError{Op: "sync", Err: serr})

@@ -77,6 +77,10 @@ type writer struct {
 	iovN      int64          // total length of iov
 	pend      []pendingBatch // the group's batches, handed to the publisher once written
 	prealloc  preallocator   // the active segment's reserved blocks (prealloc.go)
+	writeback earlyWriteback // the active segment's early writeback (writeback.go)
+	// writebackBytes is Config.EarlyWritebackBytes as of the group being
+	// committed (read with the config writeGroup reads anyway).
+	writebackBytes int64
 
 	producersCheckedAt time.Time // the last look for expired producers
 
@@ -118,6 +122,7 @@ func (w *writer) openActive() error {
 	w.active = last
 	w.writePos = last.size
 	w.prealloc.reset()
+	w.writeback.reset(w.writePos)
 	return w.prepareActive(0)
 }
 
@@ -140,6 +145,7 @@ func (w *writer) createSegment(base int64) error {
 	l.mu.Unlock()
 	w.active, w.writePos = s, 0
 	w.prealloc.reset()
+	w.writeback.reset(0)
 	return w.prepareActive(0)
 }
 
@@ -405,6 +411,17 @@ func (w *writer) commit() {
 	}
 	if err == nil {
 		w.pub.hand(w.active, w.pend, forced, false)
+		if !written.IsZero() && w.path == WriteSyscall && w.writebackBytes > 0 {
+			// After the handover, and only while an fdatasync runs: an
+			// idle publisher starts one covering this group at once (a
+			// start would only delay it: it was just made runnable on
+			// this thread, which the system call would hold).
+			if !w.pub.syncing.Load() {
+				w.writeback.covered(w.writePos)
+			} else if werr := w.writeback.start(w.active.file, w.writePos, w.writebackBytes); werr != nil {
+				l.logger().Warn("early writeback failed; the fdatasyncs of this segment write everything", "err", werr)
+			}
+		}
 	}
 	w.pend = w.pend[:0]
 	clear(w.group) // no stale pointers to recycled requests
@@ -459,6 +476,7 @@ func (w *writer) writeGroup(now time.Time) error {
 			l.logger().Info("forgot idle idempotent producers", "producers", n, "idle_for", cfg.ProducerIDExpiration)
 		}
 	}
+	w.writebackBytes = cfg.EarlyWritebackBytes
 	appendTime := int64(-1)
 	if cfg.TimestampType == LogAppendTime {
 		appendTime = now.UnixMilli()

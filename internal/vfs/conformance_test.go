@@ -265,11 +265,32 @@ var conformance = []struct {
 			t.Fatal("MkdirAll through a file succeeded")
 		}
 	}},
+	{"start writeback", func(t *testing.T, fs FS, dir string) {
+		name := filepath.Join(dir, "w")
+		data := bytes.Repeat([]byte("0123456789abcdef"), 1000)
+		f := writeFile(t, fs, name, data)
+		must(t, f.StartWriteback(0, 8192))
+		must(t, f.StartWriteback(8192, int64(len(data))-8192))
+		must(t, f.StartWriteback(0, 0)) // Linux: through the end of the file
+		if err := f.StartWriteback(-1, 10); err == nil {
+			t.Fatal("StartWriteback at a negative offset succeeded")
+		}
+		n, err := f.Write([]byte("tail")) // the write position did not move
+		mustWrite(t, n, err)
+		must(t, f.Sync())
+		if got := readAll(t, fs, name); !bytes.Equal(got, append(bytes.Clone(data), "tail"...)) {
+			t.Fatalf("contents changed: %d bytes", len(got))
+		}
+		must(t, f.Close())
+	}},
 	{"closed file", func(t *testing.T, fs FS, dir string) {
 		f := writeFile(t, fs, filepath.Join(dir, "c"), []byte("x"))
 		must(t, f.Close())
 		if _, err := f.Write([]byte("y")); err == nil {
 			t.Fatal("Write after Close succeeded")
+		}
+		if err := f.StartWriteback(0, 1); err == nil {
+			t.Fatal("StartWriteback after Close succeeded")
 		}
 		if err := f.Close(); err == nil {
 			t.Fatal("second Close succeeded")

@@ -37,6 +37,7 @@ const (
 	OpMap
 	OpUnmap
 	OpClose
+	OpStartWriteback
 	// OpAny matches every operation in OnPath and FailAfter; it is never
 	// passed to an Injector.
 	OpAny
@@ -126,12 +127,12 @@ func OnPath(substring string, op Op) Injector {
 }
 
 // WritesWhile fails every write and sync (OpWrite, OpWritev, OpWriteAt,
-// OpSync) of a path containing substring ("" for every path) with
+// OpSync, OpStartWriteback) of a path containing substring ("" for every path) with
 // ErrInjected while failing is set: a disk that breaks and comes back.
 func WritesWhile(failing *atomic.Bool, substring string) Injector {
 	return InjectorFunc(func(op Op, path string) error {
 		switch op {
-		case OpWrite, OpWritev, OpWriteAt, OpSync:
+		case OpWrite, OpWritev, OpWriteAt, OpSync, OpStartWriteback:
 			if failing.Load() && strings.Contains(path, substring) {
 				return ErrInjected
 			}
@@ -297,6 +298,13 @@ func (f *errorFile) Sync() error {
 		return err
 	}
 	return f.inner.Sync()
+}
+
+func (f *errorFile) StartWriteback(off, n int64) error {
+	if err := f.check(OpStartWriteback); err != nil {
+		return err
+	}
+	return f.inner.StartWriteback(off, n)
 }
 
 func (f *errorFile) Truncate(size int64) error {

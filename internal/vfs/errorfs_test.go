@@ -46,6 +46,13 @@ func TestErrorFS(t *testing.T) {
 			},
 		},
 		{
+			name:   "OnPath start writeback",
+			inject: OnPath("seg", OpStartWriteback),
+			steps: []step{
+				{OpStartWriteback, "other", false}, {OpStartWriteback, "seg", true}, {OpSync, "seg", false},
+			},
+		},
+		{
 			name:   "OnPath any op",
 			inject: OnPath("seg", OpAny),
 			steps: []step{
@@ -100,6 +107,8 @@ func TestErrorFS(t *testing.T) {
 					_, err = f.ReadAt(make([]byte, 1), 0)
 				case OpSync:
 					err = f.Sync()
+				case OpStartWriteback:
+					err = f.StartWriteback(0, 64)
 				case OpTruncate:
 					err = f.Truncate(64)
 				case OpSize:

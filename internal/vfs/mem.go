@@ -719,6 +719,21 @@ func (f *memFile) Sync() error {
 	return nil
 }
 
+// StartWriteback is a no-op: a MemFS has no writeback to start, and what
+// survives a crash is decided by Sync alone (the crash model). It fails
+// only on a closed file, as sync_file_range(2) does on a closed descriptor.
+func (f *memFile) StartWriteback(off, n int64) error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.checkLocked("sync_file_range", false); err != nil {
+		return err
+	}
+	if off < 0 || n < 0 {
+		return f.pathError("sync_file_range", syscall.EINVAL)
+	}
+	return nil
+}
+
 func (f *memFile) Truncate(size int64) error {
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()

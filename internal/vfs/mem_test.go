@@ -548,6 +548,24 @@ func TestMemMappedSizeIsFixed(t *testing.T) {
 	}
 }
 
+// TestMemStartWritebackIsNotDurable: writeback started is not a sync: a
+// crash keeps only what Sync made durable, and no sync is counted.
+func TestMemStartWritebackIsNotDurable(t *testing.T) {
+	fs := NewMem()
+	f := writeFile(t, fs, "/f", []byte("synced"))
+	must(t, f.Sync())
+	must(t, fs.SyncDir("/"))
+	n, err := f.Write([]byte(" unsynced"))
+	mustWrite(t, n, err)
+	must(t, f.StartWriteback(0, 15))
+	if got := dump(t, fs.Crash(nil)); got != "/f \"synced\"\n" {
+		t.Fatalf("after StartWriteback, a crash left %q", got)
+	}
+	if fs.SyncCount() != 1 {
+		t.Fatalf("%d syncs counted, want 1", fs.SyncCount())
+	}
+}
+
 func TestMemSyncHookAndCounters(t *testing.T) {
 	fs := NewMem()
 	var events []string

@@ -117,22 +117,19 @@ func (f *osFile) Size() (int64, error) {
 // Sync is fdatasync(2): data and the metadata needed to read it back (the
 // size), not timestamps.
 func (f *osFile) Sync() error {
-	var syncErr error
-	err := f.control(func(fd int) {
-		for {
-			syncErr = unix.Fdatasync(fd)
-			if syncErr != unix.EINTR {
-				return
-			}
-		}
+	return f.syscall("fdatasync", func(fd int) error { return unix.Fdatasync(fd) })
+}
+
+// StartWriteback is sync_file_range(2) with SYNC_FILE_RANGE_WRITE only:
+// the writeback of the range's dirty pages is started (pages already under
+// writeback are skipped), nothing is waited for, and no writeback error is
+// consumed (the WAIT flags call file_fdatawait_range, which advances the
+// file's errseq cursor: a later fdatasync would then miss an error it
+// reported).
+func (f *osFile) StartWriteback(off, n int64) error {
+	return f.syscall("sync_file_range", func(fd int) error {
+		return unix.SyncFileRange(fd, off, n, unix.SYNC_FILE_RANGE_WRITE)
 	})
-	if err != nil {
-		return f.pathError("fdatasync", err)
-	}
-	if syncErr != nil {
-		return f.pathError("fdatasync", syncErr)
-	}
-	return nil
 }
 
 var _ Preallocator = (*osFile)(nil)
@@ -140,20 +137,27 @@ var _ Preallocator = (*osFile)(nil)
 // Preallocate reserves the blocks of [off, off+n) without changing the
 // file's size (fallocate(2), FALLOC_FL_KEEP_SIZE).
 func (f *osFile) Preallocate(off, n int64) error {
-	var allocErr error
+	return f.syscall("fallocate", func(fd int) error {
+		return unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, off, n)
+	})
+}
+
+// syscall runs call with the file descriptor, again while it is
+// interrupted (EINTR), and names op and the file in its error.
+func (f *osFile) syscall(op string, call func(fd int) error) error {
+	var callErr error
 	err := f.control(func(fd int) {
 		for {
-			allocErr = unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, off, n)
-			if allocErr != unix.EINTR {
+			if callErr = call(fd); callErr != unix.EINTR {
 				return
 			}
 		}
 	})
 	if err == nil {
-		err = allocErr
+		err = callErr
 	}
 	if err != nil {
-		return f.pathError("fallocate", err)
+		return f.pathError(op, err)
 	}
 	return nil
 }

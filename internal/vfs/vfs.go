@@ -4,7 +4,8 @@
 // take an FS, so tests can run them on an in-memory filesystem that forgets
 // unsynced data at a simulated crash (NewMem, (*MemFS).Crash and
 // CrashOutOfOrder) or on one that injects I/O errors by operation
-// (NewErrorFS). Default (OS()) is the real one: Sync is fdatasync(2), Writev is writev(2), Map is mmap(2) MAP_SHARED.
+// (NewErrorFS). Default (OS()) is the real one: Sync is fdatasync(2), Writev is writev(2), StartWriteback is
+// sync_file_range(2) SYNC_FILE_RANGE_WRITE, Map is mmap(2) MAP_SHARED.
 //
 // # The crash model of MemFS
 //
@@ -80,6 +81,15 @@ type File interface {
 	// Sync makes everything written to the file durable: data written with
 	// Write/WriteAt and data stored through a mapping (fdatasync(2)).
 	Sync() error
+	// StartWriteback starts writing the dirty pages of [off, off+n) to the
+	// disk and returns without waiting for them (sync_file_range(2) with
+	// SYNC_FILE_RANGE_WRITE on the OS), so that a later Sync has less left
+	// to write. It is a hint, not a durability mechanism: it makes nothing
+	// durable (only Sync does), and an I/O error of that writeback is
+	// reported by the next Sync too (SYNC_FILE_RANGE_WRITE alone does not
+	// consume the file's writeback error, errseq; the WAIT flags would).
+	// Filesystems without writeback (MemFS) accept it as a no-op.
+	StartWriteback(off, n int64) error
 	// Truncate changes the size; growing fills with zeros (preallocation).
 	Truncate(size int64) error
 	// Size is the current size in bytes.

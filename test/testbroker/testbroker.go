@@ -191,13 +191,23 @@ func (p *Proc) Stop(t testing.TB) {
 		return
 	default:
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
+	if Terminate(p.cmd, p.done, 10*time.Second) {
 		t.Logf("sushka serve did not stop within 10s of SIGTERM; killed\n%s", p.log.String())
+	}
+}
+
+// Terminate ends a started process gracefully (SIGTERM), killing it if it
+// has not exited (done closed) within grace; it reports whether it had to
+// kill it.
+func Terminate(cmd *exec.Cmd, done <-chan struct{}, grace time.Duration) (killed bool) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+		return false
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
+		<-done
+		return true
 	}
 }
 
