@@ -34,11 +34,16 @@ type Defaults struct {
 	SegmentMs       int64  // log.roll.ms
 	MaxMessageBytes int32  // message.max.bytes
 	TimestampType   string // log.message.timestamp.type
-	Explicit        map[string]bool
+	// MinInsyncReplicas is min.insync.replicas: what a replicated
+	// partition's acks=all needs in sync (replica.Config).
+	MinInsyncReplicas int32
+	Explicit          map[string]bool
 }
 
 // KafkaDefaults are Apache Kafka's defaults, which are the partition log's
-// (plog.DefaultConfig is their one home).
+// (plog.DefaultConfig is their one home) but for min.insync.replicas, whose
+// home is here (the replicated partition's, internal/replica, takes it from
+// the topic's effective configs).
 func KafkaDefaults() Defaults {
 	d := plog.DefaultConfig(nil, "")
 	return Defaults{
@@ -48,6 +53,8 @@ func KafkaDefaults() Defaults {
 		SegmentMs:       d.SegmentMaxAge.Milliseconds(),
 		MaxMessageBytes: int32(d.MaxBatchBytes),
 		TimestampType:   "CreateTime",
+		// Kafka's min.insync.replicas: the leader alone.
+		MinInsyncReplicas: 1,
 	}
 }
 
@@ -69,7 +76,7 @@ func (d Defaults) value(topicConfig string) string {
 	case "cleanup.policy":
 		return "delete"
 	case "min.insync.replicas":
-		return "1"
+		return strconv.FormatInt(int64(d.MinInsyncReplicas), 10)
 	}
 	return ""
 }

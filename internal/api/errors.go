@@ -57,6 +57,11 @@ var errorCodes = []struct {
 	// A replicated partition's replica that does not lead it (or stopped
 	// leading with the batch in flight): retriable, as a closed log.
 	{plog.ErrNotLeader, kerr.NotLeaderForPartition.Code},
+	// min.insync.replicas on a replicated partition (acks=all): refused
+	// before the append, or answered after it was committed with the
+	// in-sync replicas fallen below it. Both retriable, as in Kafka.
+	{plog.ErrNotEnoughReplicas, kerr.NotEnoughReplicas.Code},
+	{plog.ErrNotEnoughReplicasAfterAppend, kerr.NotEnoughReplicasAfterAppend.Code},
 }
 
 // errorCode maps an error to the Kafka error code of the response (0 for

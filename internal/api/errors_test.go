@@ -25,3 +25,21 @@ func TestNotLeaderErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestNotEnoughReplicasErrors: min.insync.replicas' two refusals, wrapped
+// with their reasons, are NOT_ENOUGH_REPLICAS (19) and
+// NOT_ENOUGH_REPLICAS_AFTER_APPEND (20), both retriable as clients expect.
+func TestNotEnoughReplicasErrors(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		code int16
+	}{
+		{fmt.Errorf("%w: 1 in sync ([1]), min.insync.replicas 2", plog.ErrNotEnoughReplicas), 19},
+		{fmt.Errorf("%w: 2 in sync ([1 2]), min.insync.replicas 3", plog.ErrNotEnoughReplicasAfterAppend), 20},
+	} {
+		code := errorCode(c.err)
+		if code != c.code || !kerr.IsRetriable(kerr.ErrorForCode(code)) {
+			t.Errorf("%v: code %d, want %d, retriable", c.err, code, c.code)
+		}
+	}
+}

@@ -30,6 +30,12 @@ import (
 //     it. A proposal whose entry is not the one applied at its index (a new
 //     leader's replaced it), or that is in flight when this replica stops
 //     leading, is answered ErrNotLeader: never success.
+//   - min.insync.replicas is the Proposer's (internal/replica): an
+//     AckForced append is refused ErrNotEnoughReplicas before it is
+//     proposed when the Proposer says too few replicas are in sync
+//     (EnoughInSync), and once applied its answer waits for the Proposer's
+//     AwaitReplicated (enough in-sync replicas hold it, or
+//     ErrNotEnoughReplicasAfterAppend). AckWritten and AckNone ignore it.
 //   - Apply (every replica, committed entries in order) records each batch
 //     in the producer table and the transactions, then moves the high
 //     watermark to the end of what it applied: Read, long polls and
@@ -39,11 +45,58 @@ import (
 //     predecessors committed is then in its producer table, so a producer's
 //     retry after a failover is deduplicated.
 
-// Proposer hands one batch to the partition's raft group and calls done
-// once, when the entry is saved in the leader's log (index and term) or
-// with the error that refused it (a plog error: ErrNotLeader,
-// ErrBatchTooLarge, …; the glue in internal/replica maps raftnode's).
-type Proposer func(data []byte, done func(index, term uint64, err error))
+// Proposer is the partition's raft group as the log uses it; the glue in
+// internal/replica supplies raftnode's, with the partition's in-sync
+// replicas and min.insync.replicas (docs/replication.md §3d).
+type Proposer interface {
+	// Propose hands one batch to the group and calls done once, when the
+	// entry is saved in the leader's log (index and term) or with the
+	// error that refused it (a plog error: ErrNotLeader,
+	// ErrBatchTooLarge, …; internal/replica maps raftnode's).
+	Propose(data []byte, done func(index, term uint64, err error))
+	// EnoughInSync is asked before an acks=all batch (or a transaction
+	// marker) is proposed, under the log's locks: nil, or
+	// ErrNotEnoughReplicas when fewer replicas are in sync than
+	// min.insync.replicas, leader included (Kafka's check in
+	// Partition.appendRecordsToLeader), or ErrNotLeader.
+	EnoughInSync() error
+	// AwaitReplicated is asked, under the log's locks, when an acks=all
+	// batch's entry at index is applied (committed and the high watermark
+	// past it): ready true answers it now, with err (nil, or
+	// ErrNotEnoughReplicasAfterAppend when the in-sync replicas fell below
+	// min.insync.replicas: Kafka's checkEnoughReplicasReachOffset).
+	// Ready false: the answer waits until at least min.insync.replicas
+	// in-sync replicas hold the entry, and the Proposer calls done once,
+	// later, never under the log's locks nor from within this call (nil,
+	// ErrNotEnoughReplicasAfterAppend, or ErrNotLeader when this replica
+	// stops leading first).
+	AwaitReplicated(index uint64, done func(err error)) (ready bool, err error)
+}
+
+// ProposerFunc is a Proposer of min.insync.replicas 1 (the leader alone is
+// in sync enough): for a log whose raft is played by hand.
+type ProposerFunc func(data []byte, done func(index, term uint64, err error))
+
+// Propose calls f.
+func (f ProposerFunc) Propose(data []byte, done func(index, term uint64, err error)) { f(data, done) }
+
+// EnoughInSync is always nil.
+func (ProposerFunc) EnoughInSync() error { return nil }
+
+// AwaitReplicated is always ready.
+func (ProposerFunc) AwaitReplicated(uint64, func(error)) (bool, error) { return true, nil }
+
+// ErrNotEnoughReplicas refuses an acks=all append, before it is proposed,
+// on a partition with fewer in-sync replicas than min.insync.replicas
+// (NOT_ENOUGH_REPLICAS, retriable: nothing was written).
+var ErrNotEnoughReplicas = errors.New("log: fewer in-sync replicas than min.insync.replicas")
+
+// ErrNotEnoughReplicasAfterAppend answers an acks=all append that was
+// written and committed but whose partition's in-sync replicas fell below
+// min.insync.replicas before enough of them had it
+// (NOT_ENOUGH_REPLICAS_AFTER_APPEND, retriable: a retry may duplicate it
+// unless the producer is idempotent).
+var ErrNotEnoughReplicasAfterAppend = errors.New("log: the in-sync replicas fell below min.insync.replicas after the append")
 
 // ErrNotLeader is an append to a replicated partition this replica does not
 // lead, has not yet finished taking over, or stopped leading with the
@@ -157,6 +210,12 @@ func (rs *RaftStorage) propose(records []byte, ack AckPolicy, m *TxnMarker) (Pen
 		rs.rmu.Unlock()
 		return Pending{}, ErrNotLeader
 	}
+	if ack == AckForced {
+		if err := rs.proposer.EnoughInSync(); err != nil {
+			rs.rmu.Unlock()
+			return Pending{}, err
+		}
+	}
 	term := rs.leaderTerm
 	var req *appendReq
 	if ack != AckNone {
@@ -201,7 +260,7 @@ func (rs *RaftStorage) propose(records []byte, ack AckPolicy, m *TxnMarker) (Pen
 	propose := rs.proposer
 	rs.rmu.Unlock()
 	// Under proposeMu: proposals reach raft in the order they were checked.
-	propose(records, func(index, term uint64, err error) { rs.saved(p, index, term, appendTime, err) })
+	propose.Propose(records, func(index, term uint64, err error) { rs.saved(p, index, term, appendTime, err) })
 	return Pending{l: l, req: req}, nil
 }
 
@@ -360,6 +419,7 @@ func (rs *RaftStorage) Apply(entries []*pb.Entry) {
 		if i > rs.last {
 			break // not in this log (raft applies what it saved: never)
 		}
+		rs.noteSegmentStartLocked(i)
 		if err := rs.applyEntryLocked(e, nowMs); err != nil {
 			rs.err = err
 			l.fail(err)
@@ -414,7 +474,7 @@ func (rs *RaftStorage) applyEntryLocked(e *pb.Entry, nowMs int64) error {
 		return err
 	}
 	if h.Control() && !h.Transactional() {
-		return nil
+		return rs.applyRaftControlLocked(e.Data) // raftsnapshot.go
 	}
 	var ev txnEvent
 	seenMs := min(h.MaxTimestamp, nowMs)
@@ -467,9 +527,35 @@ func (rs *RaftStorage) decideLocked(dst []decision, i uint64, e *pb.Entry) []dec
 		if h, err := batch.ParseHeader(e.Data); err == nil && h.LogAppendTime() {
 			res.LogAppendTime = h.MaxTimestamp
 		}
-		dst = append(dst, decision{p: p, res: res})
+		d := decision{p: p, res: res}
+		if rs.proposer != nil && p.waitsForAll() {
+			ready, err := rs.proposer.AwaitReplicated(i, func(err error) {
+				rs.rmu.Lock()
+				defer rs.rmu.Unlock()
+				rs.answerLocked(p, res, err)
+			})
+			if !ready {
+				continue // answered by the Proposer, once enough replicas have it
+			}
+			d.err = err
+		}
+		dst = append(dst, d)
 	}
 	return dst
+}
+
+// waitsForAll says whether an acks=all request waits on p (its own, or a
+// retry's): its answer then waits for min.insync.replicas too.
+func (p *raftProposal) waitsForAll() bool {
+	if p.req != nil && p.req.ack == AckForced {
+		return true
+	}
+	for _, d := range p.dups {
+		if d.ack == AckForced {
+			return true
+		}
+	}
+	return false
 }
 
 // EndOffset is the offset after entry i: the offset the next entry takes

@@ -139,7 +139,7 @@ func TestRaftProposalReplaced(t *testing.T) {
 		done func(index, term uint64, err error)
 	}
 	props := make(chan proposal, 1)
-	rs.SetProposer(func(data []byte, done func(index, term uint64, err error)) { props <- proposal{data, done} })
+	rs.SetProposer(plog.ProposerFunc(func(data []byte, done func(index, term uint64, err error)) { props <- proposal{data, done} }))
 	rs.LeaderChanged(true, 2)
 	if rs.Leading() {
 		t.Fatal("leading before an entry of its term is applied")

@@ -45,7 +45,8 @@
 // # Lock order
 //
 // group.inboxMu → Node.activeMu (a group's quiesced flag and the node's set
-// of ticking groups change together); Node.groupsMu, transport.mu,
+// of ticking groups change together); group.inboxMu → group.syncMu (the
+// leader's caught-up table, insync.go) → transport.mu (read); Node.groupsMu, transport.mu,
 // peer.mu and scheduler.mu are leaves (never held while taking another,
 // but transport.mu → peer.mu in tick and addPeer). Nothing is held while
 // raft runs, while Storage.Save runs or while a connection is written.
@@ -55,7 +56,10 @@
 // (a replicated partition's acks=1, and the key to tell its own committed
 // entry from a new leader's at the same index). GroupConfig.OnLeader
 // observes each change of the known leader or term (internal/replica: the
-// broker's NOT_LEADER_OR_FOLLOWER and Metadata).
+// broker's NOT_LEADER_OR_FOLLOWER and Metadata). Node.Replicas and
+// GroupConfig.OnProgress give a leader's view of its voters' replication
+// (the ISR and min.insync.replicas of internal/replica); Node.RemoveGroup
+// takes a group off a running node (a deleted partition).
 //
 // Proposals are not forwarded (raft's DisableProposalForwarding): a replica
 // that is not the leader answers ErrProposalDropped, as a Kafka broker that

@@ -44,6 +44,13 @@ type GroupConfig struct {
 	// when the group fails and at Node.Stop (so that whatever waits on a
 	// leader's proposals is answered). Like Apply it must not block.
 	OnLeader func(leader, term uint64)
+	// OnProgress, when set, is called on the leader after each run of the
+	// group that stepped its followers' acknowledgements or ticked: what
+	// Node.Replicas reports may have changed (the in-sync replicas of
+	// internal/replica). Called by the group's worker before the run's
+	// Readys are handled, never concurrently for one group; it must not
+	// block.
+	OnProgress func()
 }
 
 // Errors of proposals.
@@ -52,6 +59,9 @@ var (
 	ErrUnknownGroup     = errors.New("raftnode: unknown group")
 	ErrGroupFailed      = errors.New("raftnode: group failed")
 	ErrProposalTooLarge = errors.New("raftnode: proposal larger than a peer frame")
+	// ErrGroupRemoved answers the proposals a group still held when
+	// Node.RemoveGroup took it off the node.
+	ErrGroupRemoved = errors.New("raftnode: group removed")
 	// ErrProposalDropped is raft's: this replica is not the leader (proposals
 	// are not forwarded) or a leadership transfer is under way.
 	ErrProposalDropped = raft.ErrProposalDropped
@@ -99,6 +109,16 @@ type group struct {
 	inspect     []func() // run by the worker (tests read worker-owned state)
 	campaign    bool
 	quiesced    bool
+	// removed: Node.RemoveGroup took the group off the node; its next run
+	// (or RemoveGroup, with no worker running) tears it down, once
+	// (removeOnce), then closes gone.
+	removed    bool
+	removeOnce sync.Once
+	gone       chan struct{}
+
+	// syncMu guards sync (insync.go): a leaf, taken under inboxMu.
+	syncMu sync.Mutex
+	sync   syncTable
 
 	// worker
 	rn      *raft.RawNode
@@ -123,8 +143,10 @@ type group struct {
 	// those that wait for nothing): the last len(appended) entries of the
 	// run's first Ready are theirs (handleReadys answers ProposeSaved's
 	// after that Ready's Save).
-	appended []func(index, term uint64, err error)
-	onLeader func(leader, term uint64)
+	appended   []func(index, term uint64, err error)
+	onLeader   func(leader, term uint64)
+	onProgress func()
+	acked      []uint64 // this run's acknowledging voters (reused)
 	// notifiedLeader and notifiedTerm are what onLeader was last told.
 	notifiedLeader, notifiedTerm uint64
 
@@ -168,7 +190,7 @@ func newGroup(n *Node, gc GroupConfig) (*group, error) {
 		apply = func([]*pb.Entry) {}
 	}
 	g := &group{id: gc.ID, node: n, rn: rn, storage: gc.Storage, apply: apply, voters: slices.Clone(cs.GetVoters()),
-		learners: slices.Clone(cs.GetLearners()), onLeader: gc.OnLeader}
+		learners: slices.Clone(cs.GetLearners()), onLeader: gc.OnLeader, onProgress: gc.OnProgress, gone: make(chan struct{})}
 	return g, nil
 }
 
@@ -177,6 +199,11 @@ func newGroup(n *Node, gc GroupConfig) (*group, error) {
 // heartbeat itself).
 func (g *group) deliver(m inMessage) {
 	g.inboxMu.Lock()
+	if g.removed {
+		g.inboxMu.Unlock()
+		g.node.transport.unknownGroup.Add(1)
+		return
+	}
 	g.messages = append(g.messages, m)
 	if g.quiesced && wakes(m) {
 		g.wakeLocked()
@@ -197,18 +224,27 @@ func wakes(m inMessage) bool {
 	return true
 }
 
-// wakeLocked ends quiescence: the group ticks again.
+// wakeLocked ends quiescence: the group ticks again (unless it was
+// removed: then it is not put back among the ticked groups).
 func (g *group) wakeLocked() {
 	g.quiesced = false
-	g.node.activate(g)
+	g.foldHeardLocked()
+	if !g.removed {
+		g.node.activate(g)
+	}
 }
 
 func (g *group) propose(p proposal) {
 	g.inboxMu.Lock()
-	if g.node.stopped.Load() {
-		// Stop has drained the proposals, or will: not this one.
+	if g.node.stopped.Load() || g.removed {
+		// Stop or RemoveGroup has drained the proposals, or will: not
+		// this one.
 		g.inboxMu.Unlock()
-		p.answer(ErrStopped)
+		if g.removed {
+			p.answer(ErrGroupRemoved)
+		} else {
+			p.answer(ErrStopped)
+		}
 		return
 	}
 	g.proposals = append(g.proposals, p)
@@ -223,6 +259,11 @@ func (g *group) propose(p proposal) {
 // handle its Readys, then consider quiescence.
 func (g *group) process() {
 	g.inboxMu.Lock()
+	if g.removed {
+		g.inboxMu.Unlock()
+		g.teardown()
+		return
+	}
 	msgs, props, unreachable, ticks, down := g.messages, g.proposals, g.unreachable, g.ticks, g.peerDown
 	g.messages, g.proposals, g.unreachable, g.ticks, g.peerDown = g.spareMsgs[:0], g.spareProp[:0], nil, 0, nil
 	quiesced, transferTo, inspect, campaign := g.quiesced, g.transferTo, g.inspect, g.campaign
@@ -247,6 +288,7 @@ func (g *group) process() {
 	// instead of election timeouts that their peers' queued heartbeats
 	// would have prevented.
 	var quiesceFrom uint64
+	g.acked = g.acked[:0]
 	for _, m := range msgs {
 		if err := g.step(m.msg); err != nil {
 			g.fail(err)
@@ -254,6 +296,9 @@ func (g *group) process() {
 		}
 		if m.flags&flagQuiesce != 0 {
 			quiesceFrom = m.msg.GetFrom()
+		}
+		if acknowledges(m.msg) && m.msg.GetTerm() == g.rn.BasicStatus().GetTerm() && !slices.Contains(g.acked, m.msg.GetFrom()) {
+			g.acked = append(g.acked, m.msg.GetFrom())
 		}
 	}
 	if g.failed == nil {
@@ -269,6 +314,9 @@ func (g *group) process() {
 		}
 		for _, peer := range unreachable {
 			g.rn.ReportUnreachable(peer)
+		}
+		if g.updateSync(g.acked) && g.onProgress != nil && (len(g.acked) > 0 || ticks > 0) {
+			g.onProgress()
 		}
 	}
 	g.appended = g.appended[:0]
@@ -417,8 +465,19 @@ func (g *group) handleReadys() bool {
 		// The run's proposals are in this first Ready's entries: saved
 		// now, in the leader's log (acks=1's "written").
 		g.answerAppended(rd.Entries, nil)
+		if !raft.IsEmptySnap(rd.Snapshot) {
+			g.setMembers(rd.Snapshot.GetMetadata().GetConfState()) // a leader's snapshot installed
+		}
 		for _, m := range rd.Messages {
 			g.node.transport.send(g.id, 0, m)
+			if m.GetType() == pb.MessageType_MsgSnap {
+				// The transport gives no receipt: raft's progress leaves
+				// StateSnapshot for a probe now (etcd's raftexample reports
+				// after the send too). A follower that installed it answers
+				// with its new index; one that did not (a dropped frame) is
+				// probed on the next heartbeat and sent a snapshot again.
+				g.rn.ReportSnapshot(m.GetTo(), raft.SnapshotFinish)
+			}
 		}
 		leader, term := g.notifiedLeader, g.notifiedTerm
 		if rd.SoftState != nil {
@@ -466,9 +525,21 @@ func (g *group) applyConfChanges(entries []*pb.Entry) {
 			return
 		}
 		cs := g.rn.ApplyConfChange(cc)
-		g.voters = slices.Clone(cs.GetVoters())
-		g.learners = slices.Clone(cs.GetLearners())
+		if saver, ok := g.storage.(ConfStateSaver); ok {
+			if err := saver.SaveConfState(e.GetIndex(), cs); err != nil {
+				g.fail(fmt.Errorf("entry %d: recording the configuration: %w", e.GetIndex(), err))
+				return
+			}
+		}
+		g.setMembers(cs)
 	}
+}
+
+// setMembers notes the voters and learners of cs (for quiescence and
+// liveness).
+func (g *group) setMembers(cs *pb.ConfState) {
+	g.voters = slices.Clone(cs.GetVoters())
+	g.learners = slices.Clone(cs.GetLearners())
 }
 
 // peerIsDown is run when node liveness takes peer for down: a follower
@@ -568,4 +639,29 @@ func (g *group) setQuiesced() bool {
 	g.quiesced = true
 	g.node.deactivate(g)
 	return true
+}
+
+// teardown ends a removed group, once: the proposals it still holds are
+// answered ErrGroupRemoved, OnLeader is told 0, and the tests' inspections
+// run. Called by the worker's run that found it removed, or by RemoveGroup
+// once no worker runs; nothing runs the group afterwards.
+func (g *group) teardown() {
+	g.removeOnce.Do(func() {
+		g.inboxMu.Lock()
+		props, inspect := g.proposals, g.inspect
+		g.proposals, g.messages, g.inspect, g.unreachable, g.peerDown = nil, nil, nil, nil, nil
+		g.inboxMu.Unlock()
+		for _, p := range props {
+			p.answer(ErrGroupRemoved)
+		}
+		g.leader.Store(0)
+		g.syncMu.Lock()
+		g.sync = syncTable{}
+		g.syncMu.Unlock()
+		g.notifyLeader(0, g.notifiedTerm)
+		for _, f := range inspect {
+			f()
+		}
+		close(g.gone)
+	})
 }

@@ -125,6 +125,43 @@ func (n *Node) AddGroup(gc GroupConfig) error {
 	return nil
 }
 
+// RemoveGroup takes a group off the node (a deleted partition's replica):
+// the group stops, the proposals it still holds are answered
+// ErrGroupRemoved, its OnLeader is told 0, and it leaves the node's tables
+// (groups, the ticked ones, the scheduler's queue); messages for it
+// afterwards are counted as UnknownGroup and proposals answered
+// ErrUnknownGroup, as for a group the node never had. When it returns, no
+// callback of the group runs any more and nothing uses its storage, which is
+// the caller's to close. It waits for the group's current run, if any: do
+// not call it from a callback of the node's groups. Safe at any time but
+// concurrently with Start.
+func (n *Node) RemoveGroup(id uint64) error {
+	n.groupsMu.Lock()
+	g := n.groups[id]
+	delete(n.groups, id)
+	n.groupsMu.Unlock()
+	if g == nil {
+		return ErrUnknownGroup
+	}
+	g.inboxMu.Lock()
+	g.removed = true
+	n.deactivate(g) // and wakeLocked does not put it back
+	g.inboxMu.Unlock()
+	if n.sched.workersRun() {
+		n.sched.enqueue(g) // its next run tears it down
+		select {
+		case <-g.gone:
+			return nil
+		case <-n.done: // stopping: the queue may never be run
+		}
+	}
+	// No worker will run it (not started, or stopped): once the workers
+	// are done it is this goroutine's.
+	n.sched.wg.Wait()
+	g.teardown()
+	return nil
+}
+
 func (n *Node) group(id uint64) *group {
 	n.groupsMu.RLock()
 	g := n.groups[id]

@@ -22,6 +22,7 @@ type scheduler struct {
 	cond    sync.Cond
 	queue   []*group // FIFO from head
 	head    int
+	started bool
 	stopped bool
 	running atomic.Int32 // groups being processed
 	wg      sync.WaitGroup
@@ -29,10 +30,20 @@ type scheduler struct {
 
 func (s *scheduler) start(workers int) {
 	s.cond.L = &s.mu
+	s.mu.Lock()
+	s.started = true
+	s.mu.Unlock()
 	for range workers {
 		s.wg.Add(1)
 		go s.worker()
 	}
+}
+
+// workersRun says whether the workers run (started, not stopped).
+func (s *scheduler) workersRun() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started && !s.stopped
 }
 
 // enqueue asks for g to be processed.

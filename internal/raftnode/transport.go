@@ -253,6 +253,16 @@ func (t *transport) tick(now, election int64) (down []uint64) {
 	return down
 }
 
+// lastHeard is the node tick of peer id's last frame (ok false for an
+// unknown peer).
+func (t *transport) lastHeard(id uint64) (tick int64, ok bool) {
+	p := t.peer(id)
+	if p == nil {
+		return 0, false
+	}
+	return p.lastHeard.Load(), true
+}
+
 // isUp says whether node id is up as far as liveness knows (this node is).
 func (t *transport) isUp(id uint64) bool {
 	if id == t.cfg.ID {

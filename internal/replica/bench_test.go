@@ -47,6 +47,11 @@ func benchLogConfig(dir string) plog.Config {
 // each with a replica of one partition in dir, and returns the leader's
 // log once it takes appends, and every replica's.
 func benchReplicas(b *testing.B, voters int) (*plog.Log, []*plog.Log) {
+	return benchReplicasISR(b, voters, 1)
+}
+
+// benchReplicasISR is benchReplicas with min.insync.replicas minISR.
+func benchReplicasISR(b *testing.B, voters, minISR int) (*plog.Log, []*plog.Log) {
 	dir := benchDir(b)
 	ids := make([]uint64, voters)
 	for i := range ids {
@@ -63,7 +68,7 @@ func benchReplicas(b *testing.B, voters int) (*plog.Log, []*plog.Log) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		p, err := Open(Config{Node: n, Group: 1, Voters: ids, Log: benchLogConfig(fmt.Sprintf("%s/node%d", dir, id))})
+		p, err := Open(Config{Node: n, Group: 1, Voters: ids, Log: benchLogConfig(fmt.Sprintf("%s/node%d", dir, id)), MinInsyncReplicas: minISR})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -86,9 +91,12 @@ func benchReplicas(b *testing.B, voters int) (*plog.Log, []*plog.Log) {
 	if err := nodes[0].Campaign(1); err != nil {
 		b.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !parts[0].Leading(); time.Sleep(time.Millisecond) {
+	// Leading, and every replica in its ISR (a new leader's ISR is itself
+	// and the followers that acknowledged in its term: with min.isr 3 an
+	// append in the milliseconds before the last one did is refused).
+	for deadline := time.Now().Add(10 * time.Second); !parts[0].Leading() || len(parts[0].ISR()) < voters; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			b.Fatal("no leader")
+			b.Fatal("no leader with every replica in sync")
 		}
 	}
 	var logs []*plog.Log
@@ -136,6 +144,19 @@ func BenchmarkOneVoterProduce(b *testing.B) {
 		b.Cleanup(func() { l.Close() })
 		closedLoop(b, l, plog.AckForced)
 	})
+}
+
+// BenchmarkMinISR: rf=3, acks=all, one 1 KiB batch at a time (closed loop)
+// with min.insync.replicas 1, 2 (raft's majority: the ISR checked before
+// each proposal and at its apply) and 3 (answered once every replica holds
+// it): docs/benchmarks.md "min.insync.replicas".
+func BenchmarkMinISR(b *testing.B) {
+	for _, minISR := range []int{1, 2, 3} {
+		b.Run(fmt.Sprintf("minisr=%d", minISR), func(b *testing.B) {
+			leader, _ := benchReplicasISR(b, 3, minISR)
+			closedLoop(b, leader, plog.AckForced)
+		})
+	}
 }
 
 // BenchmarkProduceThroughput: 16 producers append 16 KiB batches (16
