@@ -242,8 +242,8 @@ func (c *clusterNode) applied(ch controller.Change) {
 			voters[i] = controller.RaftID(r)
 		}
 		preferred := a.Replicas[0] == c.node
-		open = func(cfg plog.Config) (*plog.Log, api.ReplicatedPartition, error) {
-			return c.openReplica(group, voters, preferred, cfg)
+		open = func(cfg plog.Config, minISR int) (*plog.Log, api.ReplicatedPartition, error) {
+			return c.openReplica(group, voters, preferred, cfg, minISR)
 		}
 	}
 	if err := c.b.handler.HostPartition(mt, a.Partition, hosted, open); err != nil {
@@ -275,9 +275,9 @@ func (c *clusterNode) partitionGroup(index uint64) uint64 {
 // A new partition's preferred replica (its first) campaigns at once, so a
 // topic is led within a round trip of its creation rather than an
 // election timeout, by the broker Kafka would have chosen.
-func (c *clusterNode) openReplica(group uint64, voters []uint64, preferred bool, cfg plog.Config) (*plog.Log, api.ReplicatedPartition, error) {
+func (c *clusterNode) openReplica(group uint64, voters []uint64, preferred bool, cfg plog.Config, minISR int) (*plog.Log, api.ReplicatedPartition, error) {
 	cfg.WritePath = plog.WriteSyscall // the raft storage's only path
-	p, err := replica.Open(replica.Config{Node: c.raft, Group: group, Voters: voters, Log: cfg})
+	p, err := replica.Open(replica.Config{Node: c.raft, Group: group, Voters: voters, Log: cfg, MinInsyncReplicas: minISR})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -334,6 +334,20 @@ func (r replicatedPartition) EndOffsetForEpoch(epoch int32) (int32, int64) {
 	}
 	return int32(termAt(lo)), rs.EndOffset(lo)
 }
+
+func (r replicatedPartition) ISR() []int32 {
+	ids := r.p.ISR()
+	if ids == nil {
+		return nil
+	}
+	isr := make([]int32, len(ids))
+	for i, id := range ids {
+		isr[i] = int32(id - 1)
+	}
+	return isr
+}
+
+func (r replicatedPartition) SetMinInsyncReplicas(n int) { r.p.SetMinInsyncReplicas(n) }
 
 func (r replicatedPartition) Close() error { return r.p.Close() }
 

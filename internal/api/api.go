@@ -478,11 +478,11 @@ func (h *Handler) EnforceRetention() {
 	h.mu.RLock()
 	var logs []*plog.Log
 	for _, t := range h.topics {
-		for p, l := range t.parts {
-			// Cluster mode: nil for a partition hosted elsewhere; a
-			// replicated partition's log start moves by raft snapshots,
-			// not by each replica alone (not built yet).
-			if l != nil && t.replicated(int32(p)) == nil {
+		for _, l := range t.parts {
+			// Cluster mode: nil for a partition hosted elsewhere. A
+			// replicated partition's retention is each replica's own,
+			// taken as a raft snapshot (docs/replication.md §3e).
+			if l != nil {
 				logs = append(logs, l)
 			}
 		}

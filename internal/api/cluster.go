@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -69,13 +70,32 @@ type ReplicatedPartition interface {
 	// where the next epoch begins (the high watermark for the latest);
 	// -1, -1 when the log holds no entry of such an epoch.
 	EndOffsetForEpoch(epoch int32) (int32, int64)
-	// Close closes the replica's log (after the raft node stopped).
+	// ISR is the in-sync replicas (broker ids, ascending, the leader
+	// included) as the leader sees them (replica's §3d), nil on a
+	// follower.
+	ISR() []int32
+	// SetMinInsyncReplicas changes the partition's min.insync.replicas
+	// (a topic config change applied).
+	SetMinInsyncReplicas(n int)
+	// Close closes the replica's log.
 	Close() error
 }
 
 // PartitionOpener opens the log of a replicated partition this node holds
-// a replica of, with cfg (the handler's configuration for it).
-type PartitionOpener func(cfg plog.Config) (*plog.Log, ReplicatedPartition, error)
+// a replica of, with cfg (the handler's configuration for it) and the
+// topic's effective min.insync.replicas.
+type PartitionOpener func(cfg plog.Config, minInsyncReplicas int) (*plog.Log, ReplicatedPartition, error)
+
+// minInsyncReplicas is the topic's effective min.insync.replicas: its own
+// config, else the broker's default (Defaults, its one home).
+func (h *Handler) minInsyncReplicas(mt meta.Topic) int {
+	if v, ok := mt.Configs["min.insync.replicas"]; ok {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+	}
+	return int(h.cfg.Defaults.MinInsyncReplicas)
+}
 
 // MetadataTopic is the cluster's metadata quorum (KRaft's
 // __cluster_metadata): its raft log is DATA/__cluster_metadata-0 on every
@@ -173,7 +193,9 @@ func (h *Handler) clusterID() string {
 }
 
 // partitionReplicas is partition p of t as Metadata shows it: its leader
-// and leader epoch, replicas and in-sync replicas (the unfenced ones). A
+// and leader epoch, replicas and in-sync replicas (on a replicated
+// partition's leader its own view, raft's progress; elsewhere the
+// unfenced replicas). A
 // partition of one replica is led by it while that broker is unfenced
 // (epoch 0); a replicated one by its raft leader (epoch: the raft term),
 // as this node's replica knows it or, without one here, as the replicas
@@ -203,10 +225,13 @@ func (h *Handler) partitionReplicas(t *topic, p int32) (leader, epoch int32, rep
 		if r := t.replicated(p); r != nil {
 			leader, epoch = r.Leader()
 			ok = leader >= 0
+			if leaderISR := r.ISR(); leaderISR != nil {
+				isr = leaderISR // the leader's own view (raft's progress)
+			}
 		} else {
 			leader, epoch, ok = h.cfg.Cluster.PartitionLeader(t.meta.ID, p)
 		}
-		if !ok || !slices.Contains(isr, leader) {
+		if f, known := fenced[leader]; !ok || !slices.Contains(replicas, leader) || !known || f {
 			return -1, max(epoch, -1), replicas, isr, kerr.LeaderNotAvailable.Code
 		}
 		return leader, epoch, replicas, isr, 0
@@ -311,7 +336,7 @@ func (h *Handler) HostPartition(mt meta.Topic, p int32, hosted bool, open Partit
 	if hosted && t.parts[p] == nil {
 		var err error
 		if open != nil {
-			l, rep, err = open(h.logConfig(mt, p))
+			l, rep, err = open(h.logConfig(mt, p), h.minInsyncReplicas(mt))
 		} else {
 			l, err = h.openLog(mt, p)
 		}
