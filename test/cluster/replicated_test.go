@@ -21,6 +21,20 @@ import (
 	"github.com/sushka-io/sushka/test/testbroker"
 )
 
+// startReady starts three nodes and waits until each lists the three
+// unfenced.
+func startReady(ctx context.Context, t *testing.T, bin string) []*node {
+	t.Helper()
+	nodes := startCluster(t, bin, 3)
+	for _, n := range nodes {
+		eventually(t, 20*time.Second, fmt.Sprintf("node %d lists three unfenced brokers", n.id), func() error {
+			_, err := clusterView(ctx, t, n, []int32{0, 1, 2})
+			return err
+		})
+	}
+	return nodes
+}
+
 // partitionView is one partition as a node's Metadata answers it.
 type partitionView struct {
 	leader, epoch int32
@@ -98,15 +112,9 @@ func agreedLeaders(ctx context.Context, t *testing.T, nodes []*node, topic strin
 // NOT_LEADER_OR_FOLLOWER until its timeout); followers serve Fetch.
 func TestReplicated(t *testing.T) {
 	bin := testbroker.Binary(t)
-	nodes := startCluster(t, bin, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	for _, n := range nodes {
-		eventually(t, 20*time.Second, fmt.Sprintf("node %d lists three unfenced brokers", n.id), func() error {
-			_, err := clusterView(ctx, t, n, []int32{0, 1, 2})
-			return err
-		})
-	}
+	nodes := startReady(ctx, t, bin)
 	if err := createTopic(ctx, t, nodes[1], "rf3", 3, 3); err != nil {
 		t.Fatalf("creating rf=3: %v", err)
 	}
@@ -236,16 +244,10 @@ func failoverRounds(t *testing.T) int {
 // (consumers take the new epoch for a truncation and reset).
 func TestReplicatedLeaderKilled(t *testing.T) {
 	bin := testbroker.Binary(t)
-	nodes := startCluster(t, bin, 3)
 	rounds := failoverRounds(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(60+30*rounds)*time.Second)
 	defer cancel()
-	for _, n := range nodes {
-		eventually(t, 20*time.Second, fmt.Sprintf("node %d lists three unfenced brokers", n.id), func() error {
-			_, err := clusterView(ctx, t, n, []int32{0, 1, 2})
-			return err
-		})
-	}
+	nodes := startReady(ctx, t, bin)
 	const topic = "failover"
 	if err := createTopic(ctx, t, nodes[0], topic, 3, 3); err != nil {
 		t.Fatal(err)
@@ -462,15 +464,9 @@ func segmentSize(dir string) int64 {
 // (the bytes differ).
 func TestReplicatedFollowerCatchesUp(t *testing.T) {
 	bin := testbroker.Binary(t)
-	nodes := startCluster(t, bin, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	for _, n := range nodes {
-		eventually(t, 20*time.Second, fmt.Sprintf("node %d lists three unfenced brokers", n.id), func() error {
-			_, err := clusterView(ctx, t, n, []int32{0, 1, 2})
-			return err
-		})
-	}
+	nodes := startReady(ctx, t, bin)
 	const topic = "catchup"
 	if err := createTopic(ctx, t, nodes[0], topic, 1, 3); err != nil {
 		t.Fatal(err)
