@@ -107,9 +107,9 @@ func agreedLeaders(ctx context.Context, t *testing.T, nodes []*node, topic strin
 // partitions are opened as plain logs on each replica (each node takes
 // appends alone: a follower's Produce succeeds, or the nodes disagree on
 // the records read back through different leaders after a restart);
-// Metadata names the first replica rather than raft's leader (the nodes'
-// leaders disagree with the one that takes appends: kgo's produce spins on
-// NOT_LEADER_OR_FOLLOWER until its timeout); followers serve Fetch.
+// Metadata names the first replica rather than raft's leader (seen: kgo's
+// produce spins on NOT_LEADER_OR_FOLLOWER until the test's deadline);
+// followers serve Fetch.
 func TestReplicated(t *testing.T) {
 	bin := testbroker.Binary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
