@@ -114,6 +114,10 @@ type Controller struct {
 	raft    *raftnode.Node
 	machine *meta.Machine
 
+	// decideMu makes the decisions of changes.go (and CreateTopic) one at
+	// a time, each planned on a state with the ones before applied.
+	decideMu sync.Mutex
+
 	mu sync.Mutex
 	// leaderTerm is the term of the last leader's first entry (raft's empty
 	// entry) applied here: a node leading in that term has applied every
@@ -535,20 +539,16 @@ func (c *Controller) CreateTopic(ctx context.Context, name string, partitions in
 	if err := meta.ValidateConfigs(configs); err != nil {
 		return meta.Topic{}, nil, err
 	}
+	c.decideMu.Lock()
+	defer c.decideMu.Unlock()
 	if !c.Active() {
 		return meta.Topic{}, nil, c.notController()
 	}
 	if _, ok := c.machine.Topic(name); ok {
 		return meta.Topic{}, nil, fmt.Errorf("%w: %s", meta.ErrTopicExists, name)
 	}
-	var live []meta.Broker
-	for _, b := range c.machine.Brokers() {
-		if !b.Fenced {
-			live = append(live, b)
-		}
-	}
 	c.mu.Lock()
-	replicas, err := placeReplicas(live, partitions, int(replicationFactor), c.rng)
+	replicas, err := placeReplicas(c.liveBrokers(), partitions, int(replicationFactor), c.rng)
 	c.mu.Unlock()
 	if err != nil {
 		return meta.Topic{}, nil, err
