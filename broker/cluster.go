@@ -201,6 +201,7 @@ func (c *clusterNode) close() error {
 // restart, reopens) this node's replica of the partition, and makes the
 // topic known here for the partitions held elsewhere.
 func (c *clusterNode) applied(ch controller.Change) {
+	c.appliedMeta(ch) // cluster_meta.go
 	a, ok := ch.Record.(*meta.PartitionAssignmentRecord)
 	if !ok {
 		return

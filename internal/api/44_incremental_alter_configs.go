@@ -58,7 +58,7 @@ func (h *Handler) handleIncrementalAlterConfigs(_ context.Context, creq *server.
 	key := func(rr *kmsg.IncrementalAlterConfigsRequestResource) (kmsg.ConfigResourceType, string) {
 		return rr.ResourceType, rr.ResourceName
 	}
-	if refused, ok := configResources(h, creq, req.Resources, acl.AlterConfigs, &h.adminMu, key, answer); ok {
+	if refused, ok := configResources(h, creq, req.Resources, acl.AlterConfigs, h.adminLocker(), key, answer); ok {
 		return refused
 	}
 	return reply(resp)

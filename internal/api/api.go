@@ -316,14 +316,14 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Quotas == nil {
 		cfg.Quotas = quota.New(quota.Config{})
 	}
-	cfg.Quotas.SetQuotas(cfg.Catalog.ClientQuotas())
+	cfg.Quotas.SetQuotas(metaReadsOf(&cfg).ClientQuotas())
 	switch {
 	case cfg.FailedAuthenticationDelay == 0:
 		cfg.FailedAuthenticationDelay = DefaultFailedAuthenticationDelay
 	case cfg.FailedAuthenticationDelay < 0:
 		cfg.FailedAuthenticationDelay = 0
 	}
-	saslServer, err := sasl.NewServer(cfg.Catalog, cfg.SASLMechanisms)
+	saslServer, err := sasl.NewServer(metaReadsOf(&cfg), cfg.SASLMechanisms)
 	if err != nil {
 		return nil, fmt.Errorf("SASL: %w", err)
 	}

@@ -219,6 +219,9 @@ func (h *Handler) HostPartition(mt meta.Topic, p int32, hosted bool) error {
 			return fmt.Errorf("api: topic %s applied with id %x, open with %x", mt.Name, mt.ID, old.meta.ID)
 		}
 		t = &topic{meta: mt, parts: make([]*plog.Log, mt.Partitions)}
+	} else if grown := int(mt.Partitions) - len(t.parts); grown > 0 {
+		// CreatePartitions applied: the new partitions' assignments follow.
+		t = &topic{meta: mt, parts: append(slices.Clone(t.parts), make([]*plog.Log, grown)...)}
 	}
 	if p < 0 || p >= int32(len(t.parts)) {
 		return fmt.Errorf("api: topic %s has no partition %d", mt.Name, p)
@@ -255,41 +258,3 @@ func (h *Handler) createInCluster(ctx context.Context, name string, partitions i
 // clusterCreateTimeout bounds a creation through the controller when the
 // request gives no timeout of its own (Kafka's default request timeout).
 const clusterCreateTimeout = 30 * time.Second
-
-// notWiredInCluster answers a topic change the metadata quorum does not
-// carry yet (DeleteTopics, CreatePartitions in cluster mode: step 5 of
-// docs/replication.md section 7) INVALID_REQUEST for every topic, with the
-// reason where the version has a message, rather than changing this
-// node's copy alone.
-func notWiredInCluster(body kmsg.Request) kmsg.Response {
-	const why = "not yet wired in cluster mode (docs/replication.md, 4b): the metadata quorum creates topics only"
-	msg := why
-	switch req := body.(type) {
-	case *kmsg.DeleteTopicsRequest:
-		resp := req.ResponseKind().(*kmsg.DeleteTopicsResponse)
-		add := func(name *string, id [16]byte) {
-			st := kmsg.NewDeleteTopicsResponseTopic()
-			st.Topic, st.TopicID, st.ErrorCode, st.ErrorMessage = name, id, kerr.InvalidRequest.Code, &msg
-			resp.Topics = append(resp.Topics, st)
-		}
-		if req.Version >= 6 {
-			for _, t := range req.Topics {
-				add(t.Topic, t.TopicID)
-			}
-		} else {
-			for _, n := range req.TopicNames {
-				add(&n, [16]byte{})
-			}
-		}
-		return resp
-	case *kmsg.CreatePartitionsRequest:
-		resp := req.ResponseKind().(*kmsg.CreatePartitionsResponse)
-		for _, t := range req.Topics {
-			st := kmsg.NewCreatePartitionsResponseTopic()
-			st.Topic, st.ErrorCode, st.ErrorMessage = t.Topic, kerr.InvalidRequest.Code, &msg
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp
-	}
-	panic(fmt.Sprintf("notWiredInCluster: %T", body))
-}

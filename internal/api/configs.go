@@ -300,7 +300,9 @@ func configResources[R any](h *Handler, creq *server.Request, resources []R, op 
 
 // alterTopicConfigsLocked validates and applies a topic's new override set:
 // catalogue first (durable), then the partition logs, then the published
-// topic value. adminMu must be held.
+// topic value. adminMu must be held (h.adminLocker: in cluster mode the
+// change goes through the quorum, and this node's apply of it publishes
+// it).
 func (h *Handler) alterTopicConfigsLocked(name string, configs map[string]string, validateOnly bool) (int16, error) {
 	t := h.lookup(name)
 	if t == nil {
@@ -312,24 +314,44 @@ func (h *Handler) alterTopicConfigsLocked(name string, configs map[string]string
 	if validateOnly {
 		return 0, nil
 	}
+	if cm := h.clusterMeta(); cm != nil {
+		// Through the quorum; this node's logs take the configs when it
+		// applies them (TopicConfigsApplied), before the answer.
+		ctx, cancel := clusterChangeContext()
+		defer cancel()
+		if err := cm.SetTopicConfigs(ctx, name, configs); err != nil {
+			return errorCode(err), err
+		}
+		h.log.Info("topic configs changed", "topic", name, "configs", configs)
+		return 0, nil
+	}
 	if err := h.cfg.Catalog.SetConfigs(name, configs); err != nil {
 		return errorCode(err), err
 	}
+	h.publishTopicConfigs(t, configs)
+	h.log.Info("topic configs changed", "topic", name, "configs", configs)
+	return 0, nil
+}
+
+// publishTopicConfigs gives t's logs and its published value the new
+// overrides.
+func (h *Handler) publishTopicConfigs(t *topic, configs map[string]string) {
 	nt := &topic{meta: t.meta, parts: t.parts}
 	nt.meta.Configs = maps.Clone(configs)
 	for p, l := range nt.parts {
-		// Validated above, so this cannot fail on a healthy log; a Failed
+		if l == nil {
+			continue // a partition this node does not hold (cluster mode)
+		}
+		// Validated before, so this cannot fail on a healthy log; a Failed
 		// log keeps refusing whatever its config.
 		if err := l.SetConfig(h.logConfig(nt.meta, int32(p))); err != nil {
-			h.log.Error("partition log refused its new config", "topic", name, "partition", p, "err", err)
+			h.log.Error("partition log refused its new config", "topic", nt.meta.Name, "partition", p, "err", err)
 		}
 	}
 	h.mu.Lock()
-	h.topics[name] = nt
+	h.topics[nt.meta.Name] = nt
 	h.byID[nt.meta.ID] = nt
 	h.mu.Unlock()
-	h.log.Info("topic configs changed", "topic", name, "configs", configs)
-	return 0, nil
 }
 
 // applyIncremental applies IncrementalAlterConfigs operations to a copy of

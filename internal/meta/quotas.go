@@ -339,3 +339,10 @@ func (s *state) quotaAlterationRecords(alterations []QuotaAlteration) (recs []re
 	}
 	return recs, recFrom, errs
 }
+
+// CheckQuotaAlterations is AlterClientQuotas' validation alone (a
+// validate-only request in cluster mode): each alteration's own error.
+func CheckQuotaAlterations(alterations []QuotaAlteration) []error {
+	_, _, errs := newState().quotaAlterationRecords(alterations)
+	return errs
+}

@@ -151,6 +151,10 @@ type ScramChange struct {
 	User       string
 	Mechanism  sasl.Mechanism
 	Credential *sasl.Credential
+	// SaltedPassword is the upsertion's, as the client sent it: what a
+	// node of a cluster forwards to the controller (the credential cannot
+	// be turned back into it). Never stored.
+	SaltedPassword []byte
 }
 
 // AlterScramCredentials applies the changes together: one commit, durable

@@ -1,0 +1,396 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sushka-io/sushka/internal/acl"
+	"github.com/sushka-io/sushka/internal/controller"
+	"github.com/sushka-io/sushka/internal/meta"
+	"github.com/sushka-io/sushka/internal/sasl"
+)
+
+// The cluster's configs, ACLs, SCRAM credentials and quotas, and topic
+// deletion and growth (api.ClusterMeta; docs/replication.md section 4e):
+// read from this node's replica of the quorum, changed through the active
+// controller, this node's controller when it is active, else the same
+// Kafka request forwarded to the controller's listener (KIP-590's effect,
+// as CreateTopic). A change is answered once this node has applied it.
+
+// machine is this node's replica of the quorum's state (nil before start).
+func (c *clusterNode) machine() *meta.Machine {
+	if c.ctrl == nil {
+		return nil
+	}
+	return c.ctrl.Machine()
+}
+
+func (c *clusterNode) ACLs() []acl.Binding {
+	if m := c.machine(); m != nil {
+		return m.ACLs()
+	}
+	return nil
+}
+
+func (c *clusterNode) ScramCredential(user string, mech sasl.Mechanism) (sasl.Credential, bool) {
+	if m := c.machine(); m != nil {
+		return m.ScramCredential(user, mech)
+	}
+	return sasl.Credential{}, false
+}
+
+func (c *clusterNode) ScramUsers() map[string][]meta.ScramInfo {
+	if m := c.machine(); m != nil {
+		return m.ScramUsers()
+	}
+	return map[string][]meta.ScramInfo{}
+}
+
+func (c *clusterNode) ClientQuotas() []meta.ClientQuota {
+	if m := c.machine(); m != nil {
+		return m.ClientQuotas()
+	}
+	return nil
+}
+
+// appliedMeta is the quorum listener's part for the records of this file:
+// the handler's topics, authorizer and quotas follow what is applied.
+func (c *clusterNode) appliedMeta(ch controller.Change) {
+	switch r := ch.Record.(type) {
+	case *meta.ConfigsRecord:
+		if mt, ok := c.ctrl.Machine().TopicByID(r.ID); ok {
+			c.b.handler.TopicConfigsApplied(mt)
+		}
+	case *meta.RemoveTopicRecord:
+		c.b.handler.TopicRemoved(r.ID)
+	case *meta.AccessControlEntryRecord, *meta.RemoveAccessControlEntryRecord, *meta.ClientQuotaRecord:
+		c.b.handler.SecurityApplied()
+	}
+}
+
+// change runs a decision on the active controller: local when this node's
+// controller is active, forward otherwise; NOT_CONTROLLER or a failed
+// connection is retried on the leader this node learns next, until ctx
+// ends. Then it waits until this node's replica satisfies applied (the
+// controller answered once it applied the change; this node may be
+// behind).
+func (c *clusterNode) change(ctx context.Context, local, forward func(ctx context.Context) error, applied func(m *meta.Machine) bool) error {
+	for {
+		var err error
+		retry := false
+		if c.ctrl.Active() {
+			err = local(ctx)
+		} else {
+			err = forward(ctx)
+			var answer *kerr.Error
+			retry = err != nil && !errors.As(err, &answer)
+		}
+		if err == nil {
+			return c.awaitApplied(ctx, applied)
+		}
+		if !retry && !errors.Is(err, meta.ErrNotController) && !errors.Is(err, kerr.NotController) && !errors.Is(err, errNoController) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: no active controller answered in time (%v)", meta.ErrNotController, err)
+		case <-time.After(controllerRetryBackoff):
+		}
+	}
+}
+
+// awaitApplied waits until this node's replica of the quorum satisfies
+// applied (nil: nothing to wait for).
+func (c *clusterNode) awaitApplied(ctx context.Context, applied func(m *meta.Machine) bool) error {
+	for applied != nil && !applied(c.ctrl.Machine()) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: changed by the controller, not yet applied on this node", kerr.RequestTimedOut)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// forwardTimeout is the forwarded request's own timeout: what is left of
+// ctx.
+func forwardTimeout(ctx context.Context) int32 {
+	if d, ok := ctx.Deadline(); ok {
+		return int32(max(time.Until(d).Milliseconds(), 1))
+	}
+	return 30000
+}
+
+func (c *clusterNode) DeleteTopic(ctx context.Context, name string) error {
+	var id [16]byte
+	if t, ok := c.machine().Topic(name); ok {
+		id = t.ID
+	}
+	return c.change(ctx, func(ctx context.Context) error { return c.ctrl.DeleteTopic(ctx, name) },
+		func(ctx context.Context) error {
+			req := kmsg.NewPtrDeleteTopicsRequest()
+			req.Version, req.TimeoutMillis, req.TopicNames = 5, forwardTimeout(ctx), []string{name}
+			resp, err := c.toController(ctx, req)
+			if err != nil {
+				return err
+			}
+			ts := resp.(*kmsg.DeleteTopicsResponse).Topics
+			if len(ts) != 1 {
+				return fmt.Errorf("%w: the controller answered %d topics for 1", kerr.UnknownServerError, len(ts))
+			}
+			return relayed(ts[0].ErrorCode, ts[0].ErrorMessage)
+		},
+		func(m *meta.Machine) bool { _, ok := m.TopicByID(id); return !ok })
+}
+
+func (c *clusterNode) CreatePartitions(ctx context.Context, name string, count int32, validateOnly bool) error {
+	if validateOnly {
+		_, err := c.machine().CheckPartitions(name, count)
+		return err
+	}
+	return c.change(ctx, func(ctx context.Context) error { return c.ctrl.CreatePartitions(ctx, name, count) },
+		func(ctx context.Context) error {
+			req := kmsg.NewPtrCreatePartitionsRequest()
+			req.Version, req.TimeoutMillis = 1, forwardTimeout(ctx)
+			rt := kmsg.NewCreatePartitionsRequestTopic()
+			rt.Topic, rt.Count = name, count
+			req.Topics = append(req.Topics, rt)
+			resp, err := c.toController(ctx, req)
+			if err != nil {
+				return err
+			}
+			ts := resp.(*kmsg.CreatePartitionsResponse).Topics
+			if len(ts) != 1 {
+				return fmt.Errorf("%w: the controller answered %d topics for 1", kerr.UnknownServerError, len(ts))
+			}
+			return relayed(ts[0].ErrorCode, ts[0].ErrorMessage)
+		},
+		func(m *meta.Machine) bool { t, ok := m.Topic(name); return !ok || t.Partitions >= count })
+}
+
+// SetTopicConfigs replaces a topic's overrides. An
+// IncrementalAlterConfigs reaches it with its result computed on this
+// node's view (api's applyIncremental): forwarded as the whole set, as
+// AlterConfigs.
+func (c *clusterNode) SetTopicConfigs(ctx context.Context, name string, configs map[string]string) error {
+	return c.change(ctx, func(ctx context.Context) error { return c.ctrl.SetTopicConfigs(ctx, name, configs) },
+		func(ctx context.Context) error {
+			req := kmsg.NewPtrAlterConfigsRequest()
+			req.Version = 1
+			rr := kmsg.NewAlterConfigsRequestResource()
+			rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, name
+			for k, v := range configs {
+				rc := kmsg.NewAlterConfigsRequestResourceConfig()
+				rc.Name, rc.Value = k, &v
+				rr.Configs = append(rr.Configs, rc)
+			}
+			req.Resources = append(req.Resources, rr)
+			resp, err := c.toController(ctx, req)
+			if err != nil {
+				return err
+			}
+			rs := resp.(*kmsg.AlterConfigsResponse).Resources
+			if len(rs) != 1 {
+				return fmt.Errorf("%w: the controller answered %d resources for 1", kerr.UnknownServerError, len(rs))
+			}
+			return relayed(rs[0].ErrorCode, rs[0].ErrorMessage)
+		},
+		func(m *meta.Machine) bool { t, ok := m.Topic(name); return !ok || maps.Equal(t.Configs, configs) })
+}
+
+func (c *clusterNode) CreateACLs(ctx context.Context, bs []acl.Binding) error {
+	return c.change(ctx, func(ctx context.Context) error { return c.ctrl.CreateACLs(ctx, bs) },
+		func(ctx context.Context) error {
+			req := kmsg.NewPtrCreateACLsRequest()
+			req.Version = 1
+			for _, b := range bs {
+				cr := kmsg.NewCreateACLsRequestCreation()
+				cr.ResourceType, cr.ResourceName, cr.ResourcePatternType = b.ResourceType, b.ResourceName, b.PatternType
+				cr.Principal, cr.Host, cr.Operation, cr.PermissionType = b.Principal, b.Host, b.Operation, b.Permission
+				req.Creations = append(req.Creations, cr)
+			}
+			resp, err := c.toController(ctx, req)
+			if err != nil {
+				return err
+			}
+			for _, r := range resp.(*kmsg.CreateACLsResponse).Results {
+				if err := relayed(r.ErrorCode, r.ErrorMessage); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		func(m *meta.Machine) bool {
+			have := map[acl.Binding]bool{}
+			for _, b := range m.ACLs() {
+				have[b] = true
+			}
+			for _, b := range bs {
+				if !have[b] {
+					return false
+				}
+			}
+			return true
+		})
+}
+
+func (c *clusterNode) DeleteACLs(ctx context.Context, filters []acl.Filter) ([][]acl.Binding, error) {
+	var deleted [][]acl.Binding
+	err := c.change(ctx, func(ctx context.Context) (err error) {
+		deleted, err = c.ctrl.DeleteACLs(ctx, filters)
+		return err
+	}, func(ctx context.Context) error {
+		req := kmsg.NewPtrDeleteACLsRequest()
+		req.Version = 1
+		for _, f := range filters {
+			rf := kmsg.NewDeleteACLsRequestFilter()
+			rf.ResourceType, rf.ResourceName, rf.ResourcePatternType = f.ResourceType, f.ResourceName, f.PatternType
+			rf.Principal, rf.Host, rf.Operation, rf.PermissionType = f.Principal, f.Host, f.Operation, f.Permission
+			req.Filters = append(req.Filters, rf)
+		}
+		resp, err := c.toController(ctx, req)
+		if err != nil {
+			return err
+		}
+		deleted = make([][]acl.Binding, len(filters))
+		for i, r := range resp.(*kmsg.DeleteACLsResponse).Results {
+			if err := relayed(r.ErrorCode, r.ErrorMessage); err != nil {
+				return err
+			}
+			for _, a := range r.MatchingACLs {
+				if i < len(deleted) {
+					deleted[i] = append(deleted[i], acl.Binding{ResourceType: a.ResourceType, ResourceName: a.ResourceName,
+						PatternType: a.ResourcePatternType, Principal: a.Principal, Host: a.Host, Operation: a.Operation, Permission: a.PermissionType})
+				}
+			}
+		}
+		return nil
+	}, func(m *meta.Machine) bool {
+		gone := map[acl.Binding]bool{}
+		for _, bs := range deleted {
+			for _, b := range bs {
+				gone[b] = true
+			}
+		}
+		for _, b := range m.ACLs() {
+			if gone[b] {
+				return false
+			}
+		}
+		return true
+	})
+	return deleted, err
+}
+
+func (c *clusterNode) AlterScramCredentials(ctx context.Context, changes []meta.ScramChange) error {
+	return c.change(ctx, func(ctx context.Context) error { return c.ctrl.AlterScramCredentials(ctx, changes) },
+		func(ctx context.Context) error {
+			req := kmsg.NewPtrAlterUserSCRAMCredentialsRequest()
+			for _, ch := range changes {
+				if ch.Credential == nil {
+					d := kmsg.NewAlterUserSCRAMCredentialsRequestDeletion()
+					d.Name, d.Mechanism = ch.User, int8(ch.Mechanism)
+					req.Deletions = append(req.Deletions, d)
+					continue
+				}
+				u := kmsg.NewAlterUserSCRAMCredentialsRequestUpsertion()
+				u.Name, u.Mechanism, u.Iterations = ch.User, int8(ch.Mechanism), ch.Credential.Iterations
+				u.Salt, u.SaltedPassword = ch.Credential.Salt, ch.SaltedPassword
+				req.Upsertions = append(req.Upsertions, u)
+			}
+			resp, err := c.toController(ctx, req)
+			if err != nil {
+				return err
+			}
+			for _, r := range resp.(*kmsg.AlterUserSCRAMCredentialsResponse).Results {
+				if err := relayed(r.ErrorCode, r.ErrorMessage); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		func(m *meta.Machine) bool {
+			for _, ch := range changes {
+				got, ok := m.ScramCredential(ch.User, ch.Mechanism)
+				if ch.Credential == nil && ok || ch.Credential != nil && (!ok || string(got.StoredKey) != string(ch.Credential.StoredKey)) {
+					return false
+				}
+			}
+			return true
+		})
+}
+
+func (c *clusterNode) AlterClientQuotas(ctx context.Context, alterations []meta.QuotaAlteration) []error {
+	var errs []error
+	err := c.change(ctx, func(ctx context.Context) error {
+		errs = c.ctrl.AlterClientQuotas(ctx, alterations)
+		return notControllerOf(errs)
+	}, func(ctx context.Context) error {
+		req := kmsg.NewPtrAlterClientQuotasRequest()
+		for _, a := range alterations {
+			e := kmsg.NewAlterClientQuotasRequestEntry()
+			for _, p := range a.Entity {
+				ee := kmsg.NewAlterClientQuotasRequestEntryEntity()
+				ee.Type, ee.Name = p.Type, p.Name
+				e.Entity = append(e.Entity, ee)
+			}
+			for _, op := range a.Ops {
+				o := kmsg.NewAlterClientQuotasRequestEntryOp()
+				o.Key, o.Remove = op.Key, op.Value == nil
+				if op.Value != nil {
+					o.Value = *op.Value
+				}
+				e.Ops = append(e.Ops, o)
+			}
+			req.Entries = append(req.Entries, e)
+		}
+		resp, err := c.toController(ctx, req)
+		if err != nil {
+			return err
+		}
+		entries := resp.(*kmsg.AlterClientQuotasResponse).Entries
+		if len(entries) != len(alterations) {
+			return fmt.Errorf("%w: the controller answered %d entities for %d", kerr.UnknownServerError, len(entries), len(alterations))
+		}
+		errs = make([]error, len(entries))
+		for i, e := range entries {
+			errs[i] = relayed(e.ErrorCode, e.ErrorMessage)
+		}
+		return notControllerOf(errs)
+	}, func(m *meta.Machine) bool {
+		// Applied here once planning the alterations that succeeded
+		// again would change nothing.
+		var done []meta.QuotaAlteration
+		for i, a := range alterations {
+			if errs[i] == nil {
+				done = append(done, a)
+			}
+		}
+		rs, _, _ := m.PlanClientQuotas(done)
+		return len(rs) == 0
+	})
+	if err != nil {
+		errs = make([]error, len(alterations))
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
+// notControllerOf is the NOT_CONTROLLER among per-item answers (the whole
+// decision is then retried on the next controller), nil otherwise.
+func notControllerOf(errs []error) error {
+	for _, err := range errs {
+		if errors.Is(err, meta.ErrNotController) || errors.Is(err, kerr.NotController) {
+			return err
+		}
+	}
+	return nil
+}
