@@ -339,7 +339,8 @@ func relayed(code int16, msg *string) error {
 func (c *clusterNode) awaitTopic(ctx context.Context, name string) (meta.Topic, error) {
 	for {
 		if t, ok := c.ctrl.Machine().Topic(name); ok {
-			return t, nil
+			// and the handler has it (HostPartition ran): cluster_meta.go
+			return t, c.awaitApplied(ctx, nil)
 		}
 		select {
 		case <-ctx.Done():

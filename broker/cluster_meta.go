@@ -106,16 +106,24 @@ func (c *clusterNode) change(ctx context.Context, local, forward func(ctx contex
 }
 
 // awaitApplied waits until this node's replica of the quorum satisfies
-// applied (nil: nothing to wait for).
+// applied (nil: nothing to wait for) and the broker has been given what
+// the machine holds then (Controller.Listened): the handler's topics,
+// logs and authorizer have the change too.
 func (c *clusterNode) awaitApplied(ctx context.Context, applied func(m *meta.Machine) bool) error {
-	for applied != nil && !applied(c.ctrl.Machine()) {
+	var at uint64
+	for {
+		if at == 0 && (applied == nil || applied(c.ctrl.Machine())) {
+			at = max(c.ctrl.Machine().Applied(), 1)
+		}
+		if at != 0 && c.ctrl.Listened() >= at {
+			return nil
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: changed by the controller, not yet applied on this node", kerr.RequestTimedOut)
-		case <-time.After(10 * time.Millisecond):
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	return nil
 }
 
 // forwardTimeout is the forwarded request's own timeout: what is left of

@@ -145,7 +145,9 @@ func (h *Handler) deleteTopicLocked(t *topic) error {
 	delete(h.byID, mt.ID)
 	h.mu.Unlock()
 	for _, l := range t.parts {
-		l.Close()
+		if l != nil { // nil: a partition this node does not hold (cluster mode)
+			l.Close()
+		}
 	}
 	renamed := 0
 	undo := func(cause error) error {
@@ -157,6 +159,10 @@ func (h *Handler) deleteTopicLocked(t *topic) error {
 		h.cfg.FS.SyncDir(h.cfg.DataDir)
 		nt := &topic{meta: mt}
 		for p := int32(0); p < mt.Partitions; p++ {
+			if int(p) < len(t.parts) && t.parts[p] == nil {
+				nt.parts = append(nt.parts, nil) // not held here
+				continue
+			}
 			l, err := h.openLog(mt, p)
 			if err != nil {
 				l = plog.Failed(h.logConfig(mt, p), err)
