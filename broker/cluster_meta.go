@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -14,6 +16,7 @@ import (
 	"github.com/sushka-io/sushka/internal/controller"
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/sasl"
+	"github.com/sushka-io/sushka/internal/server"
 )
 
 // The cluster's configs, ACLs, SCRAM credentials and quotas, and topic
@@ -401,4 +404,23 @@ func notControllerOf(errs []error) error {
 		}
 	}
 	return nil
+}
+
+// nodesPrincipal is the principal the nodes' own requests have on the
+// controller (registration, heartbeats, forwarded changes): they come on
+// the first listener, PLAINTEXT in this version, unauthenticated. Kafka's
+// rule is that the inter-broker principal is a super user; with
+// --authorizer, --super-users must name it, or the nodes cannot register
+// and no change made on a node other than the controller goes through.
+var nodesPrincipal = server.Anonymous.String()
+
+// warnNodesPrincipal says so at start-up when it is not a super user.
+func warnNodesPrincipal(cfg Config, log *slog.Logger) {
+	if cfg.Cluster == nil || !cfg.Authorizer || slices.Contains(cfg.SuperUsers, nodesPrincipal) {
+		return
+	}
+	log.Warn("cluster mode with --authorizer: the nodes' own requests (registration, heartbeats, changes forwarded to the controller) "+
+		"arrive on the first listener as "+nodesPrincipal+", which is not a super user: they will be refused. "+
+		"Give --super-users "+nodesPrincipal+" and keep that listener on the nodes' network (Kafka: the inter-broker principal is a super user)",
+		"listener", cfg.Listeners[0].Name)
 }
