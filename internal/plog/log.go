@@ -100,6 +100,9 @@ type Log struct {
 	// it is at is applied (committed): only those enter the producer table
 	// and the transactions.
 	scanApplies func() bool
+	// scanSegmentStart, when set (a raft log: raftsnapshot.go), is told of
+	// each segment before the scan reads its first batch.
+	scanSegmentStart func(l *Log, s *segment)
 	// raft is the storage of a raft log (raftlog.go), nil for a plain one:
 	// Append and Enqueue go through its proposals (replicated.go).
 	raft *RaftStorage
@@ -150,11 +153,11 @@ func Open(cfg Config) (*Log, error) {
 }
 
 // open is Open with the read buffers of a recovery thread.
-func open(cfg Config, bufs *scanBuffers) (*Log, error) { return openWith(cfg, bufs, nil, nil) }
+func open(cfg Config, bufs *scanBuffers) (*Log, error) { return openWith(cfg, bufs, nil, nil, nil) }
 
 // openWith is open with a scan hook (Log.scanHook): the raft storage's
 // (raftlog.go).
-func openWith(cfg Config, bufs *scanBuffers, hook scanHook, applies func() bool) (*Log, error) {
+func openWith(cfg Config, bufs *scanBuffers, hook scanHook, applies func() bool, segmentStart func(*Log, *segment)) (*Log, error) {
 	cfg.setNilDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -171,6 +174,8 @@ func openWith(cfg Config, bufs *scanBuffers, hook scanHook, applies func() bool)
 		firstTxn:    noTxn,
 		scanHook:    hook,
 		scanApplies: applies,
+
+		scanSegmentStart: segmentStart,
 	}
 	cp, err := acquireCheckpoints(cfg)
 	if err != nil {

@@ -54,6 +54,10 @@ type raftSegment struct {
 	count   uint64
 	entries []raftEntry
 	onDisk  bool
+	// startState is the producer table before the segment's first entry
+	// (encodeProducerTable), nil until that entry is applied: what a
+	// snapshot at the entry before it holds (raftsnapshot.go).
+	startState []byte
 }
 
 // end is the index after r's last entry.

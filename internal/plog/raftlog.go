@@ -57,15 +57,33 @@ type RaftStorage struct {
 	hs raftHardState // (mu) the latest hard state Save was given
 	// diskTerm and diskVote are raft-state's term and vote: the file is
 	// rewritten when either changes (the commit index may lag on disk).
-	diskTerm, diskVote uint64        // (mu)
-	snap               raftSnapshot  // (mu)
-	segs               []raftSegment // (mu) one per segment of the Log, in order
-	scanErr            error         // a sidecar the scan could not write (Open)
-	terms              []termRun     // (mu) runs of equal terms, by first index
-	last               uint64        // (mu) index of the last entry (snap.index when none)
-	err                error         // (mu) sticky: a failed write or fsync
-	closed             bool          // (mu)
-	iov                [][]byte      // (mu) the batches of one Save, for one writev
+	diskTerm, diskVote uint64       // (mu)
+	snap               raftSnapshot // (mu)
+	// conf is the configuration after the last configuration change
+	// applied (raft-conf); InitialState's when past the snapshot's. (mu)
+	conf raftConf
+	// confs are the configurations recorded since Open, in order;
+	// confAtOpen the one in force at Open (or at the snapshot installed
+	// since), confKnownFrom its index: the configuration at an entry below
+	// it is not known (compaction stops there). (mu)
+	confs         []raftConf
+	confAtOpen    []byte
+	confKnownFrom uint64
+	// snapData is the decoded data of snap (zero for the bootstrap
+	// snapshot's, which has none). (mu)
+	snapData raftSnapshotData
+	// scanProducers is the snapshot's producer table, for the recovery
+	// scan to begin with; scanStarts the tables it noted before each
+	// segment (Open only).
+	scanProducers *producerTable
+	scanStarts    []segmentStart
+	segs          []raftSegment // (mu) one per segment of the Log, in order
+	scanErr       error         // a sidecar the scan could not write (Open)
+	terms         []termRun     // (mu) runs of equal terms, by first index
+	last          uint64        // (mu) index of the last entry (snap.index when none)
+	err           error         // (mu) sticky: a failed write or fsync
+	closed        bool          // (mu)
+	iov           [][]byte      // (mu) the batches of one Save, for one writev
 	// hasState: raft-state or raft-snapshot was found at Open, or written
 	// since. A log with batches and neither is not a raft log. (mu)
 	hasState bool
@@ -117,7 +135,10 @@ func OpenRaftStorage(cfg Config) (*RaftStorage, error) {
 	rs.last = rs.snap.index
 	var bufs scanBuffers
 	defer bufs.release()
-	l, err := openWith(cfg, &bufs, rs.noteScanned, rs.scanApplies)
+	if err := rs.removeCompacted(&cfg); err != nil {
+		return nil, err
+	}
+	l, err := openWith(cfg, &bufs, rs.noteScanned, rs.scanApplies, rs.segmentStarts)
 	if err != nil {
 		return nil, err
 	}
@@ -151,6 +172,17 @@ func (rs *RaftStorage) readState(cfg *Config) error {
 			return err
 		}
 		rs.hasState = true
+		if err := rs.readSnapshotData(cfg); err != nil {
+			return err
+		}
+	}
+	if b, err = readRaftFile(cfg, raftConfFile); err != nil {
+		return err
+	}
+	if b != nil {
+		if rs.conf, err = decodeRaftConf(path.Join(cfg.Dir, raftConfFile), b); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -194,6 +226,7 @@ func (rs *RaftStorage) afterScan() error {
 		all = append(all, raftSegment{seg: s, first: next})
 	}
 	rs.segs = all
+	rs.afterScanSnapshot()
 	rs.applied = max(min(rs.hs.commit, rs.last), rs.snap.index)
 	rs.appliedTerm = 0 // no leader's entry applied in this life yet
 	if rs.scanErr != nil {
@@ -256,13 +289,62 @@ func (rs *RaftStorage) InitialState() (*pb.HardState, *pb.ConfState, error) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	var cs pb.ConfState
-	if err := proto.Unmarshal(rs.snap.confState, &cs); err != nil {
+	if err := proto.Unmarshal(rs.confStateLocked(), &cs); err != nil {
 		return nil, nil, err
 	}
 	if rs.hs == (raftHardState{}) {
 		return nil, &cs, nil
 	}
 	return &pb.HardState{Term: new(rs.hs.term), Vote: new(rs.hs.vote), Commit: new(rs.hs.commit)}, &cs, nil
+}
+
+// confStateLocked is the configuration raft restarts with: the one after
+// the last configuration change applied, or the snapshot's when that is
+// later (a snapshot installed over it).
+func (rs *RaftStorage) confStateLocked() []byte {
+	if rs.conf.index > rs.snap.index {
+		return rs.conf.confState
+	}
+	return rs.snap.confState
+}
+
+// SaveConfState records cs, the configuration raft reached by applying the
+// configuration change at entry index (raftnode's ConfStateSaver, called
+// before the entry is applied): raft-conf, so that a restart with Applied
+// past index does not begin with an older configuration. raft-state is
+// written first with the commit index (at least index: the entry is
+// committed), so a restart never re-applies the change either.
+func (rs *RaftStorage) SaveConfState(index uint64, cs *pb.ConfState) error {
+	b, err := proto.Marshal(cs)
+	if err != nil {
+		return err
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if err := rs.writableLocked(); err != nil {
+		return err
+	}
+	if index <= rs.conf.index || index <= rs.snap.index {
+		return nil // a restart's replay of a change already recorded
+	}
+	if rs.hs.commit < index {
+		return fmt.Errorf("%w: configuration change at %d above the commit index %d", ErrRaftEntry, index, rs.hs.commit)
+	}
+	err = rs.writeHardStateLocked()
+	if err == nil {
+		next := raftConf{index: index, confState: b}
+		if err = rs.l.replaceFile(raftConfFile, encodeRaftConf(next)); err != nil {
+			err = &IOError{Op: "write " + raftConfFile, Err: err}
+		} else {
+			rs.conf = next
+			rs.confs = append(rs.confs, next)
+		}
+	}
+	if err != nil {
+		rs.err = err
+		rs.l.fail(err)
+	}
+	return err
 }
 
 // FirstIndex implements raft.Storage: the index after the snapshot's.
@@ -335,11 +417,8 @@ func (rs *RaftStorage) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 func (rs *RaftStorage) Save(hs *pb.HardState, entries []*pb.Entry, snap *pb.Snapshot, mustSync bool) error {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if rs.err != nil {
-		return rs.err
-	}
-	if rs.closed {
-		return ErrClosed
+	if err := rs.writableLocked(); err != nil {
+		return err
 	}
 	err := rs.saveLocked(hs, entries, snap, mustSync)
 	var ioErr *IOError
@@ -348,6 +427,17 @@ func (rs *RaftStorage) Save(hs *pb.HardState, entries []*pb.Entry, snap *pb.Snap
 		rs.l.fail(err)
 	}
 	return err
+}
+
+// writableLocked is the error a write meets: the sticky one, or ErrClosed.
+func (rs *RaftStorage) writableLocked() error {
+	if rs.err != nil {
+		return rs.err
+	}
+	if rs.closed {
+		return ErrClosed
+	}
+	return nil
 }
 
 func (rs *RaftStorage) saveLocked(hs *pb.HardState, entries []*pb.Entry, snap *pb.Snapshot, mustSync bool) error {
@@ -392,37 +482,6 @@ func (rs *RaftStorage) saveLocked(hs *pb.HardState, entries []*pb.Entry, snap *p
 				return err
 			}
 		}
-	}
-	return nil
-}
-
-// applySnapshotLocked installs snap. Only a log without entries takes one
-// (the bootstrap snapshot, or a new replica's first): emptying a log for
-// a leader's snapshot comes with the log start moving by raft (a later
-// step of docs/replication.md).
-func (rs *RaftStorage) applySnapshotLocked(snap *pb.Snapshot) error {
-	md := snap.GetMetadata()
-	if md.GetIndex() <= rs.snap.index && rs.snap.index > 0 {
-		return raft.ErrSnapOutOfDate
-	}
-	if rs.last != rs.snap.index {
-		return fmt.Errorf("%w: snapshot at %d over a log holding entries %d to %d", ErrRaftEntry, md.GetIndex(), rs.snap.index+1, rs.last)
-	}
-	cs, err := proto.Marshal(md.GetConfState())
-	if err != nil {
-		return err
-	}
-	next := raftSnapshot{index: md.GetIndex(), term: md.GetTerm(), confState: cs, data: append([]byte(nil), snap.GetData()...)}
-	if err := rs.l.replaceFile(raftSnapshotFile, encodeRaftSnapshot(next)); err != nil {
-		return &IOError{Op: "write " + raftSnapshotFile, Err: err}
-	}
-	rs.snap, rs.last, rs.hasState = next, next.index, true
-	for i := range rs.segs {
-		rs.segs[i].first = next.index + 1 // every segment is empty
-	}
-	rs.terms = rs.terms[:0]
-	if rs.hs.commit < next.index {
-		rs.hs.commit = next.index
 	}
 	return nil
 }
@@ -625,9 +684,12 @@ func batchEntry(e *pb.Entry, fields *entryFields, b []byte, i uint64) error {
 	if err != nil {
 		return err
 	}
-	if kind == batch.ControlKRaftVoters {
+	switch kind {
+	case batch.ControlKRaftVoters:
 		fields.kind = pb.EntryType(entryType)
 		e.Data = data
+	case batch.ControlLogStart:
+		e.Data = b // proposed as this batch (DeleteRecords)
 	}
 	return nil
 }

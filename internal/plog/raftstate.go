@@ -19,6 +19,8 @@ import (
 //	raft-state     term u64 | vote u64 | commit u64 | crc32c u32 of the 24 bytes
 //	raft-snapshot  index u64 | term u64 | confStateLen u32 | ConfState
 //	               (protobuf) | dataLen u32 | data | crc32c u32 of all before
+//	raft-conf      version u16 (0) | index u64 | confStateLen u32 |
+//	               ConfState (protobuf) | crc32c u32 of all before
 //
 // Both are big-endian. A file that is present but does not check is
 // corruption (a *CorruptionError): the vote it held may have been given,
@@ -26,6 +28,7 @@ import (
 const (
 	raftStateFile    = "raft-state"
 	raftSnapshotFile = "raft-snapshot"
+	raftConfFile     = "raft-conf"
 	raftStateSize    = 24 + 4
 )
 
@@ -79,12 +82,9 @@ func decodeRaftSnapshot(name string, b []byte) (raftSnapshot, error) {
 	bad := func(reason string) (raftSnapshot, error) {
 		return raftSnapshot{}, &CorruptionError{File: name, Reason: reason}
 	}
-	if len(b) < 28 {
-		return bad(fmt.Sprintf("%d bytes, too short", len(b)))
-	}
-	body := b[:len(b)-4]
-	if got, want := binary.BigEndian.Uint32(b[len(b)-4:]), crc32.Checksum(body, raftCRC); got != want {
-		return bad(fmt.Sprintf("crc mismatch: stored 0x%08x, computed 0x%08x", got, want))
+	body, reason := checkedBody(b, 28, -1)
+	if reason != "" {
+		return bad(reason)
 	}
 	s := raftSnapshot{index: binary.BigEndian.Uint64(body), term: binary.BigEndian.Uint64(body[8:])}
 	n := int(binary.BigEndian.Uint32(body[16:]))
@@ -102,6 +102,23 @@ func decodeRaftSnapshot(name string, b []byte) (raftSnapshot, error) {
 		return bad("conf state: " + err.Error())
 	}
 	return s, nil
+}
+
+// checkedBody is b without its trailing CRC-32C, or the reason b does not
+// check: shorter than minLen, a CRC mismatch, or (version >= 0) a leading
+// u16 version other than version.
+func checkedBody(b []byte, minLen, version int) (body []byte, reason string) {
+	if len(b) < minLen {
+		return nil, fmt.Sprintf("%d bytes, too short", len(b))
+	}
+	body = b[:len(b)-4]
+	if got, want := binary.BigEndian.Uint32(b[len(b)-4:]), crc32.Checksum(body, raftCRC); got != want {
+		return nil, fmt.Sprintf("crc mismatch: stored 0x%08x, computed 0x%08x", got, want)
+	}
+	if v := binary.BigEndian.Uint16(body); version >= 0 && int(v) != version {
+		return nil, fmt.Sprintf("version %d, want %d", v, version)
+	}
+	return body, ""
 }
 
 // readRaftFile returns the contents of the directory's file name, nil when
@@ -128,4 +145,43 @@ func readRaftFile(cfg *Config, name string) ([]byte, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// raftConf is the ConfState raft reached by applying the configuration
+// changes up to entry index (raft-conf): the configuration a restart
+// begins with when index is past the snapshot's (docs/replication.md §3e).
+type raftConf struct {
+	index     uint64
+	confState []byte // protobuf of the ConfState
+}
+
+const raftConfVersion = 0
+
+func encodeRaftConf(c raftConf) []byte {
+	b := make([]byte, 0, 18+len(c.confState))
+	b = binary.BigEndian.AppendUint16(b, raftConfVersion)
+	b = binary.BigEndian.AppendUint64(b, c.index)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(c.confState)))
+	b = append(b, c.confState...)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, raftCRC))
+}
+
+func decodeRaftConf(name string, b []byte) (raftConf, error) {
+	bad := func(reason string) (raftConf, error) {
+		return raftConf{}, &CorruptionError{File: name, Reason: reason}
+	}
+	body, reason := checkedBody(b, 18, raftConfVersion)
+	if reason != "" {
+		return bad(reason)
+	}
+	c := raftConf{index: binary.BigEndian.Uint64(body[2:])}
+	if n := int(binary.BigEndian.Uint32(body[10:])); 14+n != len(body) {
+		return bad("conf state length does not match the file")
+	}
+	c.confState = body[14:]
+	var cs pb.ConfState
+	if err := proto.Unmarshal(c.confState, &cs); err != nil {
+		return bad("conf state: " + err.Error())
+	}
+	return c, nil
 }

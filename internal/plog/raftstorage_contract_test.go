@@ -274,9 +274,11 @@ func TestRaftStorageAppend(t *testing.T) {
 
 func TestRaftStorageApplySnapshot(t *testing.T) {
 	cs := &pb.ConfState{Voters: []uint64{1, 2, 3}}
-	data := []byte("data")
+	// A raft log's snapshot data has its format (raftsnapshot.go); to
+	// MemStorage it is opaque.
+	data := func(i uint64) []byte { return plog.SnapshotDataForTest(i + 1) }
 	snap := func(i uint64) *pb.Snapshot {
-		return &pb.Snapshot{Data: data, Metadata: &pb.SnapshotMetadata{Index: new(i), Term: new(i), ConfState: cs}}
+		return &pb.Snapshot{Data: data(i), Metadata: &pb.SnapshotMetadata{Index: new(i), Term: new(i), ConfState: cs}}
 	}
 	cases := []struct {
 		name  string
@@ -285,7 +287,7 @@ func TestRaftStorageApplySnapshot(t *testing.T) {
 	}{
 		{"normal case", []*pb.Snapshot{snap(4)}, nil},
 		{"snapshot out of date", []*pb.Snapshot{snap(4), snap(3)}, raft.ErrSnapOutOfDate},
-		{"bootstrap with confState", []*pb.Snapshot{{Data: data, Metadata: &pb.SnapshotMetadata{ConfState: cs}}}, nil},
+		{"bootstrap with confState", []*pb.Snapshot{{Data: data(0), Metadata: &pb.SnapshotMetadata{ConfState: cs}}}, nil},
 	}
 	for _, impl := range storageImpls() {
 		t.Run(impl.name, func(t *testing.T) {

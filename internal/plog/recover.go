@@ -95,6 +95,9 @@ func (l *Log) recoverSegments(bufs *scanBuffers, bases []int64, txnIndexes map[s
 			return &CorruptionError{File: name, Pos: 0, Reason: fmt.Sprintf(
 				"segment starts at offset %d but the previous segment ends before offset %d", base, prevNext)}
 		}
+		if l.scanSegmentStart != nil {
+			l.scanSegmentStart(l, s)
+		}
 		if err := sc.scan(s, i == len(bases)-1); err != nil {
 			return err
 		}

@@ -360,6 +360,7 @@ func (rs *RaftStorage) Apply(entries []*pb.Entry) {
 		if i > rs.last {
 			break // not in this log (raft applies what it saved: never)
 		}
+		rs.noteSegmentStartLocked(i)
 		if err := rs.applyEntryLocked(e, nowMs); err != nil {
 			rs.err = err
 			l.fail(err)
@@ -414,7 +415,7 @@ func (rs *RaftStorage) applyEntryLocked(e *pb.Entry, nowMs int64) error {
 		return err
 	}
 	if h.Control() && !h.Transactional() {
-		return nil
+		return rs.applyRaftControlLocked(e.Data) // raftsnapshot.go
 	}
 	var ev txnEvent
 	seenMs := min(h.MaxTimestamp, nowMs)

@@ -154,6 +154,9 @@ func (l *Log) DeleteRecordsBefore(offset int64) (logStart int64, err error) {
 	if l.broken {
 		return -1, l.failed
 	}
+	if l.raft != nil {
+		return l.raft.deleteRecords(offset) // through raft (raftsnapshot.go)
+	}
 	l.mu.Lock()
 	if offset == -1 {
 		offset = l.hwm
@@ -193,14 +196,32 @@ func (l *Log) DeleteRecordsBefore(offset int64) (logStart int64, err error) {
 // active segment. The active segment is never deleted; segment.ms rolls
 // happen on the next append.
 func (l *Log) EnforceRetention() error {
+	if l.raft != nil {
+		return l.raft.enforceRetention() // at segment boundaries, as a raft snapshot
+	}
+	l.mu.Lock()
+	drop := l.retentionDropLocked()
+	victims := l.removeSegmentsLocked(func(s, _ *segment) bool { return drop(s) })
+	if n := len(l.segments); len(victims) > 0 && n > 0 && l.segments[0].base > l.logStart {
+		l.logStart = l.segments[0].base
+		l.tellWatchersLocked()
+	}
+	l.mu.Unlock()
+	return l.deleteSegments(victims)
+}
+
+// retentionDropLocked returns retention's verdict on the oldest segments,
+// to be asked of each in order from the first: whether it is past
+// retention.ms, or the log without it (and those before it) would still
+// hold retention.bytes.
+func (l *Log) retentionDropLocked() func(s *segment) bool {
 	cfg := l.config()
 	nowMs := cfg.Clock.Now().UnixMilli()
-	l.mu.Lock()
 	var total int64
 	for _, s := range l.segments {
 		total += s.size
 	}
-	victims := l.removeSegmentsLocked(func(s, next *segment) bool {
+	return func(s *segment) bool {
 		newest := s.maxTs
 		if newest < 0 {
 			// No record has a timestamp: judge by the segment's age, as
@@ -214,13 +235,7 @@ func (l *Log) EnforceRetention() error {
 			return true
 		}
 		return false
-	})
-	if n := len(l.segments); len(victims) > 0 && n > 0 && l.segments[0].base > l.logStart {
-		l.logStart = l.segments[0].base
-		l.tellWatchersLocked()
 	}
-	l.mu.Unlock()
-	return l.deleteSegments(victims)
 }
 
 // removeSegmentsLocked takes the oldest sealed segments off the list while

@@ -57,6 +57,8 @@ type clusterOptions struct {
 	// MemStorage; values are then proposed as record batches of one
 	// record (payload) and read back from them (value).
 	plog bool
+	// wrap, if set, replaces each replica's storage with what it returns.
+	wrap func(node, group uint64, s Storage) Storage
 }
 
 // newStorage is the storage of group g on node id.
@@ -157,6 +159,9 @@ func newCluster(t testing.TB, o clusterOptions) *testCluster {
 		}
 		for _, gid := range c.groups {
 			st := c.newStorage(o, fs, id, gid)
+			if o.wrap != nil {
+				st = o.wrap(id, gid, st)
+			}
 			key := [2]uint64{id, gid}
 			c.storages[key] = st
 			err := n.AddGroup(GroupConfig{ID: gid, Voters: voters, Learners: learners, Storage: st, Apply: func(entries []*pb.Entry) {

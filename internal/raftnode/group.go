@@ -417,8 +417,19 @@ func (g *group) handleReadys() bool {
 		// The run's proposals are in this first Ready's entries: saved
 		// now, in the leader's log (acks=1's "written").
 		g.answerAppended(rd.Entries, nil)
+		if !raft.IsEmptySnap(rd.Snapshot) {
+			g.setMembers(rd.Snapshot.GetMetadata().GetConfState()) // a leader's snapshot installed
+		}
 		for _, m := range rd.Messages {
 			g.node.transport.send(g.id, 0, m)
+			if m.GetType() == pb.MessageType_MsgSnap {
+				// The transport gives no receipt: raft's progress leaves
+				// StateSnapshot for a probe now (etcd's raftexample reports
+				// after the send too). A follower that installed it answers
+				// with its new index; one that did not (a dropped frame) is
+				// probed on the next heartbeat and sent a snapshot again.
+				g.rn.ReportSnapshot(m.GetTo(), raft.SnapshotFinish)
+			}
 		}
 		leader, term := g.notifiedLeader, g.notifiedTerm
 		if rd.SoftState != nil {
@@ -466,9 +477,21 @@ func (g *group) applyConfChanges(entries []*pb.Entry) {
 			return
 		}
 		cs := g.rn.ApplyConfChange(cc)
-		g.voters = slices.Clone(cs.GetVoters())
-		g.learners = slices.Clone(cs.GetLearners())
+		if saver, ok := g.storage.(ConfStateSaver); ok {
+			if err := saver.SaveConfState(e.GetIndex(), cs); err != nil {
+				g.fail(fmt.Errorf("entry %d: recording the configuration: %w", e.GetIndex(), err))
+				return
+			}
+		}
+		g.setMembers(cs)
 	}
+}
+
+// setMembers notes the voters and learners of cs (for quiescence and
+// liveness).
+func (g *group) setMembers(cs *pb.ConfState) {
+	g.voters = slices.Clone(cs.GetVoters())
+	g.learners = slices.Clone(cs.GetLearners())
 }
 
 // peerIsDown is run when node liveness takes peer for down: a follower

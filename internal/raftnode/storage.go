@@ -22,6 +22,17 @@ type Storage interface {
 	Save(hs *pb.HardState, entries []*pb.Entry, snap *pb.Snapshot, mustSync bool) error
 }
 
+// ConfStateSaver is a Storage that records the configuration raft reaches
+// by applying each configuration change (plog.RaftStorage: raft-conf), so
+// that a group restarted with Applied past the change begins with it
+// (raft takes the restart's ConfState from InitialState and re-applies no
+// entry at or below Applied). SaveConfState is called by the group's
+// worker after raft applied the change at entry index, before the entry
+// is given to Apply; an error fails the group.
+type ConfStateSaver interface {
+	SaveConfState(index uint64, cs *pb.ConfState) error
+}
+
 // MemStorage is a group's storage in memory: etcd's raft.MemoryStorage, which
 // is the reference implementation of raft.Storage, with Save applying a Ready
 // to it. Nothing is fsynced (there is no disk); what it holds survives a Node

@@ -6,7 +6,7 @@ import "testing"
 // before a stop, for the restart test: the committed index (the test's
 // Apply applied everything committed before the node stopped; a plog
 // storage records its last commit index when closed).
-func appliedIndexForTest(t *testing.T, s Storage) uint64 {
+func appliedIndexForTest(t testing.TB, s Storage) uint64 {
 	t.Helper()
 	hs, _, err := s.InitialState()
 	if err != nil {

@@ -28,6 +28,7 @@ type testCluster struct {
 	nodes   []*raftnode.Node // nodes[i] has id i+1
 	parts   []*Partition
 	stopped []bool
+	configs []Config // each replica's, to restart it
 
 	mu      sync.Mutex
 	leaders map[uint64][]uint64 // node → the leaders OnLeader reported, in order
@@ -55,14 +56,16 @@ func newCluster(t testing.TB, n int) *testCluster {
 		cfg.Logger = quiet
 		cfg.SegmentBytes = 8 << 10 // several segments: rolls under the entries
 		cfg.FileCache = plog.NewFileCache(64)
-		p, err := Open(Config{Node: node, Group: group, Voters: voters, Log: cfg, OnLeader: func(leader, _ uint64) {
+		pc := Config{Node: node, Group: group, Voters: voters, Log: cfg, OnLeader: func(leader, _ uint64) {
 			c.mu.Lock()
 			c.leaders[id] = append(c.leaders[id], leader)
 			c.mu.Unlock()
-		}})
+		}}
+		p, err := Open(pc)
 		if err != nil {
 			t.Fatal(err)
 		}
+		c.configs = append(c.configs, pc)
 		c.nodes = append(c.nodes, node)
 		c.parts = append(c.parts, p)
 	}
@@ -94,6 +97,45 @@ func (c *testCluster) stop(id uint64) {
 	c.nodes[id-1].Stop()
 	c.mu.Lock()
 	c.stopped[id-1] = true
+	c.mu.Unlock()
+}
+
+// restart makes stopped node id again, as a restarted process: a new node
+// (a new peer address, which its peers redial) and the partition reopened
+// from its files.
+func (c *testCluster) restart(id uint64) {
+	c.t.Helper()
+	if err := c.parts[id-1].Close(); err != nil {
+		c.t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	pc := c.configs[id-1]
+	node, err := raftnode.New(raftnode.Config{ID: id, Cluster: 3, Listener: ln, ManualTicks: true, Logger: pc.Log.Logger})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	pc.Node = node
+	p, err := Open(pc)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for i, peer := range c.nodes {
+		if uint64(i+1) == id || c.isStopped(i) {
+			continue
+		}
+		if err := node.AddPeer(peer.ID(), peer.Addr()); err != nil {
+			c.t.Fatal(err)
+		}
+		if err := peer.AddPeer(id, node.Addr()); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	node.Start()
+	c.mu.Lock()
+	c.nodes[id-1], c.parts[id-1], c.configs[id-1], c.stopped[id-1] = node, p, pc, false
 	c.mu.Unlock()
 }
 

@@ -31,6 +31,12 @@ import (
 const (
 	ControlLeaderChange int16 = 2
 	ControlKRaftVoters  int16 = 6
+	// ControlLogStart is Sushka's own: DeleteRecords on a replicated
+	// partition, proposed by the leader so that every replica moves its
+	// log start at the same entry. Its value: version int16 (0) |
+	// logStartOffset int64. Far above any type Kafka uses (readers skip
+	// control batches whatever their type).
+	ControlLogStart int16 = 10000
 
 	// RaftPayloadTag is the tagged field of a KRAFT_VOTERS value that holds
 	// etcd's configuration change: far above any tag Kafka's schema uses.
@@ -63,6 +69,15 @@ func BuildKRaftVoters(entryType byte, data []byte, timestamp int64) []byte {
 	value = append(value, entryType)
 	value = append(value, data...)
 	return buildRaftControl(ControlKRaftVoters, value, timestamp)
+}
+
+// BuildLogStart returns the control batch of a DeleteRecords on a raft
+// log: the new log start offset.
+func BuildLogStart(logStart, timestamp int64) []byte {
+	value := make([]byte, 0, 10)
+	value = binary.BigEndian.AppendUint16(value, 0) // version
+	value = binary.BigEndian.AppendUint64(value, uint64(logStart))
+	return buildRaftControl(ControlLogStart, value, timestamp)
 }
 
 func buildRaftControl(kind int16, value []byte, timestamp int64) []byte {
@@ -98,6 +113,12 @@ func ParseRaftControl(b []byte) (kind int16, entryType byte, data []byte, err er
 		case ControlKRaftVoters:
 			entryType, data, err = raftPayload(value)
 			return err
+		case ControlLogStart:
+			if len(value) != 10 || binary.BigEndian.Uint16(value) != 0 {
+				return errorf(KindInvalid, OffsetRecords, "LOG_START value of %d bytes", len(value))
+			}
+			data = value[2:]
+			return nil
 		default:
 			return errorf(KindInvalid, OffsetRecords, "control record type %d is not a raft entry", kind)
 		}
