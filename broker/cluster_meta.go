@@ -185,10 +185,7 @@ func (c *clusterNode) CreatePartitions(ctx context.Context, name string, count i
 		func(m *meta.Machine) bool { t, ok := m.Topic(name); return !ok || t.Partitions >= count })
 }
 
-// SetTopicConfigs replaces a topic's overrides. An
-// IncrementalAlterConfigs reaches it with its result computed on this
-// node's view (api's applyIncremental): forwarded as the whole set, as
-// AlterConfigs.
+// SetTopicConfigs replaces a topic's overrides (AlterConfigs).
 func (c *clusterNode) SetTopicConfigs(ctx context.Context, name string, configs map[string]string) error {
 	return c.change(ctx, func(ctx context.Context) error { return c.ctrl.SetTopicConfigs(ctx, name, configs) },
 		func(ctx context.Context) error {
@@ -213,6 +210,37 @@ func (c *clusterNode) SetTopicConfigs(ctx context.Context, name string, configs 
 			return relayed(rs[0].ErrorCode, rs[0].ErrorMessage)
 		},
 		func(m *meta.Machine) bool { t, ok := m.Topic(name); return !ok || maps.Equal(t.Configs, configs) })
+}
+
+// AlterTopicConfigs applies IncrementalAlterConfigs' operations on the
+// controller's state: alter there, or the operations forwarded as they
+// came. Applied here once alter changes nothing more on this node's view.
+func (c *clusterNode) AlterTopicConfigs(ctx context.Context, name string, ops []kmsg.IncrementalAlterConfigsRequestResourceConfig,
+	alter func(current map[string]string) (map[string]string, error)) error {
+	return c.change(ctx, func(ctx context.Context) error { return c.ctrl.AlterTopicConfigs(ctx, name, alter) },
+		func(ctx context.Context) error {
+			req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+			rr := kmsg.NewIncrementalAlterConfigsRequestResource()
+			rr.ResourceType, rr.ResourceName, rr.Configs = kmsg.ConfigResourceTypeTopic, name, ops
+			req.Resources = append(req.Resources, rr)
+			resp, err := c.toController(ctx, req)
+			if err != nil {
+				return err
+			}
+			rs := resp.(*kmsg.IncrementalAlterConfigsResponse).Resources
+			if len(rs) != 1 {
+				return fmt.Errorf("%w: the controller answered %d resources for 1", kerr.UnknownServerError, len(rs))
+			}
+			return relayed(rs[0].ErrorCode, rs[0].ErrorMessage)
+		},
+		func(m *meta.Machine) bool {
+			t, ok := m.Topic(name)
+			if !ok {
+				return true
+			}
+			next, err := alter(t.Configs)
+			return err != nil || maps.Equal(next, t.Configs)
+		})
 }
 
 func (c *clusterNode) CreateACLs(ctx context.Context, bs []acl.Binding) error {

@@ -42,7 +42,7 @@ func (h *Handler) handleAlterConfigs(_ context.Context, creq *server.Request, re
 				}
 				configs[c.Name] = *c.Value
 			}
-			code, err = h.alterTopicConfigsLocked(rr.ResourceName, configs, req.ValidateOnly)
+			code, err = h.alterTopicConfigsLocked(rr.ResourceName, configs, nil, req.ValidateOnly)
 		default:
 			code, err = h.rejectConfigAlter(rr.ResourceType, rr.ResourceName)
 		}

@@ -47,7 +47,7 @@ func (h *Handler) handleIncrementalAlterConfigs(_ context.Context, creq *server.
 				}
 				break
 			}
-			code, err = h.alterTopicConfigsLocked(rr.ResourceName, next, req.ValidateOnly)
+			code, err = h.alterTopicConfigsLocked(rr.ResourceName, next, rr.Configs, req.ValidateOnly)
 		default:
 			code, err = h.rejectConfigAlter(rr.ResourceType, rr.ResourceName)
 		}

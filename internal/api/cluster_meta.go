@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/sushka-io/sushka/internal/acl"
 	"github.com/sushka-io/sushka/internal/meta"
 	"github.com/sushka-io/sushka/internal/sasl"
@@ -35,6 +37,11 @@ type ClusterMeta interface {
 	// AlterClientQuotas answers each alteration its own error.
 	AlterClientQuotas(ctx context.Context, alterations []meta.QuotaAlteration) []error
 	SetTopicConfigs(ctx context.Context, name string, configs map[string]string) error
+	// AlterTopicConfigs is IncrementalAlterConfigs: alter (the operations
+	// ops) applied by the controller to the topic's overrides as it has
+	// them, so that concurrent changes through other nodes are not lost.
+	AlterTopicConfigs(ctx context.Context, name string, ops []kmsg.IncrementalAlterConfigsRequestResourceConfig,
+		alter func(current map[string]string) (map[string]string, error)) error
 	DeleteTopic(ctx context.Context, name string) error
 	// CreatePartitions grows a topic (validateOnly: checks only, on this
 	// node's replica of the quorum).

@@ -302,8 +302,11 @@ func configResources[R any](h *Handler, creq *server.Request, resources []R, op 
 // catalogue first (durable), then the partition logs, then the published
 // topic value. adminMu must be held (h.adminLocker: in cluster mode the
 // change goes through the quorum, and this node's apply of it publishes
-// it).
-func (h *Handler) alterTopicConfigsLocked(name string, configs map[string]string, validateOnly bool) (int16, error) {
+// it). incremental are IncrementalAlterConfigs' operations that made
+// configs from this node's view (nil for AlterConfigs): in cluster mode the
+// controller applies them again to its own state.
+func (h *Handler) alterTopicConfigsLocked(name string, configs map[string]string,
+	incremental []kmsg.IncrementalAlterConfigsRequestResourceConfig, validateOnly bool) (int16, error) {
 	t := h.lookup(name)
 	if t == nil {
 		return kerr.UnknownTopicOrPartition.Code, fmt.Errorf("unknown topic %s", name)
@@ -319,7 +322,15 @@ func (h *Handler) alterTopicConfigsLocked(name string, configs map[string]string
 		// applies them (TopicConfigsApplied), before the answer.
 		ctx, cancel := clusterChangeContext()
 		defer cancel()
-		if err := cm.SetTopicConfigs(ctx, name, configs); err != nil {
+		var err error
+		if incremental != nil {
+			err = cm.AlterTopicConfigs(ctx, name, incremental, func(current map[string]string) (map[string]string, error) {
+				return applyIncremental(current, incremental)
+			})
+		} else {
+			err = cm.SetTopicConfigs(ctx, name, configs)
+		}
+		if err != nil {
 			return errorCode(err), err
 		}
 		h.log.Info("topic configs changed", "topic", name, "configs", configs)

@@ -84,9 +84,7 @@ func (c *Controller) liveBrokers() []meta.Broker {
 	return live
 }
 
-// SetTopicConfigs replaces a topic's config overrides (AlterConfigs and
-// IncrementalAlterConfigs, the latter's result computed by the caller on
-// this node's state: see broker/cluster_meta.go).
+// SetTopicConfigs replaces a topic's config overrides (AlterConfigs).
 func (c *Controller) SetTopicConfigs(ctx context.Context, name string, configs map[string]string) error {
 	return c.decide(ctx, func(m *meta.Machine) ([]meta.Record, error) {
 		r, err := m.PlanSetConfigs(name, configs)

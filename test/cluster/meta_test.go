@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -156,7 +157,9 @@ func quotaOf(ctx context.Context, t *testing.T, n *node, clientID string) (float
 
 // TestConfigsPartitionsQuotasDeleteThroughQuorum (docs/replication.md
 // section 4e): three nodes; a topic's retention.ms altered through a node
-// that is not the controller is what DescribeConfigs answers on all three;
+// that is not the controller is what DescribeConfigs answers on all three,
+// and incremental changes of two keys through two nodes at once are both
+// kept;
 // CreatePartitions 3→6 through a non-controller places the new partitions
 // (every node's Metadata has six with leaders, kgo produces to all six and
 // reads them back); a client quota set through one node is what every node
@@ -170,7 +173,9 @@ func quotaOf(ctx context.Context, t *testing.T, n *node, clientID string) (float
 // Fails when: a change is applied on the receiving node only (the pre-4e
 // Catalog path: the other nodes describe the old value); the applied
 // ConfigsRecord is not handed to the handler (appliedMeta: DescribeConfigs
-// on the others keeps the default); HostPartition does not grow a known
+// on the others keeps the default); IncrementalAlterConfigs forwarded as
+// the set computed on the receiving node (one of two concurrent changes
+// lost); HostPartition does not grow a known
 // topic (the new partitions have no log anywhere: produce fails);
 // TopicRemoved not called (directories stay).
 func TestConfigsPartitionsQuotasDeleteThroughQuorum(t *testing.T) {
@@ -196,6 +201,33 @@ func TestConfigsPartitionsQuotasDeleteThroughQuorum(t *testing.T) {
 			}
 			return err
 		})
+	}
+	// Incremental changes of two keys through two nodes at once: both kept
+	// (the operations are applied on the controller's state).
+	for round := range 5 {
+		value := strconv.Itoa(3_600_000 + round)
+		codes := make(chan int16, 2)
+		go func() { codes <- alterConfig(ctx, t, via, "metatopic", "segment.ms", value) }()
+		go func() { codes <- alterConfig(ctx, t, other, "metatopic", "retention.bytes", value) }()
+		for range 2 {
+			if code := <-codes; code != 0 {
+				t.Fatalf("round %d: IncrementalAlterConfigs: error %d", round, code)
+			}
+		}
+		for _, n := range nodes {
+			eventually(t, 5*time.Second, fmt.Sprintf("round %d: node %d has both changes", round, n.id), func() error {
+				for _, name := range []string{"segment.ms", "retention.bytes", "retention.ms"} {
+					want := value
+					if name == "retention.ms" {
+						want = "123456"
+					}
+					if v, err := topicConfig(ctx, t, n, "metatopic", name); err != nil || v != want {
+						return fmt.Errorf("%s %q %v", name, v, err)
+					}
+				}
+				return nil
+			})
+		}
 	}
 	if code := alterConfig(ctx, t, other, "metatopic", "retention.ms", "soon"); code != kerr.InvalidConfig.Code {
 		t.Fatalf("retention.ms=soon: error %d, want INVALID_CONFIG", code)
