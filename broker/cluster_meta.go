@@ -129,6 +129,32 @@ func (c *clusterNode) awaitApplied(ctx context.Context, applied func(m *meta.Mac
 	}
 }
 
+// answer is one item's answer in a forwarded request's response.
+type answer struct {
+	code    int16
+	message *string
+}
+
+// forward sends req to the active controller and returns the first error
+// among the answers of its items (want of them; -1: any number), with its
+// code.
+func (c *clusterNode) forward(ctx context.Context, req kmsg.Request, want int, answers func(kmsg.Response) []answer) error {
+	resp, err := c.toController(ctx, req)
+	if err != nil {
+		return err
+	}
+	as := answers(resp)
+	if want >= 0 && len(as) != want {
+		return fmt.Errorf("%w: the controller answered %d items for %d", kerr.UnknownServerError, len(as), want)
+	}
+	for _, a := range as {
+		if err := relayed(a.code, a.message); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // forwardTimeout is the forwarded request's own timeout: what is left of
 // ctx.
 func forwardTimeout(ctx context.Context) int32 {
@@ -147,15 +173,12 @@ func (c *clusterNode) DeleteTopic(ctx context.Context, name string) error {
 		func(ctx context.Context) error {
 			req := kmsg.NewPtrDeleteTopicsRequest()
 			req.Version, req.TimeoutMillis, req.TopicNames = 5, forwardTimeout(ctx), []string{name}
-			resp, err := c.toController(ctx, req)
-			if err != nil {
-				return err
-			}
-			ts := resp.(*kmsg.DeleteTopicsResponse).Topics
-			if len(ts) != 1 {
-				return fmt.Errorf("%w: the controller answered %d topics for 1", kerr.UnknownServerError, len(ts))
-			}
-			return relayed(ts[0].ErrorCode, ts[0].ErrorMessage)
+			return c.forward(ctx, req, 1, func(resp kmsg.Response) (answers []answer) {
+				for _, t := range resp.(*kmsg.DeleteTopicsResponse).Topics {
+					answers = append(answers, answer{t.ErrorCode, t.ErrorMessage})
+				}
+				return answers
+			})
 		},
 		func(m *meta.Machine) bool { _, ok := m.TopicByID(id); return !ok })
 }
@@ -172,15 +195,12 @@ func (c *clusterNode) CreatePartitions(ctx context.Context, name string, count i
 			rt := kmsg.NewCreatePartitionsRequestTopic()
 			rt.Topic, rt.Count = name, count
 			req.Topics = append(req.Topics, rt)
-			resp, err := c.toController(ctx, req)
-			if err != nil {
-				return err
-			}
-			ts := resp.(*kmsg.CreatePartitionsResponse).Topics
-			if len(ts) != 1 {
-				return fmt.Errorf("%w: the controller answered %d topics for 1", kerr.UnknownServerError, len(ts))
-			}
-			return relayed(ts[0].ErrorCode, ts[0].ErrorMessage)
+			return c.forward(ctx, req, 1, func(resp kmsg.Response) (answers []answer) {
+				for _, t := range resp.(*kmsg.CreatePartitionsResponse).Topics {
+					answers = append(answers, answer{t.ErrorCode, t.ErrorMessage})
+				}
+				return answers
+			})
 		},
 		func(m *meta.Machine) bool { t, ok := m.Topic(name); return !ok || t.Partitions >= count })
 }
@@ -199,15 +219,12 @@ func (c *clusterNode) SetTopicConfigs(ctx context.Context, name string, configs 
 				rr.Configs = append(rr.Configs, rc)
 			}
 			req.Resources = append(req.Resources, rr)
-			resp, err := c.toController(ctx, req)
-			if err != nil {
-				return err
-			}
-			rs := resp.(*kmsg.AlterConfigsResponse).Resources
-			if len(rs) != 1 {
-				return fmt.Errorf("%w: the controller answered %d resources for 1", kerr.UnknownServerError, len(rs))
-			}
-			return relayed(rs[0].ErrorCode, rs[0].ErrorMessage)
+			return c.forward(ctx, req, 1, func(resp kmsg.Response) (answers []answer) {
+				for _, r := range resp.(*kmsg.AlterConfigsResponse).Resources {
+					answers = append(answers, answer{r.ErrorCode, r.ErrorMessage})
+				}
+				return answers
+			})
 		},
 		func(m *meta.Machine) bool { t, ok := m.Topic(name); return !ok || maps.Equal(t.Configs, configs) })
 }
@@ -223,15 +240,12 @@ func (c *clusterNode) AlterTopicConfigs(ctx context.Context, name string, ops []
 			rr := kmsg.NewIncrementalAlterConfigsRequestResource()
 			rr.ResourceType, rr.ResourceName, rr.Configs = kmsg.ConfigResourceTypeTopic, name, ops
 			req.Resources = append(req.Resources, rr)
-			resp, err := c.toController(ctx, req)
-			if err != nil {
-				return err
-			}
-			rs := resp.(*kmsg.IncrementalAlterConfigsResponse).Resources
-			if len(rs) != 1 {
-				return fmt.Errorf("%w: the controller answered %d resources for 1", kerr.UnknownServerError, len(rs))
-			}
-			return relayed(rs[0].ErrorCode, rs[0].ErrorMessage)
+			return c.forward(ctx, req, 1, func(resp kmsg.Response) (answers []answer) {
+				for _, r := range resp.(*kmsg.IncrementalAlterConfigsResponse).Resources {
+					answers = append(answers, answer{r.ErrorCode, r.ErrorMessage})
+				}
+				return answers
+			})
 		},
 		func(m *meta.Machine) bool {
 			t, ok := m.Topic(name)
@@ -254,16 +268,12 @@ func (c *clusterNode) CreateACLs(ctx context.Context, bs []acl.Binding) error {
 				cr.Principal, cr.Host, cr.Operation, cr.PermissionType = b.Principal, b.Host, b.Operation, b.Permission
 				req.Creations = append(req.Creations, cr)
 			}
-			resp, err := c.toController(ctx, req)
-			if err != nil {
-				return err
-			}
-			for _, r := range resp.(*kmsg.CreateACLsResponse).Results {
-				if err := relayed(r.ErrorCode, r.ErrorMessage); err != nil {
-					return err
+			return c.forward(ctx, req, len(bs), func(resp kmsg.Response) (answers []answer) {
+				for _, r := range resp.(*kmsg.CreateACLsResponse).Results {
+					answers = append(answers, answer{r.ErrorCode, r.ErrorMessage})
 				}
-			}
-			return nil
+				return answers
+			})
 		},
 		func(m *meta.Machine) bool {
 			have := map[acl.Binding]bool{}
@@ -343,16 +353,12 @@ func (c *clusterNode) AlterScramCredentials(ctx context.Context, changes []meta.
 				u.Salt, u.SaltedPassword = ch.Credential.Salt, ch.SaltedPassword
 				req.Upsertions = append(req.Upsertions, u)
 			}
-			resp, err := c.toController(ctx, req)
-			if err != nil {
-				return err
-			}
-			for _, r := range resp.(*kmsg.AlterUserSCRAMCredentialsResponse).Results {
-				if err := relayed(r.ErrorCode, r.ErrorMessage); err != nil {
-					return err
+			return c.forward(ctx, req, -1, func(resp kmsg.Response) (answers []answer) {
+				for _, r := range resp.(*kmsg.AlterUserSCRAMCredentialsResponse).Results {
+					answers = append(answers, answer{r.ErrorCode, r.ErrorMessage})
 				}
-			}
-			return nil
+				return answers
+			})
 		},
 		func(m *meta.Machine) bool {
 			for _, ch := range changes {
