@@ -342,6 +342,7 @@ func New(cfg Config) (*Broker, error) {
 	quotas, _ := newQuotaMetrics(cfg.Registry, cfg) // quotas.go
 	var cluster api.Cluster
 	if cfg.Cluster != nil {
+		warnNodesPrincipal(cfg, b.log) // cluster_meta.go
 		if b.cluster, err = newClusterNode(b, *cfg.Cluster); err != nil {
 			catalog.Close()
 			return nil, err

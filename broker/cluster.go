@@ -225,6 +225,7 @@ func (c *clusterNode) close() error {
 // restart, reopens) this node's replica of the partition, and makes the
 // topic known here for the partitions held elsewhere.
 func (c *clusterNode) applied(ch controller.Change) {
+	c.appliedMeta(ch) // cluster_meta.go
 	a, ok := ch.Record.(*meta.PartitionAssignmentRecord)
 	if !ok {
 		return
@@ -577,7 +578,8 @@ func relayed(code int16, msg *string) error {
 func (c *clusterNode) awaitTopic(ctx context.Context, name string) (meta.Topic, error) {
 	for {
 		if t, ok := c.ctrl.Machine().Topic(name); ok {
-			return t, nil
+			// and the handler has it (HostPartition ran): cluster_meta.go
+			return t, c.awaitApplied(ctx, nil)
 		}
 		select {
 		case <-ctx.Done():

@@ -38,9 +38,6 @@ import (
 func init() { regKey(20, 0, 6, replyingFor((*Handler).handleDeleteTopics)) }
 
 func (h *Handler) handleDeleteTopics(creq *server.Request, req *kmsg.DeleteTopicsRequest) kmsg.Response {
-	if h.clusterMode() {
-		return notWiredInCluster(req) // cluster.go
-	}
 	resp := req.ResponseKind().(*kmsg.DeleteTopicsResponse)
 	type target struct {
 		name *string
@@ -57,8 +54,9 @@ func (h *Handler) handleDeleteTopics(creq *server.Request, req *kmsg.DeleteTopic
 		}
 	}
 
-	h.adminMu.Lock()
-	defer h.adminMu.Unlock()
+	locker := h.adminLocker() // cluster mode: this node's apply of the removal takes adminMu
+	locker.Lock()
+	defer locker.Unlock()
 	for _, tg := range targets {
 		st := kmsg.NewDeleteTopicsResponseTopic()
 		st.Topic, st.TopicID = tg.name, tg.id
@@ -87,7 +85,7 @@ func (h *Handler) handleDeleteTopics(creq *server.Request, req *kmsg.DeleteTopic
 		}
 		name = t.meta.Name
 		st.Topic, st.TopicID = &name, t.meta.ID
-		if err := h.deleteTopicLocked(t); err != nil {
+		if err := h.deleteTopic(t); err != nil {
 			st.ErrorCode = errorCode(err)
 			if req.Version >= 5 {
 				st.ErrorMessage = errMessage(err)
@@ -96,6 +94,23 @@ func (h *Handler) handleDeleteTopics(creq *server.Request, req *kmsg.DeleteTopic
 		resp.Topics = append(resp.Topics, st)
 	}
 	return resp
+}
+
+// deleteTopic deletes t: here (adminMu held), or through the quorum in
+// cluster mode, answered once this node has applied the removal (its
+// replicas closed and removed by TopicRemoved).
+func (h *Handler) deleteTopic(t *topic) error {
+	cm := h.clusterMeta()
+	if cm == nil {
+		return h.deleteTopicLocked(t)
+	}
+	if meta.IsInternalTopic(t.meta.Name) {
+		// Each node's own until they are replicated (docs/replication.md 4b).
+		return fmt.Errorf("%w: %s is internal", meta.ErrInvalidTopic, t.meta.Name)
+	}
+	ctx, cancel := clusterChangeContext()
+	defer cancel()
+	return cm.DeleteTopic(ctx, t.meta.Name)
 }
 
 // deletedSuffix ends the name of a partition directory being deleted:
@@ -129,8 +144,10 @@ func (h *Handler) deleteTopicLocked(t *topic) error {
 	delete(h.topics, mt.Name)
 	delete(h.byID, mt.ID)
 	h.mu.Unlock()
-	for _, l := range t.parts {
-		l.Close()
+	for p := range t.parts { // nil parts: partitions this node does not hold (cluster mode)
+		if err := t.closePartition(int32(p)); err != nil {
+			h.log.Warn("closing a deleted topic's partition", "topic", mt.Name, "partition", p, "err", err)
+		}
 	}
 	renamed := 0
 	undo := func(cause error) error {
@@ -142,6 +159,10 @@ func (h *Handler) deleteTopicLocked(t *topic) error {
 		h.cfg.FS.SyncDir(h.cfg.DataDir)
 		nt := &topic{meta: mt}
 		for p := int32(0); p < mt.Partitions; p++ {
+			if int(p) < len(t.parts) && t.parts[p] == nil {
+				nt.parts = append(nt.parts, nil) // not held here
+				continue
+			}
 			l, err := h.openLog(mt, p)
 			if err != nil {
 				l = plog.Failed(h.logConfig(mt, p), err)
@@ -163,7 +184,11 @@ func (h *Handler) deleteTopicLocked(t *topic) error {
 	if err := h.cfg.FS.SyncDir(h.cfg.DataDir); err != nil {
 		return undo(fmt.Errorf("syncing %s: %w", h.cfg.DataDir, err))
 	}
-	if err := h.cfg.Catalog.DeleteTopic(mt.Name); err != nil {
+	if h.clusterMode() {
+		// The quorum's log has the removal (TopicRemoved applies it): a
+		// crash here leaves renamed directories of a topic it no longer
+		// has, removed at the next start (finishDeletions).
+	} else if err := h.cfg.Catalog.DeleteTopic(mt.Name); err != nil {
 		return undo(err)
 	}
 	for p := int32(0); p < mt.Partitions; p++ {

@@ -48,7 +48,7 @@ func (h *Handler) handleDescribeACLs(creq *server.Request, req *kmsg.DescribeACL
 		pt   acl.PatternType
 	}
 	index := map[pattern]int{}
-	bindings := h.cfg.Catalog.ACLs()
+	bindings := h.metaReads().ACLs()
 	slices.SortFunc(bindings, acl.Compare) // by resource pattern first
 	for _, b := range bindings {
 		if !f.Matches(b) {

@@ -62,7 +62,22 @@ func (h *Handler) handleCreateACLs(creq *server.Request, req *kmsg.CreateACLsReq
 		}
 		return resp
 	}
-	errs := h.cfg.Catalog.CreateACLs(valid)
+	var errs []error
+	if cm := h.clusterMeta(); cm != nil {
+		// Through the quorum, answered once applied here (SecurityApplied
+		// reloads the authorizer, under aclMu: not held while waiting).
+		h.aclMu.Unlock()
+		ctx, cancel := clusterChangeContext()
+		err := cm.CreateACLs(ctx, valid)
+		cancel()
+		h.aclMu.Lock()
+		errs = make([]error, len(valid))
+		for i := range errs {
+			errs[i] = err
+		}
+	} else {
+		errs = h.cfg.Catalog.CreateACLs(valid)
+	}
 	h.reloadACLsLocked()
 	for j, err := range errs {
 		if err != nil {

@@ -40,7 +40,17 @@ func (h *Handler) handleDeleteACLs(creq *server.Request, req *kmsg.DeleteACLsReq
 	}
 	h.aclMu.Lock()
 	defer h.aclMu.Unlock()
-	deleted, err := h.cfg.Catalog.DeleteACLs(valid)
+	var deleted [][]acl.Binding
+	var err error
+	if cm := h.clusterMeta(); cm != nil {
+		h.aclMu.Unlock() // SecurityApplied takes it when this node applies the removal
+		ctx, cancel := clusterChangeContext()
+		deleted, err = cm.DeleteACLs(ctx, valid)
+		cancel()
+		h.aclMu.Lock()
+	} else {
+		deleted, err = h.cfg.Catalog.DeleteACLs(valid)
+	}
 	h.reloadACLsLocked()
 	if err != nil {
 		h.log.Error("ACL deletion failed", "err", err)

@@ -42,7 +42,7 @@ func (h *Handler) handleAlterConfigs(_ context.Context, creq *server.Request, re
 				}
 				configs[c.Name] = *c.Value
 			}
-			code, err = h.alterTopicConfigsLocked(rr.ResourceName, configs, req.ValidateOnly)
+			code, err = h.alterTopicConfigsLocked(rr.ResourceName, configs, nil, req.ValidateOnly)
 		default:
 			code, err = h.rejectConfigAlter(rr.ResourceType, rr.ResourceName)
 		}
@@ -53,7 +53,7 @@ func (h *Handler) handleAlterConfigs(_ context.Context, creq *server.Request, re
 	key := func(rr *kmsg.AlterConfigsRequestResource) (kmsg.ConfigResourceType, string) {
 		return rr.ResourceType, rr.ResourceName
 	}
-	if refused, ok := configResources(h, creq, req.Resources, acl.AlterConfigs, &h.adminMu, key, answer); ok {
+	if refused, ok := configResources(h, creq, req.Resources, acl.AlterConfigs, h.adminLocker(), key, answer); ok {
 		return refused
 	}
 	return reply(resp)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -25,13 +26,12 @@ import (
 func init() { regKey(37, 0, 3, replyingFor((*Handler).handleCreatePartitions)) }
 
 func (h *Handler) handleCreatePartitions(creq *server.Request, req *kmsg.CreatePartitionsRequest) kmsg.Response {
-	if h.clusterMode() {
-		return notWiredInCluster(req) // cluster.go
-	}
 	resp := req.ResponseKind().(*kmsg.CreatePartitionsResponse)
 	twice := topicsNamedTwice(req.Topics, func(rt kmsg.CreatePartitionsRequestTopic) string { return rt.Topic })
-	h.adminMu.Lock()
-	defer h.adminMu.Unlock()
+	locker := h.adminLocker() // cluster mode: this node's apply of the growth takes adminMu
+	locker.Lock()
+	defer locker.Unlock()
+	cm := h.clusterMeta()
 	for _, rt := range req.Topics {
 		st := kmsg.NewCreatePartitionsResponseTopic()
 		st.Topic = rt.Topic
@@ -45,10 +45,17 @@ func (h *Handler) handleCreatePartitions(creq *server.Request, req *kmsg.CreateP
 				return fmt.Errorf("%s may not alter topic %s", creq.Principal(), rt.Topic)
 			}
 			for _, a := range rt.Assignment {
+				if cm != nil {
+					st.ErrorCode = kerr.InvalidReplicaAssignment.Code
+					return errors.New("manual assignments are not supported in cluster mode yet: the controller places the new partitions")
+				}
 				if len(a.Replicas) != 1 || a.Replicas[0] != h.cfg.NodeID {
 					st.ErrorCode = kerr.InvalidReplicaAssignment.Code
 					return fmt.Errorf("assignments may only name node %d", h.cfg.NodeID)
 				}
+			}
+			if cm != nil {
+				return h.growInCluster(cm, rt.Topic, rt.Count, req.ValidateOnly, &st)
 			}
 			if err := h.checkPartitionLimit(rt.Count); err != nil {
 				st.ErrorCode = errorCode(err)
@@ -71,6 +78,23 @@ func (h *Handler) handleCreatePartitions(creq *server.Request, req *kmsg.CreateP
 		resp.Topics = append(resp.Topics, st)
 	}
 	return resp
+}
+
+// growInCluster is CreatePartitions of one topic in cluster mode: the
+// controller's decision (the single node's check, new partitions placed on
+// the unfenced brokers), answered once this node applied it; validateOnly
+// checks on this node's replica of the quorum.
+func (h *Handler) growInCluster(cm ClusterMeta, name string, count int32, validateOnly bool, st *kmsg.CreatePartitionsResponseTopic) error {
+	ctx, cancel := clusterChangeContext()
+	defer cancel()
+	if err := cm.CreatePartitions(ctx, name, count, validateOnly); err != nil {
+		st.ErrorCode = errorCode(err)
+		return err
+	}
+	if !validateOnly {
+		h.log.Info("partitions added", "topic", name, "partitions", count)
+	}
+	return nil
 }
 
 // growTopicLocked opens the new partitions' logs, records the new count and

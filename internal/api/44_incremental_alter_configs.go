@@ -47,7 +47,7 @@ func (h *Handler) handleIncrementalAlterConfigs(_ context.Context, creq *server.
 				}
 				break
 			}
-			code, err = h.alterTopicConfigsLocked(rr.ResourceName, next, req.ValidateOnly)
+			code, err = h.alterTopicConfigsLocked(rr.ResourceName, next, rr.Configs, req.ValidateOnly)
 		default:
 			code, err = h.rejectConfigAlter(rr.ResourceType, rr.ResourceName)
 		}
@@ -58,7 +58,7 @@ func (h *Handler) handleIncrementalAlterConfigs(_ context.Context, creq *server.
 	key := func(rr *kmsg.IncrementalAlterConfigsRequestResource) (kmsg.ConfigResourceType, string) {
 		return rr.ResourceType, rr.ResourceName
 	}
-	if refused, ok := configResources(h, creq, req.Resources, acl.AlterConfigs, &h.adminMu, key, answer); ok {
+	if refused, ok := configResources(h, creq, req.Resources, acl.AlterConfigs, h.adminLocker(), key, answer); ok {
 		return refused
 	}
 	return reply(resp)

@@ -37,7 +37,7 @@ func (h *Handler) handleDescribeClientQuotas(req *kmsg.DescribeClientQuotasReque
 		resp.ErrorMessage = errMessage(err)
 		return resp
 	}
-	for _, q := range h.cfg.Catalog.ClientQuotas() {
+	for _, q := range h.metaReads().ClientQuotas() {
 		if !filter.matches(q.Entity) {
 			continue
 		}

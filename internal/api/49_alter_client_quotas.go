@@ -53,12 +53,17 @@ func (h *Handler) handleAlterClientQuotas(_ context.Context, creq *server.Reques
 	}
 	// Under adminMu, so the quotas enforced follow the catalogue's order
 	// of changes.
-	h.adminMu.Lock()
-	errs := h.cfg.Catalog.AlterClientQuotas(alts, req.ValidateOnly)
-	if !req.ValidateOnly {
-		h.quotas.SetQuotas(h.cfg.Catalog.ClientQuotas())
+	var errs []error
+	if cm := h.clusterMeta(); cm != nil {
+		errs = h.alterQuotasInCluster(cm, alts, req.ValidateOnly)
+	} else {
+		h.adminMu.Lock()
+		errs = h.cfg.Catalog.AlterClientQuotas(alts, req.ValidateOnly)
+		if !req.ValidateOnly {
+			h.quotas.SetQuotas(h.cfg.Catalog.ClientQuotas())
+		}
+		h.adminMu.Unlock()
 	}
-	h.adminMu.Unlock()
 	for i, e := range req.Entries {
 		re := kmsg.NewAlterClientQuotasResponseEntry()
 		for _, p := range e.Entity {

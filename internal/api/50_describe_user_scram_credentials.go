@@ -26,7 +26,7 @@ func init() { regKey(50, 0, 0, replying((*Handler).handleDescribeUserScramCreden
 
 func (h *Handler) handleDescribeUserScramCredentials(req *kmsg.DescribeUserSCRAMCredentialsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeUserSCRAMCredentialsResponse)
-	users := h.cfg.Catalog.ScramUsers()
+	users := h.metaReads().ScramUsers()
 	var names []string
 	if len(req.Users) == 0 {
 		for name := range users {

@@ -64,7 +64,7 @@ func (h *Handler) handleAlterUserScramCredentials(req *kmsg.AlterUserSCRAMCreden
 		case upsert:
 			err = sasl.CheckParameters(m, iterations, salt, saltedPassword)
 		default:
-			if _, ok := h.cfg.Catalog.ScramCredential(user, m); !ok {
+			if _, ok := h.metaReads().ScramCredential(user, m); !ok {
 				err = fmt.Errorf("%w: attempt to delete a user credential that does not exist", meta.ErrNoScramCredential)
 			}
 		}
@@ -75,7 +75,7 @@ func (h *Handler) handleAlterUserScramCredentials(req *kmsg.AlterUserSCRAMCreden
 		ch := meta.ScramChange{User: user, Mechanism: m}
 		if upsert {
 			c := sasl.FromSaltedPassword(m, salt, saltedPassword, iterations)
-			ch.Credential = &c
+			ch.Credential, ch.SaltedPassword = &c, saltedPassword
 		}
 		changes = append(changes, ch)
 	}
@@ -85,7 +85,7 @@ func (h *Handler) handleAlterUserScramCredentials(req *kmsg.AlterUserSCRAMCreden
 	for _, u := range req.Upsertions {
 		check(u.Name, sasl.Mechanism(u.Mechanism), u.Iterations, u.Salt, u.SaltedPassword, true)
 	}
-	if err := h.cfg.Catalog.AlterScramCredentials(changes); err != nil {
+	if err := h.alterScram(changes); err != nil {
 		h.log.Error("altering SCRAM credentials failed", "err", err)
 		for _, ch := range changes {
 			failed[ch.User] = err

@@ -320,14 +320,14 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Quotas == nil {
 		cfg.Quotas = quota.New(quota.Config{})
 	}
-	cfg.Quotas.SetQuotas(cfg.Catalog.ClientQuotas())
+	cfg.Quotas.SetQuotas(metaReadsOf(&cfg).ClientQuotas())
 	switch {
 	case cfg.FailedAuthenticationDelay == 0:
 		cfg.FailedAuthenticationDelay = DefaultFailedAuthenticationDelay
 	case cfg.FailedAuthenticationDelay < 0:
 		cfg.FailedAuthenticationDelay = 0
 	}
-	saslServer, err := sasl.NewServer(cfg.Catalog, cfg.SASLMechanisms)
+	saslServer, err := sasl.NewServer(metaReadsOf(&cfg), cfg.SASLMechanisms)
 	if err != nil {
 		return nil, fmt.Errorf("SASL: %w", err)
 	}
@@ -456,14 +456,7 @@ func (h *Handler) Close() error {
 			if l == nil {
 				continue // cluster mode: a partition without a replica here
 			}
-			if r := t.replicated(int32(p)); r != nil {
-				// Its raft storage's Close: the commit index recorded.
-				if err := r.Close(); err != nil {
-					errs = append(errs, err)
-				}
-				continue
-			}
-			if err := l.Close(); err != nil {
+			if err := t.closePartition(int32(p)); err != nil {
 				errs = append(errs, err)
 			}
 		}

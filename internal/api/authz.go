@@ -192,7 +192,7 @@ func (h *Handler) Authorizer() *acl.Authorizer { return h.authz }
 
 // reloadACLs gives the authorizer the catalogue's bindings; aclMu is held
 // (so a slower reload cannot replace a newer one).
-func (h *Handler) reloadACLsLocked() { h.authz.Set(h.cfg.Catalog.ACLs()) }
+func (h *Handler) reloadACLsLocked() { h.authz.Set(h.metaReads().ACLs()) }
 
 // aclAdminRefused is the ACL admin keys' first check: SECURITY_DISABLED
 // without an authorizer (Kafka's answer when no authorizer is configured),

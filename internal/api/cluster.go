@@ -251,6 +251,20 @@ func (t *topic) replicated(p int32) ReplicatedPartition {
 	return t.reps[p]
 }
 
+// closePartition closes partition p's log here: a replicated partition's
+// through its replica (its raft group removed from the node, the commit
+// index recorded by its storage's Close), a plain one's directly. The
+// one way to close a partition (Close, a deletion).
+func (t *topic) closePartition(p int32) error {
+	if r := t.replicated(p); r != nil {
+		return r.Close()
+	}
+	if l := t.parts[p]; l != nil {
+		return l.Close()
+	}
+	return nil
+}
+
 // replicatedCount is how many entries t.reps has (0 for a nil t).
 func (t *topic) replicatedCount() int {
 	if t == nil {
@@ -327,6 +341,9 @@ func (h *Handler) HostPartition(mt meta.Topic, p int32, hosted bool, open Partit
 			return fmt.Errorf("api: topic %s applied with id %x, open with %x", mt.Name, mt.ID, old.meta.ID)
 		}
 		t = &topic{meta: mt, parts: make([]*plog.Log, mt.Partitions)}
+	} else if grown := int(mt.Partitions) - len(t.parts); grown > 0 {
+		// CreatePartitions applied: the new partitions' assignments follow.
+		t = &topic{meta: mt, parts: append(slices.Clone(t.parts), make([]*plog.Log, grown)...), reps: t.reps}
 	}
 	if p < 0 || p >= int32(len(t.parts)) {
 		return fmt.Errorf("api: topic %s has no partition %d", mt.Name, p)
@@ -413,44 +430,6 @@ const awaitLeadersTimeout = 5 * time.Second
 // clusterCreateTimeout bounds a creation through the controller when the
 // request gives no timeout of its own (Kafka's default request timeout).
 const clusterCreateTimeout = 30 * time.Second
-
-// notWiredInCluster answers a topic change the metadata quorum does not
-// carry yet (DeleteTopics, CreatePartitions in cluster mode: step 5 of
-// docs/replication.md section 7) INVALID_REQUEST for every topic, with the
-// reason where the version has a message, rather than changing this
-// node's copy alone.
-func notWiredInCluster(body kmsg.Request) kmsg.Response {
-	const why = "not yet wired in cluster mode (docs/replication.md, 4b): the metadata quorum creates topics only"
-	msg := why
-	switch req := body.(type) {
-	case *kmsg.DeleteTopicsRequest:
-		resp := req.ResponseKind().(*kmsg.DeleteTopicsResponse)
-		add := func(name *string, id [16]byte) {
-			st := kmsg.NewDeleteTopicsResponseTopic()
-			st.Topic, st.TopicID, st.ErrorCode, st.ErrorMessage = name, id, kerr.InvalidRequest.Code, &msg
-			resp.Topics = append(resp.Topics, st)
-		}
-		if req.Version >= 6 {
-			for _, t := range req.Topics {
-				add(t.Topic, t.TopicID)
-			}
-		} else {
-			for _, n := range req.TopicNames {
-				add(&n, [16]byte{})
-			}
-		}
-		return resp
-	case *kmsg.CreatePartitionsRequest:
-		resp := req.ResponseKind().(*kmsg.CreatePartitionsResponse)
-		for _, t := range req.Topics {
-			st := kmsg.NewCreatePartitionsResponseTopic()
-			st.Topic, st.ErrorCode, st.ErrorMessage = t.Topic, kerr.InvalidRequest.Code, &msg
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp
-	}
-	panic(fmt.Sprintf("notWiredInCluster: %T", body))
-}
 
 // nextProducerID hands out a producer id (InitProducerId, the transaction
 // coordinator). Each node's catalogue counts its own ids from the same

@@ -307,8 +307,13 @@ func configResources[R any](h *Handler, creq *server.Request, resources []R, op 
 
 // alterTopicConfigsLocked validates and applies a topic's new override set:
 // catalogue first (durable), then the partition logs, then the published
-// topic value. adminMu must be held.
-func (h *Handler) alterTopicConfigsLocked(name string, configs map[string]string, validateOnly bool) (int16, error) {
+// topic value. adminMu must be held (h.adminLocker: in cluster mode the
+// change goes through the quorum, and this node's apply of it publishes
+// it). incremental are IncrementalAlterConfigs' operations that made
+// configs from this node's view (nil for AlterConfigs): in cluster mode the
+// controller applies them again to its own state.
+func (h *Handler) alterTopicConfigsLocked(name string, configs map[string]string,
+	incremental []kmsg.IncrementalAlterConfigsRequestResourceConfig, validateOnly bool) (int16, error) {
 	t := h.lookup(name)
 	if t == nil {
 		return kerr.UnknownTopicOrPartition.Code, fmt.Errorf("unknown topic %s", name)
@@ -319,24 +324,55 @@ func (h *Handler) alterTopicConfigsLocked(name string, configs map[string]string
 	if validateOnly {
 		return 0, nil
 	}
+	if cm := h.clusterMeta(); cm != nil {
+		// Through the quorum; this node's logs take the configs when it
+		// applies them (TopicConfigsApplied), before the answer.
+		ctx, cancel := clusterChangeContext()
+		defer cancel()
+		var err error
+		if incremental != nil {
+			err = cm.AlterTopicConfigs(ctx, name, incremental, func(current map[string]string) (map[string]string, error) {
+				return applyIncremental(current, incremental)
+			})
+		} else {
+			err = cm.SetTopicConfigs(ctx, name, configs)
+		}
+		if err != nil {
+			return errorCode(err), err
+		}
+		h.log.Info("topic configs changed", "topic", name, "configs", configs)
+		return 0, nil
+	}
 	if err := h.cfg.Catalog.SetConfigs(name, configs); err != nil {
 		return errorCode(err), err
 	}
-	nt := &topic{meta: t.meta, parts: t.parts}
+	h.publishTopicConfigs(t, configs)
+	h.log.Info("topic configs changed", "topic", name, "configs", configs)
+	return 0, nil
+}
+
+// publishTopicConfigs gives t's logs and its published value the new
+// overrides.
+func (h *Handler) publishTopicConfigs(t *topic, configs map[string]string) {
+	nt := &topic{meta: t.meta, parts: t.parts, reps: t.reps}
 	nt.meta.Configs = maps.Clone(configs)
 	for p, l := range nt.parts {
-		// Validated above, so this cannot fail on a healthy log; a Failed
+		if l == nil {
+			continue // a partition this node does not hold (cluster mode)
+		}
+		if r := nt.replicated(int32(p)); r != nil {
+			r.SetMinInsyncReplicas(h.minInsyncReplicas(nt.meta))
+		}
+		// Validated before, so this cannot fail on a healthy log; a Failed
 		// log keeps refusing whatever its config.
 		if err := l.SetConfig(h.logConfig(nt.meta, int32(p))); err != nil {
-			h.log.Error("partition log refused its new config", "topic", name, "partition", p, "err", err)
+			h.log.Error("partition log refused its new config", "topic", nt.meta.Name, "partition", p, "err", err)
 		}
 	}
 	h.mu.Lock()
-	h.topics[name] = nt
+	h.topics[nt.meta.Name] = nt
 	h.byID[nt.meta.ID] = nt
 	h.mu.Unlock()
-	h.log.Info("topic configs changed", "topic", name, "configs", configs)
-	return 0, nil
 }
 
 // applyIncremental applies IncrementalAlterConfigs operations to a copy of

@@ -50,6 +50,7 @@ import (
 	mrand "math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -113,6 +114,14 @@ type Controller struct {
 	cfg     Config
 	raft    *raftnode.Node
 	machine *meta.Machine
+
+	// listened is the index of the last entry whose records every
+	// listener has been given (after the machine's Applied).
+	listened atomic.Uint64
+
+	// decideMu makes the decisions of changes.go (and CreateTopic) one at
+	// a time, each planned on a state with the ones before applied.
+	decideMu sync.Mutex
 
 	mu sync.Mutex
 	// leaderTerm is the term of the last leader's first entry (raft's empty
@@ -210,42 +219,53 @@ func (c *Controller) activeLocked() bool {
 // apply is the metadata group's Apply: every committed entry in order.
 func (c *Controller) apply(entries []*pb.Entry) {
 	for _, e := range entries {
-		if e.GetType() != pb.EntryType_EntryNormal {
-			c.machine.Skip(e.GetIndex())
-			continue // configuration changes: raftnode applied them
-		}
-		if len(e.Data) == 0 {
-			// A leader's first entry: everything before it is applied.
-			c.machine.Skip(e.GetIndex())
-			c.mu.Lock()
-			c.leaderTerm = e.GetTerm()
-			c.mu.Unlock()
-			continue
-		}
-		rs, err := meta.DecodeEntry(e.Data)
-		if err == nil {
-			err = c.machine.Apply(e.GetIndex(), rs)
-		} else {
-			c.machine.Skip(e.GetIndex())
-		}
-		if err != nil {
-			// Refused alike by every replica (the same records on the same
-			// state): nothing changed anywhere; the proposer hears why.
-			c.cfg.Logger.Debug("metadata entry refused", "node", c.cfg.Node, "index", e.GetIndex(), "err", err)
-		}
+		c.applyEntry(e)
+		c.listened.Store(max(c.listened.Load(), e.GetIndex()))
+	}
+}
+
+// Listened is the index of the last entry whose records the listeners
+// have been given: a change seen in the machine is also the broker's
+// (its topics, logs, authorizer) once Listened reaches the machine's
+// Applied of that moment.
+func (c *Controller) Listened() uint64 { return c.listened.Load() }
+
+func (c *Controller) applyEntry(e *pb.Entry) {
+	if e.GetType() != pb.EntryType_EntryNormal {
+		c.machine.Skip(e.GetIndex())
+		return // configuration changes: raftnode applied them
+	}
+	if len(e.Data) == 0 {
+		// A leader's first entry: everything before it is applied.
+		c.machine.Skip(e.GetIndex())
 		c.mu.Lock()
-		if err == nil {
-			for _, r := range rs {
-				c.appliedLocked(e.GetIndex(), r)
-			}
-		}
-		c.wakeLocked(entryKey(e.Data), err)
+		c.leaderTerm = e.GetTerm()
 		c.mu.Unlock()
-		if err == nil {
-			for _, r := range rs {
-				for _, l := range c.cfg.Listeners {
-					l(Change{Index: e.GetIndex(), Term: e.GetTerm(), Record: r})
-				}
+		return
+	}
+	rs, err := meta.DecodeEntry(e.Data)
+	if err == nil {
+		err = c.machine.Apply(e.GetIndex(), rs)
+	} else {
+		c.machine.Skip(e.GetIndex())
+	}
+	if err != nil {
+		// Refused alike by every replica (the same records on the same
+		// state): nothing changed anywhere; the proposer hears why.
+		c.cfg.Logger.Debug("metadata entry refused", "node", c.cfg.Node, "index", e.GetIndex(), "err", err)
+	}
+	c.mu.Lock()
+	if err == nil {
+		for _, r := range rs {
+			c.appliedLocked(e.GetIndex(), r)
+		}
+	}
+	c.wakeLocked(entryKey(e.Data), err)
+	c.mu.Unlock()
+	if err == nil {
+		for _, r := range rs {
+			for _, l := range c.cfg.Listeners {
+				l(Change{Index: e.GetIndex(), Term: e.GetTerm(), Record: r})
 			}
 		}
 	}
@@ -535,20 +555,16 @@ func (c *Controller) CreateTopic(ctx context.Context, name string, partitions in
 	if err := meta.ValidateConfigs(configs); err != nil {
 		return meta.Topic{}, nil, err
 	}
+	c.decideMu.Lock()
+	defer c.decideMu.Unlock()
 	if !c.Active() {
 		return meta.Topic{}, nil, c.notController()
 	}
 	if _, ok := c.machine.Topic(name); ok {
 		return meta.Topic{}, nil, fmt.Errorf("%w: %s", meta.ErrTopicExists, name)
 	}
-	var live []meta.Broker
-	for _, b := range c.machine.Brokers() {
-		if !b.Fenced {
-			live = append(live, b)
-		}
-	}
 	c.mu.Lock()
-	replicas, err := placeReplicas(live, partitions, int(replicationFactor), c.rng)
+	replicas, err := placeReplicas(c.liveBrokers(), partitions, int(replicationFactor), c.rng)
 	c.mu.Unlock()
 	if err != nil {
 		return meta.Topic{}, nil, err

@@ -1,9 +1,7 @@
 package meta
 
 import (
-	"crypto/rand"
 	"fmt"
-	"slices"
 	"sort"
 
 	"github.com/sushka-io/sushka/internal/acl"
@@ -148,36 +146,19 @@ func (c *Catalog) CreateACLs(bs []acl.Binding) []error {
 // returns them per filter (a binding two filters match is removed, and
 // returned, by the first).
 func (c *Catalog) DeleteACLs(filters []acl.Filter) ([][]acl.Binding, error) {
-	out := make([][]acl.Binding, len(filters))
 	c.mu.Lock()
-	ids := make([]topicID, 0, len(c.st.acls))
-	for id := range c.st.acls {
-		ids = append(ids, id)
+	rs, out := c.st.aclDeletions(filters)
+	if len(rs) == 0 {
+		c.mu.Unlock()
+		return out, nil
 	}
-	slices.SortFunc(ids, func(a, b topicID) int { return acl.Compare(c.st.acls[a], c.st.acls[b]) })
-	var g *commitGroup
-	for fi, f := range filters {
-		for _, id := range ids {
-			b, ok := c.st.acls[id]
-			if !ok || !f.Matches(b) {
-				continue
-			}
-			var err error
-			if g, err = c.changeLocked(&RemoveAccessControlEntryRecord{ID: id}); err != nil {
-				c.mu.Unlock()
-				if g != nil {
-					c.commit(g) // what was queued before the error is another changer's now
-				}
-				return nil, err
-			}
-			out[fi] = append(out[fi], b)
-		}
-	}
+	g, err := c.changeAllLocked(rs)
 	c.mu.Unlock()
-	if g != nil {
-		if err := c.commit(g); err != nil {
-			return nil, err
-		}
+	if err == nil {
+		err = c.commit(g)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -193,14 +174,4 @@ func (c *Catalog) hasACLLocked(b acl.Binding) bool {
 	return false
 }
 
-func (c *Catalog) newACLIDLocked() (topicID, error) {
-	for {
-		var id topicID
-		if _, err := rand.Read(id[:]); err != nil {
-			return id, err
-		}
-		if _, dup := c.st.acls[id]; !dup && id != (topicID{}) {
-			return id, nil
-		}
-	}
-}
+func (c *Catalog) newACLIDLocked() (topicID, error) { return c.st.newACLID(nil) }

@@ -393,14 +393,10 @@ func (c *Catalog) CheckPartitions(name string, n int32) error {
 }
 
 func (c *Catalog) checkPartitionsLocked(name string, n int32) error {
-	t, ok := c.st.topics[name]
-	if !ok {
-		return fmt.Errorf("%w: %s", ErrUnknownTopic, name)
+	if err := c.st.checkPartitions(name, n); err != nil {
+		return err
 	}
-	if n <= t.Partitions {
-		return fmt.Errorf("%w: topic %s has %d partitions; the count can only grow", ErrBadPartitions, name, t.Partitions)
-	}
-	return c.checkLimitLocked(n - t.Partitions)
+	return c.checkLimitLocked(n - c.st.topics[name].Partitions)
 }
 
 // SetPartitions grows a topic to n partitions.

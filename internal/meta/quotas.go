@@ -219,9 +219,13 @@ func (s *state) quotaRecords() []ClientQuotaRecord {
 func (c *Catalog) ClientQuotas() []ClientQuota {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]ClientQuota, 0, len(c.st.quotas))
-	for _, k := range slices.Sorted(maps.Keys(c.st.quotas)) {
-		q := c.st.quotas[k]
+	return c.st.clientQuotas()
+}
+
+func (s *state) clientQuotas() []ClientQuota {
+	out := make([]ClientQuota, 0, len(s.quotas))
+	for _, k := range slices.Sorted(maps.Keys(s.quotas)) {
+		q := s.quotas[k]
 		out = append(out, ClientQuota{Entity: cloneQuotaEntity(q.Entity), Values: maps.Clone(q.Values)})
 	}
 	return out
@@ -245,7 +249,32 @@ func cloneQuotaEntity(e []QuotaEntityPart) []QuotaEntityPart {
 // and only values that change are written. validateOnly changes nothing.
 // A storage failure fails every entity that had records to write.
 func (c *Catalog) AlterClientQuotas(alterations []QuotaAlteration, validateOnly bool) []error {
-	errs := make([]error, len(alterations))
+	c.mu.Lock()
+	recs, recFrom, errs := c.st.quotaAlterationRecords(alterations)
+	if validateOnly || len(recs) == 0 {
+		c.mu.Unlock()
+		return errs
+	}
+	g, err := c.changeAllLocked(recs)
+	c.mu.Unlock()
+	if err == nil {
+		err = c.commit(g)
+	}
+	if err != nil {
+		for _, i := range recFrom {
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
+// quotaAlterationRecords validates alterations (each entity on its own,
+// answered its own error) and returns the records of the valid ones that
+// change a value, with recFrom[n] the alteration of recs[n]: the one home
+// of AlterClientQuotas' checks, for the single-node catalogue and the
+// cluster's controller (Machine).
+func (s *state) quotaAlterationRecords(alterations []QuotaAlteration) (recs []record, recFrom []int, errs []error) {
+	errs = make([]error, len(alterations))
 	type plan struct {
 		entity []QuotaEntityPart
 		key    string
@@ -286,15 +315,12 @@ func (c *Catalog) AlterClientQuotas(alterations []QuotaAlteration, validateOnly 
 		plans[i] = p
 	}
 
-	c.mu.Lock()
-	var recs []record
-	var recFrom []int // recs[n] is alterations[recFrom[n]]'s
 	for i, p := range plans {
 		if p == nil {
 			continue
 		}
 		var current map[string]float64
-		if q := c.st.quotas[p.key]; q != nil {
+		if q := s.quotas[p.key]; q != nil {
 			current = q.Values
 		}
 		for _, k := range slices.Sorted(maps.Keys(p.ops)) {
@@ -311,19 +337,12 @@ func (c *Catalog) AlterClientQuotas(alterations []QuotaAlteration, validateOnly 
 			recFrom = append(recFrom, i)
 		}
 	}
-	if validateOnly || len(recs) == 0 {
-		c.mu.Unlock()
-		return errs
-	}
-	g, err := c.changeAllLocked(recs)
-	c.mu.Unlock()
-	if err == nil {
-		err = c.commit(g)
-	}
-	if err != nil {
-		for _, i := range recFrom {
-			errs[i] = err
-		}
-	}
+	return recs, recFrom, errs
+}
+
+// CheckQuotaAlterations is AlterClientQuotas' validation alone (a
+// validate-only request in cluster mode): each alteration's own error.
+func CheckQuotaAlterations(alterations []QuotaAlteration) []error {
+	_, _, errs := newState().quotaAlterationRecords(alterations)
 	return errs
 }

@@ -131,8 +131,12 @@ type ScramInfo struct {
 func (c *Catalog) ScramUsers() map[string][]ScramInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.st.scramUsers()
+}
+
+func (s *state) scramUsers() map[string][]ScramInfo {
 	out := map[string][]ScramInfo{}
-	for k, cred := range c.st.scram {
+	for k, cred := range s.scram {
 		out[k.user] = append(out[k.user], ScramInfo{Mechanism: k.mechanism, Iterations: cred.Iterations})
 	}
 	for _, infos := range out {
@@ -147,6 +151,10 @@ type ScramChange struct {
 	User       string
 	Mechanism  sasl.Mechanism
 	Credential *sasl.Credential
+	// SaltedPassword is the upsertion's, as the client sent it: what a
+	// node of a cluster forwards to the controller (the credential cannot
+	// be turned back into it). Never stored.
+	SaltedPassword []byte
 }
 
 // AlterScramCredentials applies the changes together: one commit, durable
@@ -158,41 +166,42 @@ func (c *Catalog) AlterScramCredentials(changes []ScramChange) error {
 		return nil
 	}
 	c.mu.Lock()
-	next := c.st.copyScram()
+	rs, err := c.st.scramChangeRecords(changes)
+	if err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	g, err := c.changeAllLocked(rs)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return c.commit(g)
+}
+
+// scramChangeRecords checks changes against s (a deletion of a credential
+// that does not exist is ErrNoScramCredential) and returns their records,
+// to be applied together: the one home of AlterScramCredentials' checks,
+// for the single-node catalogue and the cluster's controller (Machine).
+func (s *state) scramChangeRecords(changes []ScramChange) ([]record, error) {
+	next := s.copyScram()
+	rs := make([]record, 0, len(changes))
 	for _, ch := range changes {
 		k := scramKey{ch.User, ch.Mechanism}
 		if ch.Credential == nil {
 			if _, ok := next[k]; !ok {
-				c.mu.Unlock()
-				return fmt.Errorf("%w: user %q has no %s credential", ErrNoScramCredential, ch.User, ch.Mechanism)
+				return nil, fmt.Errorf("%w: user %q has no %s credential", ErrNoScramCredential, ch.User, ch.Mechanism)
 			}
 			delete(next, k)
+			rs = append(rs, &RemoveUserScramCredentialRecord{Name: ch.User, Mechanism: ch.Mechanism})
 			continue
 		}
 		next[k] = *ch.Credential
+		cr := ch.Credential
+		rs = append(rs, &UserScramCredentialRecord{Name: ch.User, Mechanism: ch.Mechanism, Salt: cr.Salt,
+			StoredKey: cr.StoredKey, ServerKey: cr.ServerKey, Iterations: cr.Iterations})
 	}
-	var queued *commitGroup
-	for _, ch := range changes {
-		var r record = &RemoveUserScramCredentialRecord{Name: ch.User, Mechanism: ch.Mechanism}
-		if cr := ch.Credential; cr != nil {
-			r = &UserScramCredentialRecord{Name: ch.User, Mechanism: ch.Mechanism, Salt: cr.Salt,
-				StoredKey: cr.StoredKey, ServerKey: cr.ServerKey, Iterations: cr.Iterations}
-		}
-		g, err := c.changeLocked(r)
-		if err != nil {
-			// A record that fails its own checks, or a catalogue that
-			// refuses changes: the changes queued before it are in the
-			// state and commit with the open group.
-			c.mu.Unlock()
-			if queued != nil {
-				c.commit(queued)
-			}
-			return err
-		}
-		queued = g
-	}
-	c.mu.Unlock()
-	return c.commit(queued)
+	return rs, nil
 }
 
 // EnsureScramUser gives user credentials for every SCRAM mechanism made
