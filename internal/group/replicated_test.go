@@ -125,9 +125,8 @@ func (rg *replicatedGroups) awaitServing(id uint64, group string) {
 // partition's raft group) on the leader's coordinator are served by the
 // next leader's coordinator after the first one's node is stopped; the
 // followers' coordinators answer NOT_COORDINATOR all along. Fails with the
-// shard loading before the replica takes appends (its term's first entry
-// not yet applied: a replay that can miss committed entries) and with a
-// Service that writes to a store of its own instead of the replica's log.
+// load not waiting for the replica to take appends (it is refused at
+// install, and the partition is never served).
 func TestOffsetsSurviveLeaderStopped(t *testing.T) {
 	rg := startReplicatedGroups(t, 2, Config{}, nil)
 	const group = "survivor"
@@ -311,81 +310,88 @@ func (rg *replicatedGroups) leaderOrFail() uint64 {
 	}
 }
 
-// TestMemberContinuesAfterFailover: a classic group's member that joined
-// and synced (generation 1) is loaded by the next coordinator from the
-// log, as Kafka's GroupMetadataManager loads a group: the group Stable at
-// generation 1 with its assignment, the member's session started again at
-// the load (Kafka reschedules every loaded member's heartbeat expiration),
-// so its heartbeat is accepted and its generation's commits too; silent,
-// it expires one session timeout after the load, not before. Fails with
-// the sessions not restarted at load (the member expires at the first
-// tick) and with group metadata not written through the replica.
+// TestMemberContinuesAfterFailover: classic groups whose member joined
+// and synced (generation 1) are loaded by the next coordinator from the
+// log, as Kafka's GroupMetadataManager loads a group: Stable at generation
+// 1 with the assignment, each loaded member's session started again at the
+// load (Kafka reschedules every loaded member's heartbeat expiration). So
+// one member's heartbeat and its generation's commit are accepted (it
+// continues, no rejoin), and the other, silent, expires one session
+// timeout after the load: not before, and not never. Fails with the
+// sessions not restarted at load (the silent member is not expired within
+// three sessions).
 func TestMemberContinuesAfterFailover(t *testing.T) {
 	const session = 2 * time.Second
 	rg := startReplicatedGroups(t, 1, Config{MinSessionTimeout: 100 * time.Millisecond}, nil)
-	const group = "members"
 	rg.c.Elect(1, 0)
-	rg.awaitServing(1, group)
+	rg.awaitServing(1, "continues")
+	// A longer session for the member that continues: its deadline must
+	// not be the tick that expires the silent one.
+	continues := rg.joinAndSync(1, "continues", 4*session)
+	rg.joinAndSync(1, "silent", session)
 
+	rg.c.Stop(1)
+	rg.c.Elect(2, 0)
+	rg.awaitServing(2, "continues")
+	loadedAt := time.Now()
+	hb := kmsg.NewPtrHeartbeatRequest()
+	hb.Version, hb.Group, hb.Generation, hb.MemberID = 3, "continues", 1, continues
+	if r := rg.do(2, hb).(*kmsg.HeartbeatResponse); r.ErrorCode != 0 {
+		t.Fatalf("heartbeat on the new coordinator: %v, want the member to continue at generation 1", kerr.ErrorForCode(r.ErrorCode))
+	}
+	commit := offsetCommitReq("continues", 77)
+	commit.Generation, commit.MemberID = 1, continues
+	if r := rg.do(2, commit).(*kmsg.OffsetCommitResponse); r.Topics[0].Partitions[0].ErrorCode != 0 {
+		t.Fatalf("the member's commit on the new coordinator: %v", kerr.ErrorForCode(r.Topics[0].Partitions[0].ErrorCode))
+	}
+	describe := kmsg.NewPtrDescribeGroupsRequest()
+	describe.Groups = []string{"silent"}
+	d := rg.do(2, describe).(*kmsg.DescribeGroupsResponse).Groups[0]
+	if d.State != "Stable" || len(d.Members) != 1 || string(d.Members[0].MemberAssignment) != "assignment" {
+		t.Fatalf("loaded group: %s with %d members", d.State, len(d.Members))
+	}
+	for {
+		d = rg.do(2, describe).(*kmsg.DescribeGroupsResponse).Groups[0]
+		if len(d.Members) == 0 {
+			break
+		}
+		if time.Since(loadedAt) > 3*session {
+			t.Fatalf("the silent member never expired (state %s)", d.State)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if gone := time.Since(loadedAt); gone < session-200*time.Millisecond {
+		t.Fatalf("the silent member expired %v after the load, before its %v session", gone, session)
+	}
+}
+
+// joinAndSync makes one member join group on node id and sync an
+// assignment: generation 1, Stable.
+func (rg *replicatedGroups) joinAndSync(id uint64, group string, session time.Duration) (member string) {
+	rg.t.Helper()
 	join := kmsg.NewPtrJoinGroupRequest()
 	join.Version, join.Group, join.ProtocolType = 5, group, "consumer"
 	join.SessionTimeoutMillis, join.RebalanceTimeoutMillis = int32(session/time.Millisecond), 5000
 	proto := kmsg.NewJoinGroupRequestProtocol()
 	proto.Name, proto.Metadata = "range", []byte{0, 1}
 	join.Protocols = append(join.Protocols, proto)
-	jr := rg.do(1, join).(*kmsg.JoinGroupResponse)
+	jr := rg.do(id, join).(*kmsg.JoinGroupResponse)
 	if jr.ErrorCode == kerr.MemberIDRequired.Code {
 		join.MemberID = jr.MemberID
-		jr = rg.do(1, join).(*kmsg.JoinGroupResponse)
+		jr = rg.do(id, join).(*kmsg.JoinGroupResponse)
 	}
 	if jr.ErrorCode != 0 || jr.Generation != 1 {
-		t.Fatalf("join: %v generation %d", kerr.ErrorForCode(jr.ErrorCode), jr.Generation)
+		rg.t.Fatalf("join %q: %v generation %d", group, kerr.ErrorForCode(jr.ErrorCode), jr.Generation)
 	}
-	member := jr.MemberID
 	sync := kmsg.NewPtrSyncGroupRequest()
-	sync.Version, sync.Group, sync.Generation, sync.MemberID = 3, group, 1, member
+	sync.Version, sync.Group, sync.Generation, sync.MemberID = 3, group, 1, jr.MemberID
 	a := kmsg.NewSyncGroupRequestGroupAssignment()
-	a.MemberID, a.MemberAssignment = member, []byte("assignment")
+	a.MemberID, a.MemberAssignment = jr.MemberID, []byte("assignment")
 	sync.GroupAssignment = append(sync.GroupAssignment, a)
-	if sr := rg.do(1, sync).(*kmsg.SyncGroupResponse); sr.ErrorCode != 0 {
-		t.Fatalf("sync: %v", kerr.ErrorForCode(sr.ErrorCode))
+	if sr := rg.do(id, sync).(*kmsg.SyncGroupResponse); sr.ErrorCode != 0 {
+		rg.t.Fatalf("sync %q: %v", group, kerr.ErrorForCode(sr.ErrorCode))
 	}
-
-	rg.c.Stop(1)
-	rg.c.Elect(2, 0)
-	rg.awaitServing(2, group)
-	loadedAt := time.Now()
-	hb := kmsg.NewPtrHeartbeatRequest()
-	hb.Version, hb.Group, hb.Generation, hb.MemberID = 3, group, 1, member
-	if r := rg.do(2, hb).(*kmsg.HeartbeatResponse); r.ErrorCode != 0 {
-		t.Fatalf("heartbeat on the new coordinator: %v, want the member to continue at generation 1", kerr.ErrorForCode(r.ErrorCode))
-	}
-	commit := offsetCommitReq(group, 77)
-	commit.Generation, commit.MemberID = 1, member
-	if r := rg.do(2, commit).(*kmsg.OffsetCommitResponse); r.Topics[0].Partitions[0].ErrorCode != 0 {
-		t.Fatalf("the member's commit on the new coordinator: %v", kerr.ErrorForCode(r.Topics[0].Partitions[0].ErrorCode))
-	}
-	describe := kmsg.NewPtrDescribeGroupsRequest()
-	describe.Groups = []string{group}
-	d := rg.do(2, describe).(*kmsg.DescribeGroupsResponse).Groups[0]
-	if d.State != "Stable" || len(d.Members) != 1 || string(d.Members[0].MemberAssignment) != "assignment" {
-		t.Fatalf("loaded group: %s with %d members", d.State, len(d.Members))
-	}
-	// Silent from now: expired one session after its last heartbeat.
-	heartbeatAt := time.Now()
-	for {
-		d = rg.do(2, describe).(*kmsg.DescribeGroupsResponse).Groups[0]
-		if len(d.Members) == 0 {
-			break
-		}
-		if time.Since(heartbeatAt) > 3*session {
-			t.Fatalf("the member never expired (state %s)", d.State)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if gone := time.Since(heartbeatAt); gone < session-100*time.Millisecond {
-		t.Fatalf("the member expired %v after its heartbeat (%v after the load), before its %v session", gone, time.Since(loadedAt), session)
-	}
+	return jr.MemberID
 }
 
 // TestLeadershipLostDuringReplay: node 2 is elected while node 1 led, and
@@ -394,8 +400,8 @@ func TestMemberContinuesAfterFailover(t *testing.T) {
 // NOT_COORDINATOR, never the offset it read). Elected again (lead, lose,
 // lead in a new term), node 2 replays again and serves the newest offset.
 // Fails with the load installed without its epoch check (node 2 serves
-// the stale offset 5) and with a reload that keeps the state of an older
-// term.
+// the stale offset 5) and with shards that do not unload when another
+// node is reported leader (node 1 answers its stale offset 9).
 func TestLeadershipLostDuringReplay(t *testing.T) {
 	hold := make(chan struct{})
 	held := make(chan uint64, 1)
@@ -439,6 +445,14 @@ func TestLeadershipLostDuringReplay(t *testing.T) {
 	rg.awaitServing(2, group)
 	if code, off := rg.fetch(2, group); code != 0 || off != 9 {
 		t.Fatalf("node 2 leading again: %v offset %d, want 9", kerr.ErrorForCode(code), off)
+	}
+	if code := rg.commit(2, group, 10); code != 0 {
+		t.Fatal(kerr.ErrorForCode(code))
+	}
+	// Node 1 resigned and has not written since: it must have dropped
+	// its state, not answer from it.
+	if code, off := rg.fetch(1, group); code != kerr.NotCoordinator.Code {
+		t.Fatalf("node 1 after it resigned: %v offset %d, want NOT_COORDINATOR", kerr.ErrorForCode(code), off)
 	}
 	if code := rg.commit(1, group, 11); code != kerr.NotCoordinator.Code {
 		t.Fatalf("node 1 after it resigned: %v, want NOT_COORDINATOR", kerr.ErrorForCode(code))
