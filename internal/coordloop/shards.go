@@ -240,10 +240,14 @@ func (s *Shards) load(p int32, term uint64, stop chan struct{}) {
 	defer poll.Stop()
 	for {
 		moved := r.Log().Wait()
-		if leader, t := r.Leader(); leader != s.cfg.Self || t != term {
-			return // the reconcile of the new leadership follows
+		// The replica's Leader catches up with what OnLeader reported
+		// only after that Ready's apply: a lag is waited out, a newer
+		// term ends the load (its reconcile follows).
+		leader, t := r.Leader()
+		if t > term {
+			return
 		}
-		if r.Leading() {
+		if leader == s.cfg.Self && t == term && r.Leading() {
 			break
 		}
 		poll.Reset(leadingPoll)
@@ -275,7 +279,8 @@ func (s *Shards) loaded(p int32, term uint64, stop chan struct{}, records []kvlo
 	if leader, t := r.Leader(); err == nil && (leader != s.cfg.Self || t != term || !r.Leading()) {
 		s.log.Info(s.cfg.Store.Topic()+" partition replay abandoned: leadership moved", "partition", p, "term", term)
 		sh.state, sh.stop = shardUnloaded, nil
-		return // the reconcile of the new leadership follows
+		s.reconcile(p) // loads again if this node still leads
+		return
 	}
 	if err == nil {
 		s.cfg.Store.Lead(p, r.Log(), records)

@@ -458,3 +458,89 @@ func TestLeadershipLostDuringReplay(t *testing.T) {
 		t.Fatalf("node 1 after it resigned: %v, want NOT_COORDINATOR", kerr.ErrorForCode(code))
 	}
 }
+
+// TestWaitingJoinAnsweredNotCoordinatorOnMove: a JoinGroup waiting in a
+// rebalance (a second member joined; the first has not rejoined) when
+// leadership of the group's partition moves to another node is answered
+// NOT_COORDINATOR at once, as Kafka's unload answers the requests it holds
+// (the client finds the new coordinator and joins there); the new
+// coordinator has the group as the log holds it (Stable, generation 1, the
+// first member) and takes the second member's join. Fails with
+// UnloadPartition not answering the waiting requests (the join is never
+// answered).
+func TestWaitingJoinAnsweredNotCoordinatorOnMove(t *testing.T) {
+	const session = 10 * time.Second
+	rg := startReplicatedGroups(t, 1, Config{}, nil)
+	const group = "rebalancing"
+	rg.c.Elect(1, 0)
+	rg.awaitServing(1, group)
+	first := rg.joinAndSync(1, group, session)
+
+	join := kmsg.NewPtrJoinGroupRequest()
+	join.Version, join.Group, join.ProtocolType = 5, group, "consumer"
+	join.SessionTimeoutMillis, join.RebalanceTimeoutMillis = int32(session/time.Millisecond), int32(session/time.Millisecond)
+	proto := kmsg.NewJoinGroupRequestProtocol()
+	proto.Name, proto.Metadata = "range", []byte{0, 1}
+	join.Protocols = append(join.Protocols, proto)
+	waiting := make(chan *kmsg.JoinGroupResponse, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		resp, err := rg.svc(1).Do(ctx, "client", "127.0.0.1", join)
+		if err != nil {
+			waiting <- nil
+			return
+		}
+		waiting <- resp.(*kmsg.JoinGroupResponse)
+	}()
+	// The join waits for the first member to rejoin (v5: a join without
+	// a member id first gets MEMBER_ID_REQUIRED; franz-go rejoins at once).
+	var r *kmsg.JoinGroupResponse
+	select {
+	case r = <-waiting:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no MEMBER_ID_REQUIRED")
+	}
+	if r == nil || r.ErrorCode != kerr.MemberIDRequired.Code {
+		t.Fatalf("first join: %+v", r)
+	}
+	join.MemberID = r.MemberID
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		resp, err := rg.svc(1).Do(ctx, "client", "127.0.0.1", join)
+		if err != nil {
+			waiting <- nil
+			return
+		}
+		waiting <- resp.(*kmsg.JoinGroupResponse)
+	}()
+	describe := kmsg.NewPtrDescribeGroupsRequest()
+	describe.Groups = []string{group}
+	rg.c.TickUntil(300, "the group rebalancing", func() bool {
+		return rg.do(1, describe).(*kmsg.DescribeGroupsResponse).Groups[0].State == "PreparingRebalance"
+	})
+	select {
+	case r := <-waiting:
+		t.Fatalf("the second join answered before the first member rejoined: %+v", r)
+	default:
+	}
+	moved := time.Now()
+	rg.c.Elect(2, 0)
+	select {
+	case r := <-waiting:
+		if r == nil || r.ErrorCode != kerr.NotCoordinator.Code {
+			t.Fatalf("the waiting join after the move: %+v, want NOT_COORDINATOR", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting join not answered after leadership moved")
+	}
+	if took := time.Since(moved); took > 5*time.Second {
+		t.Fatalf("the waiting join answered %v after the move", took)
+	}
+	rg.awaitServing(2, group)
+	d := rg.do(2, describe).(*kmsg.DescribeGroupsResponse).Groups[0]
+	if d.State != "Stable" || len(d.Members) != 1 || d.Members[0].MemberID != first {
+		t.Fatalf("the group on the new coordinator: %s with %d members, want Stable with the first", d.State, len(d.Members))
+	}
+}
