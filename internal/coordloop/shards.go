@@ -56,8 +56,13 @@ type ShardMachine interface {
 	// serves its owners.
 	LoadPartition(p int32, records []kvlog.Record) error
 	// UnloadPartition forgets a partition's owners and answers the
-	// requests waiting on them NOT_COORDINATOR.
+	// requests waiting on them NOT_COORDINATOR (also called for a
+	// partition not loaded: it ends LoadingPartition).
 	UnloadPartition(p int32)
+	// LoadingPartition marks an unloaded partition as being replayed:
+	// its owners answer COORDINATOR_LOAD_IN_PROGRESS until
+	// LoadPartition or UnloadPartition.
+	LoadingPartition(p int32)
 }
 
 // Replicated is what a coordinator's Service is given to serve an
@@ -199,6 +204,7 @@ func (s *Shards) reconcile(p int32) {
 	s.loads.Add(1)
 	s.mu.Unlock()
 	*sh = shard{state: shardLoading, epoch: lt.term, stop: make(chan struct{})}
+	s.cfg.Machine.LoadingPartition(p)
 	s.log.Info(s.cfg.Store.Topic()+" partition elected: loading", "partition", p, "term", lt.term)
 	go s.load(p, lt.term, sh.stop)
 }
@@ -223,6 +229,7 @@ func (s *Shards) unload(p int32, why string) {
 		return
 	case shardLoading:
 		close(sh.stop)
+		s.cfg.Machine.UnloadPartition(p) // no longer loading
 	case shardActive:
 		s.cfg.Store.Resign(p)
 		s.cfg.Machine.UnloadPartition(p)
@@ -279,6 +286,7 @@ func (s *Shards) loaded(p int32, term uint64, stop chan struct{}, records []kvlo
 	if leader, t := r.Leader(); err == nil && (leader != s.cfg.Self || t != term || !r.Leading()) {
 		s.log.Info(s.cfg.Store.Topic()+" partition replay abandoned: leadership moved", "partition", p, "term", term)
 		sh.state, sh.stop = shardUnloaded, nil
+		s.cfg.Machine.UnloadPartition(p)
 		s.reconcile(p) // loads again if this node still leads
 		return
 	}
@@ -294,6 +302,7 @@ func (s *Shards) loaded(p int32, term uint64, stop chan struct{}, records []kvlo
 		// elected again.
 		s.log.Error(s.cfg.Store.Topic()+" partition replay failed; its owners answer NOT_COORDINATOR", "partition", p, "term", term, "err", err)
 		sh.state, sh.stop = shardUnloaded, nil
+		s.cfg.Machine.UnloadPartition(p)
 		return
 	}
 	sh.state = shardActive
@@ -321,6 +330,7 @@ func (s *Shards) Close() {
 			if s.shards[p].state == shardLoading {
 				close(s.shards[p].stop)
 				s.shards[p].state, s.shards[p].stop = shardUnloaded, nil
+				s.cfg.Machine.UnloadPartition(int32(p))
 			}
 		}
 	}

@@ -147,6 +147,7 @@ func TestOffsetsSurviveLeaderStopped(t *testing.T) {
 		}
 	}
 	rg.c.Stop(1)
+	stopped := time.Now()
 	stop := rg.c.Ticking()
 	defer stop()
 	var next uint64
@@ -164,6 +165,7 @@ func TestOffsetsSurviveLeaderStopped(t *testing.T) {
 			if off != 200 {
 				t.Fatalf("node %d after the failover: offset %d, want 200 (the last commit acknowledged)", next, off)
 			}
+			t.Logf("node %d serves the group %v after node 1 stopped (ticks every 10 ms)", next, time.Since(stopped).Round(time.Millisecond))
 			break
 		}
 		if !movedCode(code) || time.Now().After(deadline) {
@@ -428,6 +430,10 @@ func TestLeadershipLostDuringReplay(t *testing.T) {
 	case <-held:
 	case <-time.After(10 * time.Second):
 		t.Fatal("node 2 never replayed")
+	}
+	// Loading: Kafka's answer while a partition loads.
+	if code, off := rg.fetch(2, group); code != kerr.CoordinatorLoadInProgress.Code {
+		t.Fatalf("node 2 while it replays: %v offset %d, want COORDINATOR_LOAD_IN_PROGRESS", kerr.ErrorForCode(code), off)
 	}
 	rg.c.Elect(1, 0)
 	rg.awaitServing(1, group)
