@@ -419,6 +419,10 @@ func TestLeadershipLostDuringReplay(t *testing.T) {
 			<-hold
 		}
 	})
+	// Released at the latest before the Services close (cleanups run
+	// last in, first out): Close waits for the held load.
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(hold) }) })
 	const group = "flap"
 	rg.c.Elect(1, 0)
 	rg.awaitServing(1, group)
@@ -440,7 +444,7 @@ func TestLeadershipLostDuringReplay(t *testing.T) {
 	if code := rg.commit(1, group, 9); code != 0 {
 		t.Fatal(kerr.ErrorForCode(code))
 	}
-	close(hold)
+	release.Do(func() { close(hold) })
 	for range 20 { // the abandoned replay's hand-off has run by now
 		rg.c.Tick()
 	}
