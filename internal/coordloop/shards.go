@@ -65,6 +65,18 @@ type ShardMachine interface {
 	LoadingPartition(p int32)
 }
 
+// PartitionSet is a set of an internal topic's partitions (nil: none):
+// the coordinators' unloaded and loading partitions.
+type PartitionSet map[int32]bool
+
+// Add puts p in the set, making it if nil.
+func (s *PartitionSet) Add(p int32) {
+	if *s == nil {
+		*s = PartitionSet{}
+	}
+	(*s)[p] = true
+}
+
 // Replicated is what a coordinator's Service is given to serve an
 // internal topic's replicated partitions (group.ServiceConfig,
 // txn.ServiceConfig).
@@ -129,9 +141,13 @@ type Shards struct {
 // appends does, or when it is abandoned).
 const leadingPoll = 20 * time.Millisecond
 
-// NewShards returns the shards of cfg's partitions, all unloaded; Start
-// reconciles them with their replicas' leadership.
+// NewShards returns the shards of cfg's partitions, all unloaded (the
+// machine's UnloadPartition for each: call it before the loop starts);
+// Start reconciles them with their replicas' leadership.
 func NewShards(cfg ShardsConfig) *Shards {
+	for p := range cfg.Replicas {
+		cfg.Machine.UnloadPartition(int32(p))
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

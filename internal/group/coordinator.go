@@ -160,7 +160,7 @@ type Coordinator struct {
 	unloaded map[int32]bool
 	// loading are the unloaded partitions being replayed
 	// (LoadingPartition): their groups answer COORDINATOR_LOAD_IN_PROGRESS.
-	loading map[int32]bool
+	loading coordloop.PartitionSet
 	// markedEpochs is, per producer id, the epoch of the last transaction
 	// marker written here (txn.go): a TxnOffsetCommit of an older epoch
 	// arrived late (its transaction ended) and is fenced.

@@ -143,9 +143,6 @@ func startReplicated(cfg ServiceConfig) (*Service, error) {
 	store := kvlog.NewReplicatedStore(StoreConfig{Topic: OffsetsTopic, Partitions: cfg.Coordinator.OffsetsPartitions,
 		Clock: cfg.Clock, Logger: cfg.Logger, MaxBatchBytes: cfg.OffsetsMaxBatchBytes})
 	c := New(cfg.Coordinator)
-	for p := range cfg.Coordinator.OffsetsPartitions {
-		c.UnloadPartition(p)
-	}
 	c.Loaded(cfg.Clock.Now())
 	s := &Service{cfg: cfg, log: cfg.Logger, store: store, c: c}
 	s.loop = coordloop.New[Request, kmsg.Response](machine{c, s}, store, cfg.Clock, idleTick, ErrClosed)

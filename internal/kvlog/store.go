@@ -153,9 +153,9 @@ func (ls *liveSet) records() []Record {
 	return out
 }
 
-// OpenStore opens (recovering) every partition and returns the records in
-// them, partition by partition, oldest first.
-func OpenStore(cfg StoreConfig) (*Store, []Record, error) {
+// setDefaults fills what both kinds of store need: one partition, the
+// real clock, the default logger, the default batch bound.
+func (cfg *StoreConfig) setDefaults() {
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = 1
 	}
@@ -165,14 +165,20 @@ func OpenStore(cfg StoreConfig) (*Store, []Record, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.MaxBatchBytes <= 0 {
+		cfg.MaxBatchBytes = defaultMaxBatchBytes
+	}
+}
+
+// OpenStore opens (recovering) every partition and returns the records in
+// them, partition by partition, oldest first.
+func OpenStore(cfg StoreConfig) (*Store, []Record, error) {
+	cfg.setDefaults()
 	if cfg.CompactAfterBytes <= 0 {
 		cfg.CompactAfterBytes = defaultCompactAfterBytes
 	}
 	if cfg.SegmentBytes <= 0 {
 		cfg.SegmentBytes = defaultSegmentBytes
-	}
-	if cfg.MaxBatchBytes <= 0 {
-		cfg.MaxBatchBytes = defaultMaxBatchBytes
 	}
 	s := &Store{cfg: cfg, logs: make([]*plog.Log, cfg.Partitions), live: make([]*liveSet, cfg.Partitions), broken: make([]error, cfg.Partitions)}
 	var records []Record
@@ -380,18 +386,7 @@ func (s *Store) compact(p int32) error {
 // (docs/replication.md 4d). cfg's FS, DataDir and the tuning of the logs
 // are unused (the replicas own their logs).
 func NewReplicatedStore(cfg StoreConfig) *Store {
-	if cfg.Partitions <= 0 {
-		cfg.Partitions = 1
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.MaxBatchBytes <= 0 {
-		cfg.MaxBatchBytes = defaultMaxBatchBytes
-	}
+	cfg.setDefaults()
 	s := &Store{cfg: cfg, logs: make([]*plog.Log, cfg.Partitions), live: make([]*liveSet, cfg.Partitions),
 		broken: make([]error, cfg.Partitions), replicated: true}
 	for p := range s.broken {

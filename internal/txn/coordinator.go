@@ -249,7 +249,7 @@ type Coordinator struct {
 	unloaded map[int32]bool
 	// loading are the unloaded partitions being replayed
 	// (LoadingPartition): their ids answer COORDINATOR_LOAD_IN_PROGRESS.
-	loading map[int32]bool
+	loading coordloop.PartitionSet
 }
 
 // New returns an empty coordinator; Load the log, then call Loaded.

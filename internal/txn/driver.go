@@ -161,9 +161,6 @@ func startReplicated(cfg ServiceConfig) (*Service, error) {
 	store := kvlog.NewReplicatedStore(kvlog.StoreConfig{Topic: StateTopic, Partitions: cfg.Coordinator.StatePartitions,
 		Clock: cfg.Clock, Logger: cfg.Logger})
 	c := New(cfg.Coordinator)
-	for p := range cfg.Coordinator.StatePartitions {
-		c.UnloadPartition(p)
-	}
 	c.Loaded(cfg.Clock.Now())
 	s := &Service{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, store: store, c: c}
 	s.loop = coordloop.New[Request, Response](machine{c, s}, store, cfg.Clock, idleTick, ErrClosed)

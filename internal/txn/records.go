@@ -188,11 +188,7 @@ func (c *Coordinator) LoadPartition(p int32, records []Record) error {
 // COORDINATOR_LOAD_IN_PROGRESS, as Kafka's while it loads, until
 // LoadPartition (or UnloadPartition, the load abandoned).
 func (c *Coordinator) LoadingPartition(p int32) {
-	if !c.unloaded[p] {
-		return
+	if c.unloaded[p] {
+		c.loading.Add(p)
 	}
-	if c.loading == nil {
-		c.loading = map[int32]bool{}
-	}
-	c.loading[p] = true
 }
