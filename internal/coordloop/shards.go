@@ -141,6 +141,17 @@ type Shards struct {
 // appends does, or when it is abandoned).
 const leadingPoll = 20 * time.Millisecond
 
+// NewReplicated returns the loop of m, whose store is a replicated one,
+// and the shards that drive m's partitions from rep's replicas; start the
+// loop, then the shards.
+func NewReplicated[Req, Resp any, M interface {
+	Machine[Req, Resp]
+	ShardMachine
+}](m M, store *kvlog.Store, clk clock.Clock, idle time.Duration, closed error, rep Replicated, logger *slog.Logger) (*Loop[Req, Resp], *Shards) {
+	loop := New[Req, Resp](m, store, clk, idle, closed)
+	return loop, NewShards(ShardsConfig{Replicated: rep, Store: store, Machine: m, Post: loop.Post, Clock: clk, Logger: logger})
+}
+
 // NewShards returns the shards of cfg's partitions, all unloaded (the
 // machine's UnloadPartition for each: call it before the loop starts);
 // Start reconciles them with their replicas' leadership.

@@ -205,67 +205,57 @@ func TestNeverAWrongAnswerDuringMoves(t *testing.T) {
 		defer cancel()
 		return rg.svc(id).Do(ctx, "client", "127.0.0.1", req)
 	}
+	// untilDone calls fn with each live node in turn until done.
+	untilDone := func(fn func(id uint64)) {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			for id := uint64(1); id <= 3; id++ {
+				if !rg.c.Stopped(id) {
+					fn(id)
+				}
+			}
+		}
+	}
 	wg.Add(2)
-	go func() { // the committer
-		defer wg.Done()
-		next := int64(1)
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			for id := uint64(1); id <= 3; id++ {
-				if rg.c.Stopped(id) {
-					continue
-				}
-				resp, err := ask(id, offsetCommitReq(group, next))
-				if err != nil {
-					continue
-				}
-				switch code := resp.(*kmsg.OffsetCommitResponse).Topics[0].Partitions[0].ErrorCode; {
-				case code == 0:
-					acked.Store(next)
-					next++
-				case !movedCode(code):
-					wrong.Store(fmt.Sprintf("commit on node %d: %v", id, kerr.ErrorForCode(code)))
-				}
-			}
-			time.Sleep(time.Millisecond)
+	next := int64(1)               // the committer's
+	go untilDone(func(id uint64) { // the committer
+		resp, err := ask(id, offsetCommitReq(group, next))
+		if err != nil {
+			return
 		}
-	}()
-	go func() { // the reader
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			for id := uint64(1); id <= 3; id++ {
-				if rg.c.Stopped(id) {
-					continue
-				}
-				before := acked.Load()
-				resp, err := ask(id, offsetFetchReq(group))
-				if err != nil {
-					continue
-				}
-				r := resp.(*kmsg.OffsetFetchResponse)
-				code, off := r.ErrorCode, int64(-1)
-				if code == 0 {
-					code, off = r.Topics[0].Partitions[0].ErrorCode, r.Topics[0].Partitions[0].Offset
-				}
-				switch {
-				case movedCode(code):
-				case code != 0:
-					wrong.Store(fmt.Sprintf("fetch on node %d: %v", id, kerr.ErrorForCode(code)))
-				case off < before:
-					wrong.Store(fmt.Sprintf("fetch on node %d: offset %d, but %d was acknowledged before it was asked", id, off, before))
-				}
-			}
+		switch code := resp.(*kmsg.OffsetCommitResponse).Topics[0].Partitions[0].ErrorCode; {
+		case code == 0:
+			acked.Store(next)
+			next++
+		case !movedCode(code):
+			wrong.Store(fmt.Sprintf("commit on node %d: %v", id, kerr.ErrorForCode(code)))
 		}
-	}()
+		time.Sleep(time.Millisecond / 3)
+	})
+	go untilDone(func(id uint64) { // the reader
+		before := acked.Load()
+		resp, err := ask(id, offsetFetchReq(group))
+		if err != nil {
+			return
+		}
+		r := resp.(*kmsg.OffsetFetchResponse)
+		code, off := r.ErrorCode, int64(-1)
+		if code == 0 {
+			code, off = r.Topics[0].Partitions[0].ErrorCode, r.Topics[0].Partitions[0].Offset
+		}
+		switch {
+		case movedCode(code):
+		case code != 0:
+			wrong.Store(fmt.Sprintf("fetch on node %d: %v", id, kerr.ErrorForCode(code)))
+		case off < before:
+			wrong.Store(fmt.Sprintf("fetch on node %d: offset %d, but %d was acknowledged before it was asked", id, off, before))
+		}
+	})
 	waitCommits := func(n int64) {
 		t.Helper()
 		want := acked.Load() + n

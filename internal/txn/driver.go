@@ -163,10 +163,8 @@ func startReplicated(cfg ServiceConfig) (*Service, error) {
 	c := New(cfg.Coordinator)
 	c.Loaded(cfg.Clock.Now())
 	s := &Service{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, store: store, c: c}
-	s.loop = coordloop.New[Request, Response](machine{c, s}, store, cfg.Clock, idleTick, ErrClosed)
 	s.jobsCtx, s.cancelJobs = context.WithCancel(context.Background())
-	s.shards = coordloop.NewShards(coordloop.ShardsConfig{Replicated: *cfg.Replicated, Store: store,
-		Machine: machine{c, s}, Post: s.loop.Post, Clock: cfg.Clock, Logger: cfg.Logger})
+	s.loop, s.shards = coordloop.NewReplicated[Request, Response](machine{c, s}, store, cfg.Clock, idleTick, ErrClosed, *cfg.Replicated, cfg.Logger)
 	s.loop.Start()
 	s.shards.Start()
 	return s, nil
