@@ -158,6 +158,9 @@ type Coordinator struct {
 	// unloaded are the __consumer_offsets partitions whose groups are not
 	// in memory (their log failed; see UnloadPartition).
 	unloaded map[int32]bool
+	// loading are the unloaded partitions being replayed
+	// (LoadingPartition): their groups answer COORDINATOR_LOAD_IN_PROGRESS.
+	loading coordloop.PartitionSet
 	// markedEpochs is, per producer id, the epoch of the last transaction
 	// marker written here (txn.go): a TxnOffsetCommit of an older epoch
 	// arrived late (its transaction ended) and is fenced.
@@ -212,6 +215,9 @@ func (c *Coordinator) partitionFor(group string) int32 {
 // coordinates, COORDINATOR_LOAD_IN_PROGRESS while loading.
 func (c *Coordinator) checkCoordinator(group string) int16 {
 	if p := c.partitionFor(group); c.cfg.Owns != nil && !c.cfg.Owns(p) || c.unloaded[p] {
+		if c.loading[p] {
+			return kerr.CoordinatorLoadInProgress.Code
+		}
 		return kerr.NotCoordinator.Code
 	}
 	if !c.loaded {

@@ -51,4 +51,10 @@
 // replays them, and compacts them by snapshot (the live records appended
 // again, then the log start advanced past the history); the Service (driver.go) is the single goroutine that owns
 // a Coordinator and a Store.
+//
+// With ServiceConfig.Replicated the partitions are replicated ones
+// (internal/replica) and the Service serves a partition's groups only
+// while this node leads it: coordloop.Shards loads the partition from its
+// log when elected and unloads it when it resigns (docs/replication.md
+// 4d).
 package group

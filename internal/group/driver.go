@@ -12,6 +12,7 @@ import (
 	"github.com/sushka-io/sushka/internal/clock"
 	"github.com/sushka-io/sushka/internal/coordloop"
 	"github.com/sushka-io/sushka/internal/errresp"
+	"github.com/sushka-io/sushka/internal/kvlog"
 	"github.com/sushka-io/sushka/internal/plog"
 	"github.com/sushka-io/sushka/internal/vfs"
 )
@@ -41,6 +42,14 @@ type ServiceConfig struct {
 	// OffsetsMaxBatchBytes bounds one batch of __consumer_offsets
 	// (StoreConfig.MaxBatchBytes); zero takes the default, 64 MiB.
 	OffsetsMaxBatchBytes int
+
+	// Replicated, when set, makes __consumer_offsets its replicated
+	// partitions (OffsetsPartitions is then their number; FS, DataDir and
+	// the store's tuning are unused): a partition's groups are served only
+	// while this node leads it, loaded from its log when elected, dropped
+	// when it resigns (coordloop.Shards; docs/replication.md 4d). The
+	// broker reports leadership with LeaderChanged.
+	Replicated *coordloop.Replicated
 }
 
 // Service is the driver: the one goroutine (a coordloop.Loop) that owns a
@@ -52,6 +61,8 @@ type Service struct {
 	log   *slog.Logger
 	store *Store
 	loop  *coordloop.Loop[Request, kmsg.Response]
+	// shards follow the partitions' leadership (nil: not replicated).
+	shards *coordloop.Shards
 
 	// Owned by the loop's goroutine.
 	c *Coordinator
@@ -82,6 +93,9 @@ func Start(cfg ServiceConfig) (*Service, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Replicated != nil {
+		return startReplicated(cfg)
 	}
 	cfg.Coordinator.setDefaults()
 	started := time.Now()
@@ -118,6 +132,34 @@ func Start(cfg ServiceConfig) (*Service, error) {
 	return s, nil
 }
 
+// startReplicated starts a Service over replicated partitions: every
+// partition unloaded until its shard loads it.
+func startReplicated(cfg ServiceConfig) (*Service, error) {
+	cfg.Coordinator.OffsetsPartitions = int32(len(cfg.Replicated.Replicas))
+	if cfg.Coordinator.OffsetsPartitions == 0 {
+		return nil, errors.New("group: a replicated " + OffsetsTopic + " with no partitions")
+	}
+	cfg.Coordinator.setDefaults()
+	store := kvlog.NewReplicatedStore(StoreConfig{Topic: OffsetsTopic, Partitions: cfg.Coordinator.OffsetsPartitions,
+		Clock: cfg.Clock, Logger: cfg.Logger, MaxBatchBytes: cfg.OffsetsMaxBatchBytes})
+	c := New(cfg.Coordinator)
+	c.Loaded(cfg.Clock.Now())
+	s := &Service{cfg: cfg, log: cfg.Logger, store: store, c: c}
+	s.loop, s.shards = coordloop.NewReplicated[Request, kmsg.Response](machine{c, s}, store, cfg.Clock, idleTick, ErrClosed, *cfg.Replicated, cfg.Logger)
+	s.loop.Start()
+	s.shards.Start()
+	return s, nil
+}
+
+// LeaderChanged reports a change of the leader of __consumer_offsets
+// partition p (replica.Config.OnLeader of its replica): it never blocks.
+// A Service that is not replicated ignores it.
+func (s *Service) LeaderChanged(p int32, leader, term uint64) {
+	if s.shards != nil {
+		s.shards.LeaderChanged(p, leader, term)
+	}
+}
+
 // Store returns the __consumer_offsets store.
 func (s *Service) Store() *Store { return s.store }
 
@@ -146,6 +188,9 @@ func (s *Service) SetAddress(host string, port int32) {
 // Close stops the driver, answers the requests still waiting with
 // COORDINATOR_NOT_AVAILABLE and closes the store.
 func (s *Service) Close() error {
+	if s.shards != nil {
+		s.shards.Close()
+	}
 	s.loop.Stop()
 	return s.store.Close()
 }
@@ -238,6 +283,16 @@ func (s *Service) flush() {
 // the store reopens it (Store.ReopenBroken, each round) and brings them
 // back.
 func (s *Service) unload(p int32, err error) {
+	if s.shards != nil {
+		// A replicated partition's write fails when this node no longer
+		// leads it: NOT_COORDINATOR, and the shard loads again only
+		// from the log, if this node still leads.
+		s.log.Info("group coordinator: writing to "+OffsetsTopic+" failed; its groups answer NOT_COORDINATOR",
+			"partition", p, "err", err)
+		s.c.UnloadPartition(p)
+		s.shards.Lost(p)
+		return
+	}
 	s.log.Error("group coordinator: persisting to "+OffsetsTopic+" failed; its groups answer NOT_COORDINATOR until the log can be written again",
 		"partition", p, "err", err)
 	s.c.UnloadPartition(p)

@@ -90,6 +90,7 @@ func (c *Coordinator) UnloadPartition(p int32) {
 		c.unloaded = map[int32]bool{}
 	}
 	c.unloaded[p] = true
+	delete(c.loading, p)
 	for _, g := range c.sortedGroups() {
 		if c.partitionFor(g.name) == p {
 			c.forgetGroup(g, kerr.NotCoordinator.Code)
@@ -111,7 +112,18 @@ func (c *Coordinator) LoadPartition(p int32, records []Record) error {
 		}
 	}
 	delete(c.unloaded, p)
+	delete(c.loading, p)
 	return nil
+}
+
+// LoadingPartition marks unloaded partition p as being replayed (this
+// node was elected its leader): its groups answer
+// COORDINATOR_LOAD_IN_PROGRESS, as Kafka's while it loads, until
+// LoadPartition (or UnloadPartition, the load abandoned).
+func (c *Coordinator) LoadingPartition(p int32) {
+	if c.unloaded[p] {
+		c.loading.Add(p)
+	}
 }
 
 // requestGroups returns the groups a request reads or changes.

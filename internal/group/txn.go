@@ -265,6 +265,8 @@ func (c *Coordinator) writeTxnMarkers(req *kmsg.WriteTxnMarkersRequest) *kmsg.Wr
 		switch {
 		case topic != OffsetsTopic || p < 0 || p >= c.cfg.OffsetsPartitions:
 			return kerr.UnknownTopicOrPartition.Code
+		case c.loading[p]:
+			return kerr.CoordinatorLoadInProgress.Code
 		case c.cfg.Owns != nil && !c.cfg.Owns(p) || c.unloaded[p]:
 			return kerr.NotCoordinator.Code
 		case !c.loaded:

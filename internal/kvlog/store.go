@@ -101,6 +101,10 @@ type Store struct {
 	// reopenAt is when ReopenBroken next tries the broken partitions
 	// (zero: none is broken, or the last try found them all open).
 	reopenAt time.Time
+	// replicated: the logs are replicated partitions' (NewReplicatedStore),
+	// owned by their replicas; a partition is held only while this node
+	// leads it (Lead, Resign), never closed, broken or compacted here.
+	replicated bool
 }
 
 // liveSet is the latest record of every key of one partition, with the
@@ -149,9 +153,9 @@ func (ls *liveSet) records() []Record {
 	return out
 }
 
-// OpenStore opens (recovering) every partition and returns the records in
-// them, partition by partition, oldest first.
-func OpenStore(cfg StoreConfig) (*Store, []Record, error) {
+// setDefaults fills what both kinds of store need: one partition, the
+// real clock, the default logger, the default batch bound.
+func (cfg *StoreConfig) setDefaults() {
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = 1
 	}
@@ -161,14 +165,20 @@ func OpenStore(cfg StoreConfig) (*Store, []Record, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.MaxBatchBytes <= 0 {
+		cfg.MaxBatchBytes = defaultMaxBatchBytes
+	}
+}
+
+// OpenStore opens (recovering) every partition and returns the records in
+// them, partition by partition, oldest first.
+func OpenStore(cfg StoreConfig) (*Store, []Record, error) {
+	cfg.setDefaults()
 	if cfg.CompactAfterBytes <= 0 {
 		cfg.CompactAfterBytes = defaultCompactAfterBytes
 	}
 	if cfg.SegmentBytes <= 0 {
 		cfg.SegmentBytes = defaultSegmentBytes
-	}
-	if cfg.MaxBatchBytes <= 0 {
-		cfg.MaxBatchBytes = defaultMaxBatchBytes
 	}
 	s := &Store{cfg: cfg, logs: make([]*plog.Log, cfg.Partitions), live: make([]*liveSet, cfg.Partitions), broken: make([]error, cfg.Partitions)}
 	var records []Record
@@ -226,12 +236,21 @@ func (s *Store) Reopen(p int32) ([]Record, error) {
 	if s.broken[p] == nil {
 		return nil, fmt.Errorf("kvlog: %s-%d is not broken", s.cfg.Topic, p)
 	}
+	if s.replicated {
+		return nil, fmt.Errorf("kvlog: %s-%d is replicated: it comes back by Lead", s.cfg.Topic, p)
+	}
 	return s.open(p)
 }
 
 // breakPartition closes partition p after a failed write; ReopenBroken
-// tries it ReopenInterval later.
+// tries it ReopenInterval later. A replicated partition is resigned
+// instead: its write failed because this node no longer leads it (or the
+// replica failed), and it comes back only by a new Lead.
 func (s *Store) breakPartition(p int32, err error) {
+	if s.replicated {
+		s.Resign(p)
+		return
+	}
 	if l := s.logs[p]; l != nil {
 		l.Close() // its error is the one already reported (sticky)
 	}
@@ -298,6 +317,11 @@ func (s *Store) LiveRecords(owner string) []Record {
 // Service calls it after its appends; it must not run concurrently with
 // Append.
 func (s *Store) MaybeCompact() map[int32]error {
+	if s.replicated {
+		// A replicated log's start moves by raft snapshots, not by
+		// DeleteRecordsBefore on one replica (docs/replication.md 4d).
+		return nil
+	}
 	var failed map[int32]error
 	for p, ls := range s.live {
 		if s.logs[p] == nil {
@@ -354,6 +378,49 @@ func (s *Store) compact(p int32) error {
 		"live_bytes", ls.bytes, "log_bytes_before", before, "log_bytes_after", ls.sizeAtCheck, "log_start", start)
 	return nil
 }
+
+// NewReplicatedStore is an internal topic whose partitions are replicated
+// partitions' logs (internal/replica), appended through raft with
+// AckForced (answered once committed). It holds no partition until Lead:
+// a coordinator serves a partition only while this node leads it
+// (docs/replication.md 4d). cfg's FS, DataDir and the tuning of the logs
+// are unused (the replicas own their logs).
+func NewReplicatedStore(cfg StoreConfig) *Store {
+	cfg.setDefaults()
+	s := &Store{cfg: cfg, logs: make([]*plog.Log, cfg.Partitions), live: make([]*liveSet, cfg.Partitions),
+		broken: make([]error, cfg.Partitions), replicated: true}
+	for p := range s.broken {
+		s.broken[p] = errNotLed
+	}
+	return s
+}
+
+// Lead makes partition p of a replicated store this node's: records are
+// its log's replay (ReplayLog, done while leading in the current term),
+// its appends go to l from now on.
+func (s *Store) Lead(p int32, l *plog.Log, records []Record) {
+	ls := newLiveSet()
+	for _, r := range records {
+		ls.add(r)
+	}
+	ls.sizeAtCheck = l.Size()
+	s.logs[p], s.live[p], s.broken[p] = l, ls, nil
+}
+
+// Resign lets go of partition p of a replicated store (another node leads
+// it): appends for it fail until the next Lead.
+func (s *Store) Resign(p int32) {
+	s.logs[p], s.live[p] = nil, nil
+	s.broken[p] = errNotLed
+}
+
+// errNotLed is why a replicated partition not led here takes no append.
+var errNotLed = fmt.Errorf("this node does not lead the partition: %w", plog.ErrNotLeader)
+
+// ReplayLog reads every record of a partition log below its high
+// watermark, oldest first: a coordinator's replay of a partition it starts
+// to lead. It may run on any goroutine (the log's reads are).
+func ReplayLog(l *plog.Log, partition int32) ([]Record, error) { return replay(l, partition) }
 
 // replay reads every record of one partition log.
 func replay(l *plog.Log, partition int32) ([]Record, error) {
@@ -499,6 +566,9 @@ func (s *Store) Append(records []Record) map[int32]error {
 // zero, and is answered COORDINATOR_NOT_AVAILABLE).
 func (s *Store) Partitions() int32 { return s.cfg.Partitions }
 
+// Topic is the internal topic's name.
+func (s *Store) Topic() string { return s.cfg.Topic }
+
 // Log returns a partition's log (Metadata and ListOffsets report it).
 func (s *Store) Log(p int32) *plog.Log {
 	if p < 0 || int(p) >= len(s.logs) {
@@ -507,8 +577,13 @@ func (s *Store) Log(p int32) *plog.Log {
 	return s.logs[p]
 }
 
-// Close closes every partition log.
+// Close closes every partition log (a replicated store's belong to their
+// replicas: it only lets go of them).
 func (s *Store) Close() error {
+	if s.replicated {
+		s.logs = nil
+		return nil
+	}
 	var first error
 	for _, l := range s.logs {
 		if l == nil {

@@ -247,6 +247,9 @@ type Coordinator struct {
 	// unloaded are the __transaction_state partitions whose state is not
 	// in memory (their log failed; see UnloadPartition).
 	unloaded map[int32]bool
+	// loading are the unloaded partitions being replayed
+	// (LoadingPartition): their ids answer COORDINATOR_LOAD_IN_PROGRESS.
+	loading coordloop.PartitionSet
 }
 
 // New returns an empty coordinator; Load the log, then call Loaded.
@@ -280,7 +283,10 @@ func (c *Coordinator) partitionFor(id string) int32 {
 // its state is looked at: NOT_COORDINATOR for an id whose partition is
 // unavailable, COORDINATOR_LOAD_IN_PROGRESS while loading.
 func (c *Coordinator) checkCoordinator(id string) int16 {
-	if c.unloaded[c.partitionFor(id)] {
+	if p := c.partitionFor(id); c.unloaded[p] {
+		if c.loading[p] {
+			return kerr.CoordinatorLoadInProgress.Code
+		}
 		return kerr.NotCoordinator.Code
 	}
 	if !c.loaded {

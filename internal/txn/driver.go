@@ -51,6 +51,16 @@ type ServiceConfig struct {
 	// store (kvlog.StoreConfig); zero takes the defaults.
 	CompactAfterBytes int64
 	SegmentBytes      int64
+
+	// Replicated, when set, makes __transaction_state its replicated
+	// partitions (StatePartitions is then their number; FS, DataDir and
+	// the store's tuning are unused): a partition's transactional ids are
+	// served only while this node leads it, loaded from its log when
+	// elected (prepared transactions then get their markers written, as
+	// at a restart), dropped when it resigns (coordloop.Shards;
+	// docs/replication.md 4d). The broker reports leadership with
+	// LeaderChanged.
+	Replicated *coordloop.Replicated
 }
 
 // Service is the driver: the one goroutine (a coordloop.Loop) that owns a
@@ -63,6 +73,8 @@ type Service struct {
 	clock clock.Clock
 	store *kvlog.Store
 	loop  *coordloop.Loop[Request, Response]
+	// shards follow the partitions' leadership (nil: not replicated).
+	shards *coordloop.Shards
 	// jobsCtx ends at Close: marker jobs in flight give up, and Close
 	// waits for them (jobs: added by the loop's goroutine only, so every
 	// Add is done once the loop has stopped).
@@ -100,6 +112,9 @@ func Start(cfg ServiceConfig) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Replicated != nil {
+		return startReplicated(cfg)
+	}
 	cfg.Coordinator.setDefaults()
 	store, records, err := kvlog.OpenStore(kvlog.StoreConfig{
 		Topic:             StateTopic,
@@ -133,6 +148,35 @@ func Start(cfg ServiceConfig) (*Service, error) {
 	s.log.Info("transaction coordinator loaded", "records", len(records), "transactional_ids", len(c.txns))
 	s.loop.Start()
 	return s, nil
+}
+
+// startReplicated starts a Service over replicated partitions: every
+// partition unloaded until its shard loads it.
+func startReplicated(cfg ServiceConfig) (*Service, error) {
+	cfg.Coordinator.StatePartitions = int32(len(cfg.Replicated.Replicas))
+	if cfg.Coordinator.StatePartitions == 0 {
+		return nil, errors.New("txn: a replicated " + StateTopic + " with no partitions")
+	}
+	cfg.Coordinator.setDefaults()
+	store := kvlog.NewReplicatedStore(kvlog.StoreConfig{Topic: StateTopic, Partitions: cfg.Coordinator.StatePartitions,
+		Clock: cfg.Clock, Logger: cfg.Logger})
+	c := New(cfg.Coordinator)
+	c.Loaded(cfg.Clock.Now())
+	s := &Service{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, store: store, c: c}
+	s.jobsCtx, s.cancelJobs = context.WithCancel(context.Background())
+	s.loop, s.shards = coordloop.NewReplicated[Request, Response](machine{c, s}, store, cfg.Clock, idleTick, ErrClosed, *cfg.Replicated, cfg.Logger)
+	s.loop.Start()
+	s.shards.Start()
+	return s, nil
+}
+
+// LeaderChanged reports a change of the leader of __transaction_state
+// partition p (replica.Config.OnLeader of its replica): it never blocks.
+// A Service that is not replicated ignores it.
+func (s *Service) LeaderChanged(p int32, leader, term uint64) {
+	if s.shards != nil {
+		s.shards.LeaderChanged(p, leader, term)
+	}
 }
 
 // Store returns the __transaction_state store.
@@ -179,6 +223,9 @@ func (s *Service) SetAddress(host string, port int32) {
 // with COORDINATOR_NOT_AVAILABLE and closes the store. Prepared
 // transactions stay prepared on disk: the next start writes their markers.
 func (s *Service) Close() error {
+	if s.shards != nil {
+		s.shards.Close()
+	}
 	s.cancelJobs()
 	s.loop.Stop()
 	s.jobs.Wait()
@@ -249,8 +296,16 @@ func (s *Service) flush() {
 // (kvlog.Store.ReopenBroken) and they are replayed.
 func (s *Service) unload(failed map[int32]error, why string) {
 	for p, err := range failed {
-		s.log.Error("transaction coordinator: "+why, "partition", p, "err", err)
 		s.c.UnloadPartition(p)
+		if s.shards != nil {
+			// A replicated partition's write fails when this node no
+			// longer leads it; it loads again only from the log, if
+			// this node still leads.
+			s.log.Info("transaction coordinator: writing to "+StateTopic+" failed; its transactional ids answer NOT_COORDINATOR", "partition", p, "err", err)
+			s.shards.Lost(p)
+			continue
+		}
+		s.log.Error("transaction coordinator: "+why, "partition", p, "err", err)
 	}
 }
 

@@ -154,6 +154,7 @@ func (c *Coordinator) UnloadPartition(p int32) {
 		c.unloaded = map[int32]bool{}
 	}
 	c.unloaded[p] = true
+	delete(c.loading, p)
 	for _, t := range c.sortedTxns() {
 		if c.partitionFor(t.id) != p {
 			continue
@@ -177,6 +178,17 @@ func (c *Coordinator) LoadPartition(p int32, records []Record) error {
 		}
 	}
 	delete(c.unloaded, p)
+	delete(c.loading, p)
 	c.resumeEnds(func(id string) bool { return c.partitionFor(id) == p })
 	return nil
+}
+
+// LoadingPartition marks unloaded partition p as being replayed (this
+// node was elected its leader): its ids answer
+// COORDINATOR_LOAD_IN_PROGRESS, as Kafka's while it loads, until
+// LoadPartition (or UnloadPartition, the load abandoned).
+func (c *Coordinator) LoadingPartition(p int32) {
+	if c.unloaded[p] {
+		c.loading.Add(p)
+	}
 }
