@@ -100,6 +100,14 @@ func TestReplicatedTopicChanges(t *testing.T) {
 			return nil
 		})
 	}
+	// The restarted node was fenced while it was down (3 s sessions):
+	// rf=3 needs it unfenced again.
+	for _, n := range nodes {
+		eventually(t, 20*time.Second, fmt.Sprintf("node %d lists three unfenced brokers", n.id), func() error {
+			_, err := clusterView(ctx, t, n, []int32{0, 1, 2})
+			return err
+		})
+	}
 	if err := createTopic(ctx, t, nodes[2], topic, 2, 3); err != nil {
 		t.Fatalf("recreating %s: %v", topic, err)
 	}
