@@ -262,16 +262,24 @@ func TestReplicatedLeaderKilled(t *testing.T) {
 	// MetadataMinAge is 5 s, which would be the failover time measured).
 	common := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.DialTimeout(time.Second), kgo.MetadataMinAge(100 * time.Millisecond),
 		kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond })}
+	// A restarted node answers UNKNOWN_TOPIC_OR_PARTITION until it has
+	// replayed the metadata log (KRaft's broker waits for that catch-up
+	// before it serves; ours does not yet: docs/replication.md 4c). kgo
+	// counts those answers per partition and, past 4, fails the next
+	// retriable error too (seen in a CI-like run: the tail record failed
+	// NOT_LEADER_OR_FOLLOWER). What this test checks is that nothing
+	// acknowledged is lost, so the producers keep retrying them.
+	producerOpts := []kgo.Opt{kgo.RequiredAcks(kgo.AllISRAcks()), kgo.UnknownTopicRetries(-1)}
 	rec := history.NewRecorder()
 	var producers []*history.Producer
 	for _, name := range []string{"p1", "p2"} {
-		p, err := history.NewProducer(rec, name, append(common, kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordRetries(1<<30))...)
+		p, err := history.NewProducer(rec, name, append(append(common, producerOpts...), kgo.RecordRetries(1<<30))...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		producers = append(producers, p)
 	}
-	probe, err := kgo.NewClient(append(common, kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	probe, err := kgo.NewClient(append(append(common, producerOpts...), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
