@@ -30,7 +30,7 @@ func (f *fetchSizes) OnBrokerRead(_ kgo.BrokerMetadata, key int16, bytesRead int
 func (f *fetchSizes) since(n int) []int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := append([]int(nil), f.sizes[n:]...)
+	out := append([]int(nil), f.sizes[min(n, len(f.sizes)):]...)
 	sort.Ints(out)
 	return out
 }
@@ -79,8 +79,12 @@ func TestFranzGoSessionConsumer(t *testing.T) {
 		consume(partitions)
 		// Caught up: every fetch waits out its 100 ms with nothing new.
 		caughtUp := sizes.count() + 2 // fetches already sent may still carry records
+		// Polled meanwhile, as a consumer does: kgo sends its next fetch
+		// only once the one it buffered is polled.
 		for deadline := time.Now().Add(20 * time.Second); sizes.count() < caughtUp+5 && time.Now().Before(deadline); {
-			time.Sleep(50 * time.Millisecond)
+			pctx, pcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			cl.PollFetches(pctx)
+			pcancel()
 		}
 		idleSizes := sizes.since(caughtUp)
 		appendVisible(t, tp.parts[partitions/2])
